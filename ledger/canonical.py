@@ -1,0 +1,97 @@
+"""Canonical JSON (RFC 8785, JCS) and the payload rules of SPEC 3.1.
+
+``canonical(obj)`` returns the JCS bytes of a JSON value. The reference is the
+``rfc8785`` package; for values without floats and whose object keys sort the same in
+UTF-16 and in code points, the C ``json`` encoder produces the very same bytes much
+faster, so it is used there (tests/ledger/test_canonical.py proves the two agree on
+arbitrary values). Anything else goes through ``rfc8785``.
+
+``check_payload(payload)`` walks a payload once, refusing what SPEC 3.1 forbids with a
+``PayloadError`` naming the offending path (``payload.x.y: NaN is not allowed``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+from .errors import PayloadError
+
+__all__ = ["MAX_BODY_BYTES", "MAX_INT", "canonical", "check_payload", "json_string"]
+
+MAX_INT = 2**53 - 1
+MAX_BODY_BYTES = 1 << 20
+
+# Code points from here on sort differently in UTF-16 (surrogate pairs) than as code
+# points, so keys containing them go through rfc8785.
+_UTF16_SAFE_LIMIT = "\ud800"
+
+_encode_fast = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+).encode
+_encode_str = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def json_string(s: str) -> str:
+    """The JCS form of a JSON string (quotes included)."""
+    return _encode_str(s)
+
+
+def _walk(value: Any, path: str) -> bool:
+    """Validate ``value``; return True if the fast encoder gives JCS bytes for it."""
+    kind = type(value)
+    if kind is str:
+        return True
+    if kind is dict:
+        fast = True
+        for key, item in value.items():
+            if type(key) is not str:
+                raise PayloadError(path, f"object key {key!r} is not a string")
+            if key and max(key) >= _UTF16_SAFE_LIMIT:
+                fast = False
+            if not _walk(item, f"{path}.{key}"):
+                fast = False
+        return fast
+    if kind is list or kind is tuple:
+        fast = True
+        for index, item in enumerate(value):
+            if not _walk(item, f"{path}[{index}]"):
+                fast = False
+        return fast
+    if kind is int:
+        if -MAX_INT <= value <= MAX_INT:
+            return True
+        raise PayloadError(path, f"integer {value} is outside +/-(2^53-1)")
+    if kind is bool or value is None:
+        return True
+    if kind is float:
+        if math.isnan(value):
+            raise PayloadError(path, "NaN is not allowed")
+        if math.isinf(value):
+            raise PayloadError(path, "Infinity is not allowed")
+        return False
+    raise PayloadError(path, f"{kind.__name__} is not a JSON value")
+
+
+def _encode(value: Any, fast: bool, path: str) -> bytes:
+    try:
+        if fast:
+            return _encode_fast(value).encode("utf-8")
+        return rfc8785.dumps(value)
+    except (UnicodeEncodeError, rfc8785.CanonicalizationError) as exc:
+        raise PayloadError(path, "string is not valid Unicode (lone surrogate)") from exc
+
+
+def canonical(value: Any, path: str = "value") -> bytes:
+    """JCS bytes of ``value``; refuses what JSON (per SPEC 3.1) cannot carry."""
+    return _encode(value, _walk(value, path), path)
+
+
+def check_payload(payload: Any) -> bytes:
+    """Validate an event payload and return its JCS bytes."""
+    if type(payload) is not dict:
+        raise PayloadError("payload", f"must be a JSON object, not {type(payload).__name__}")
+    return _encode(payload, _walk(payload, "payload"), "payload")

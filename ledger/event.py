@@ -1,0 +1,185 @@
+"""The event of SPEC 3.1: body, hash, signature, and its exported line.
+
+The body is never re-serialised from parsed JSON: the payload is kept as the JCS
+bytes it was hashed with, and the body bytes are spliced together from the members in
+JCS order (``actor, ledger, payload, prev, seq, stream, time, type, v``). Every string
+member goes through the JCS string encoder, so a body built from tampered stored
+values is still the JCS of what is stored, and its hash shows the tampering.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from .canonical import MAX_BODY_BYTES, check_payload, json_string
+from .errors import FormatError, PayloadError
+
+__all__ = [
+    "GENESIS_PREV",
+    "SIGNING_PREFIX",
+    "Event",
+    "body_bytes",
+    "event_from_json",
+    "format_time",
+    "signing_message",
+]
+
+GENESIS_PREV = "0" * 64
+SIGNING_PREFIX = b"tally-event-v1\n"
+
+
+def format_time(moment: datetime | None = None) -> str:
+    """UTC time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always six fraction digits)."""
+    moment = moment or datetime.now(UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def body_bytes(
+    *,
+    ledger: str,
+    seq: int,
+    prev: str,
+    stream: str,
+    type: str,
+    time: str,
+    actor: str,
+    payload_json: str,
+    v: int = 1,
+) -> bytes:
+    """JCS bytes of an event body, the payload given as its JCS text."""
+    return (
+        '{"actor":' + json_string(actor)
+        + ',"ledger":' + json_string(ledger)
+        + ',"payload":' + payload_json
+        + ',"prev":' + json_string(prev)
+        + ',"seq":' + str(seq)
+        + ',"stream":' + json_string(stream)
+        + ',"time":' + json_string(time)
+        + ',"type":' + json_string(type)
+        + ',"v":' + str(v) + "}"
+    ).encode("utf-8")
+
+
+def signing_message(hash_hex: str) -> bytes:
+    """What Ed25519 signs for an event: the prefix and the raw 32-byte hash."""
+    return SIGNING_PREFIX + bytes.fromhex(hash_hex)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored event: the body members plus ``hash`` and ``sig``.
+
+    ``payload_json`` holds the payload's JCS text exactly as hashed; ``payload`` parses
+    it on first use.
+    """
+
+    ledger: str
+    seq: int
+    prev: str
+    stream: str
+    type: str
+    time: str
+    actor: str
+    payload_json: str
+    hash: str
+    sig: str
+    v: int = field(default=1)
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.payload_json)
+        if not isinstance(value, dict):
+            raise FormatError(f"seq {self.seq}: payload is not a JSON object")
+        return value
+
+    def body(self) -> bytes:
+        return body_bytes(
+            ledger=self.ledger,
+            seq=self.seq,
+            prev=self.prev,
+            stream=self.stream,
+            type=self.type,
+            time=self.time,
+            actor=self.actor,
+            payload_json=self.payload_json,
+            v=self.v,
+        )
+
+    def computed_hash(self) -> str:
+        return hashlib.sha256(self.body()).hexdigest()
+
+    @property
+    def raw_hash(self) -> bytes:
+        return bytes.fromhex(self.hash)
+
+    @property
+    def raw_sig(self) -> bytes:
+        return base64.b64decode(self.sig, validate=True)
+
+    def line(self) -> str:
+        """The event as one JCS JSON line (body members plus ``hash`` and ``sig``)."""
+        return (
+            '{"actor":' + json_string(self.actor)
+            + ',"hash":' + json_string(self.hash)
+            + ',"ledger":' + json_string(self.ledger)
+            + ',"payload":' + self.payload_json
+            + ',"prev":' + json_string(self.prev)
+            + ',"seq":' + str(self.seq)
+            + ',"sig":' + json_string(self.sig)
+            + ',"stream":' + json_string(self.stream)
+            + ',"time":' + json_string(self.time)
+            + ',"type":' + json_string(self.type)
+            + ',"v":' + str(self.v) + "}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a JSON object (what ``--json`` prints)."""
+        result: dict[str, Any] = json.loads(self.line())
+        return result
+
+
+def check_body_size(size: int) -> None:
+    if size > MAX_BODY_BYTES:
+        raise PayloadError("payload", f"event body of {size} bytes is over the 1 MiB limit; store it as a blob")
+
+
+_MEMBERS = ("v", "ledger", "seq", "prev", "stream", "type", "time", "actor", "payload", "hash", "sig")
+
+
+def event_from_json(obj: Any, where: str = "event") -> Event:
+    """An ``Event`` from an exported JSON object, re-canonicalising its payload.
+
+    Refuses objects whose members are not exactly those of SPEC 3.1 (with the types it
+    names); it does not check hashes or signatures: that is ``verify``'s work.
+    """
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: not a JSON object")
+    if set(obj) != set(_MEMBERS):
+        missing = sorted(set(_MEMBERS) - set(obj))
+        extra = sorted(set(obj) - set(_MEMBERS))
+        raise FormatError(f"{where}: members differ from SPEC 3.1 (missing {missing}, extra {extra})")
+    for name in ("ledger", "prev", "stream", "type", "time", "actor", "hash", "sig"):
+        if not isinstance(obj[name], str):
+            raise FormatError(f"{where}: {name} is not a string")
+    if type(obj["seq"]) is not int or type(obj["v"]) is not int:
+        raise FormatError(f"{where}: seq and v must be integers")
+    payload_json = check_payload(obj["payload"]).decode("utf-8")
+    return Event(
+        v=obj["v"],
+        ledger=obj["ledger"],
+        seq=obj["seq"],
+        prev=obj["prev"],
+        stream=obj["stream"],
+        type=obj["type"],
+        time=obj["time"],
+        actor=obj["actor"],
+        payload_json=payload_json,
+        hash=obj["hash"],
+        sig=obj["sig"],
+    )

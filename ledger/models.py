@@ -1,0 +1,86 @@
+"""SQLAlchemy 2 models of the ledger's tables (SPEC 4).
+
+Alembic owns the schema (``migrations/``); a test checks that the migrations give
+exactly these tables. ``events`` is append-only: nothing in tally updates or deletes
+its rows; ``keys`` is a cache derived from key events.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Index, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "BlobRow", "CheckpointRow", "EventRow", "KeyRow", "MerkleNodeRow"]
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class EventRow(Base):
+    """One event; the body is re-derivable from these columns byte for byte."""
+
+    __tablename__ = "events"
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    ledger: Mapped[str] = mapped_column(String(32))
+    prev: Mapped[str] = mapped_column(String(64))
+    stream: Mapped[str] = mapped_column(Text)
+    type: Mapped[str] = mapped_column(Text)
+    time: Mapped[str] = mapped_column(String(27))
+    actor: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)  # JCS text of the payload, as hashed
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    sig: Mapped[str] = mapped_column(Text)
+    v: Mapped[int] = mapped_column(Integer, default=1)
+
+    __table_args__ = (
+        Index("ix_events_stream_seq", "stream", "seq"),
+        Index("ix_events_type", "type"),
+    )
+
+
+class MerkleNodeRow(Base):
+    """Hash of a complete subtree: leaves [index * 2^level, (index + 1) * 2^level).
+
+    Level 0 (leaf hashes) is not stored: it is derived from ``events.hash``.
+    """
+
+    __tablename__ = "merkle_nodes"
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class CheckpointRow(Base):
+    """A signed C2SP checkpoint note the ledger issued (witness cosignatures appended)."""
+
+    __tablename__ = "checkpoints"
+
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    note: Mapped[str] = mapped_column(Text)
+
+
+class BlobRow(Base):
+    """Content-addressed evidence referenced by events (SPEC 3.5)."""
+
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(Text)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class KeyRow(Base):
+    """Cache of the key ring, rebuilt from key events; never trusted by ``verify``."""
+
+    __tablename__ = "keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    public_key: Mapped[str] = mapped_column(Text)
+    roles: Mapped[str] = mapped_column(Text)  # comma-separated
+    added_seq: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -1,0 +1,273 @@
+"""Ledger verification: the rules of SPEC 3.3, in order, per event.
+
+1. seq is contiguous from 1;  2. ``prev`` is the previous event's hash;  3. one ledger
+id throughout;  4. the recomputed hash equals ``hash``;  5. ``actor`` is a key known at
+that seq and not revoked at an earlier seq;  6. ``sig`` verifies under that key;
+7. key events are signed by a root key;  8. every checkpoint verifies and commits to
+the Merkle root of its first ``size`` events (through ``CheckpointCheck``);  9. a
+pinned root key is named as root by the genesis.
+
+``verify_events`` returns a ``VerifiedLedger`` or raises ``VerificationError`` with the
+first failing seq and rule. It reads events once, in order, and keeps O(log n) state
+besides the key ring; signatures can be checked on several threads (``jobs``; the
+Ed25519 verifier releases the GIL), the first failure still being the lowest seq.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from . import merkle
+from .errors import FormatError, VerificationError
+from .event import GENESIS_PREV, SIGNING_PREFIX, Event
+from .keys import KEY_EVENT_TYPES, KeyRing
+
+__all__ = ["VerifiedLedger", "VerifyStart", "verify_events"]
+
+CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class VerifiedLedger:
+    """What verification established about a ledger (or a suffix of it)."""
+
+    size: int
+    head: str
+    ledger_id: str
+    origin: str
+    keys: KeyRing
+    root: bytes
+    first_seq: int = 1
+    checkpoints: tuple[int, ...] = ()
+
+
+@dataclass
+class VerifyStart:
+    """Where to resume verification: the state after ``size`` trusted events.
+
+    Used by ``verify --since CHECKPOINT``: the prefix is proved by a consistency proof,
+    its key ring is rebuilt from its (signature-checked) key events.
+    """
+
+    size: int
+    head: str
+    ledger_id: str
+    origin: str
+    keys: KeyRing
+    frontier: merkle.Frontier
+
+
+# A hook called whenever the walk has verified ``size`` events; rule 8 lives there.
+SizeHook = Callable[[int, merkle.Frontier, KeyRing], None]
+
+
+@dataclass
+class _Walk:
+    root_key: str | None
+    jobs: int
+    on_size: SizeHook | None
+    checkpoint_sizes: frozenset[int]
+    expected: int = 1
+    prev: str = GENESIS_PREV
+    ledger_id: str | None = None
+    origin: str = ""
+    ring: KeyRing = field(default_factory=KeyRing)
+    frontier: merkle.Frontier = field(default_factory=merkle.Frontier)
+    pending: list[tuple[int, bytes, bytes, bytes]] = field(default_factory=list)
+    futures: list[Future[tuple[int, str] | None]] = field(default_factory=list)
+    pool: ThreadPoolExecutor | None = None
+    checked: list[int] = field(default_factory=list)
+
+
+def _check_signatures(batch: list[tuple[int, bytes, bytes, bytes]]) -> tuple[int, str] | None:
+    """First (seq, reason) whose signature fails in ``batch``, else None."""
+    keys: dict[bytes, Ed25519PublicKey] = {}
+    for seq, public_raw, signature, digest in batch:
+        key = keys.get(public_raw)
+        if key is None:
+            key = keys[public_raw] = Ed25519PublicKey.from_public_bytes(public_raw)
+        try:
+            key.verify(signature, SIGNING_PREFIX + digest)
+        except InvalidSignature:
+            return seq, "signature does not verify under the actor's key"
+    return None
+
+
+def _fail(seq: int, rule: int, message: str) -> VerificationError:
+    return VerificationError(message, seq=seq, rule=rule)
+
+
+def verify_events(
+    events: Iterable[Event],
+    *,
+    root_key: str | None = None,
+    jobs: int = 1,
+    start: VerifyStart | None = None,
+    checkpoint_sizes: Iterable[int] = (),
+    on_size: SizeHook | None = None,
+) -> VerifiedLedger:
+    """Verify ``events`` (seq order, from 1 or from ``start``) against rules 1-7 and 9.
+
+    ``on_size(size, frontier, ring)`` is called after event ``size`` for every size in
+    ``checkpoint_sizes``; it raises ``VerificationError`` (rule 8) when a checkpoint at
+    that size does not hold.
+    """
+    walk = _Walk(root_key=root_key, jobs=max(1, jobs), on_size=on_size,
+                 checkpoint_sizes=frozenset(checkpoint_sizes))
+    if start is not None:
+        walk.expected, walk.prev = start.size + 1, start.head
+        walk.ledger_id, walk.origin = start.ledger_id, start.origin
+        walk.ring, walk.frontier = start.keys, start.frontier.copy()
+    if walk.jobs > 1:
+        walk.pool = ThreadPoolExecutor(max_workers=walk.jobs)
+    chain_error: VerificationError | None = None
+    try:
+        try:
+            for event in events:
+                _step(walk, event)
+        except VerificationError as error:
+            chain_error = error
+        _flush(walk, final=True)
+        sig_error = _collect(walk)
+    finally:
+        if walk.pool is not None:
+            walk.pool.shutdown(wait=True, cancel_futures=True)
+    errors = [e for e in (chain_error, sig_error) if e is not None]
+    if errors:
+        raise min(errors, key=lambda e: (e.seq or 0, e.rule if isinstance(e.rule, int) else 99))
+    if walk.expected == 1:
+        raise VerificationError("the ledger has no events", seq=1, rule=1)
+    return VerifiedLedger(
+        size=walk.expected - 1,
+        head=walk.prev,
+        ledger_id=walk.ledger_id or "",
+        origin=walk.origin,
+        keys=walk.ring,
+        root=walk.frontier.root(),
+        first_seq=start.size + 1 if start else 1,
+        checkpoints=tuple(walk.checked),
+    )
+
+
+def _step(walk: _Walk, event: Event) -> None:
+    seq = event.seq
+    if seq != walk.expected:
+        raise _fail(walk.expected, 1, f"expected seq {walk.expected}, found {seq}")
+    if event.prev != walk.prev:
+        raise _fail(seq, 2, "prev is not the hash of the previous event")
+    if walk.ledger_id is None:
+        walk.ledger_id = event.ledger
+    elif event.ledger != walk.ledger_id:
+        raise _fail(seq, 3, f"ledger id {event.ledger} differs from {walk.ledger_id}")
+    if event.v != 1:
+        raise _fail(seq, 4, f"unsupported event version {event.v}")
+    digest = hashlib.sha256(event.body()).digest()
+    if digest.hex() != event.hash:
+        raise _fail(seq, 4, "recomputed hash differs from the stored hash")
+
+    is_key_event = event.type in KEY_EVENT_TYPES
+    if seq == 1:
+        _genesis(walk, event)
+    elif event.type == "ledger.created":
+        raise _fail(seq, 7, "a second ledger.created event")
+
+    key = walk.ring.keys.get(event.actor)
+    if key is None:
+        raise _fail(seq, 5, f"actor {event.actor[:16]} is not a key known at this seq")
+    if key.revoked_at_seq is not None and key.revoked_at_seq < seq:
+        raise _fail(seq, 5, f"actor {key.name} was revoked at seq {key.revoked_at_seq}")
+    try:
+        signature = base64.b64decode(event.sig, validate=True)
+    except ValueError:
+        raise _fail(seq, 6, "sig is not base64") from None
+    if len(signature) != 64:
+        raise _fail(seq, 6, "sig is not a 64-byte Ed25519 signature")
+    item = (seq, key.public_raw, signature, digest)
+    if walk.pool is None:
+        failure = _check_signatures([item])
+        if failure:
+            raise _fail(failure[0], 6, failure[1])
+    else:
+        walk.pending.append(item)
+        if len(walk.pending) >= CHUNK:
+            _flush(walk)
+
+    if is_key_event:
+        if "root" not in key.roles:
+            raise _fail(seq, 7, f"{event.type} signed by {key.name}, which is not a root key")
+        if seq > 1:
+            try:
+                walk.ring.apply(seq, event.type, _payload(event))
+            except FormatError as exc:
+                raise _fail(seq, 7, f"malformed key event: {exc}") from None
+
+    walk.frontier.append(merkle.hash_leaf(digest))
+    walk.expected = seq + 1
+    walk.prev = event.hash
+    if seq in walk.checkpoint_sizes and walk.on_size is not None:
+        if walk.pool is not None:  # a checkpoint is trusted only over verified signatures
+            _flush(walk)
+            failure = _collect(walk)
+            if failure:
+                raise failure
+        walk.on_size(seq, walk.frontier, walk.ring)
+        walk.checked.append(seq)
+
+
+def _genesis(walk: _Walk, event: Event) -> None:
+    if event.type != "ledger.created" or event.stream != "ledger":
+        raise _fail(1, 7, "seq 1 is not a ledger.created event in stream 'ledger'")
+    payload = _payload(event)
+    try:
+        walk.ring.apply(1, "ledger.created", payload)
+    except FormatError as exc:
+        raise _fail(1, 7, f"malformed genesis: {exc}") from None
+    origin = payload.get("origin")
+    if not isinstance(origin, str) or not origin:
+        raise _fail(1, 7, "genesis has no origin")
+    walk.origin = origin
+    if walk.root_key is not None:
+        pinned = walk.ring.keys.get(walk.root_key)
+        if pinned is None or "root" not in pinned.roles:
+            raise _fail(1, 9, f"genesis does not name the pinned key {walk.root_key[:16]} as root")
+
+
+def _payload(event: Event) -> dict[str, Any]:
+    try:
+        return event.payload
+    except (ValueError, FormatError):
+        raise _fail(event.seq, 4, "payload is not a JSON object") from None
+
+
+def _flush(walk: _Walk, final: bool = False) -> None:
+    if walk.pool is None or not walk.pending:
+        return
+    batch, walk.pending = walk.pending, []
+    step = max(1, len(batch) // walk.jobs) if final else len(batch)
+    for offset in range(0, len(batch), step):
+        walk.futures.append(walk.pool.submit(_check_signatures, batch[offset:offset + step]))
+    # Keep memory bounded: wait for the oldest chunks once many are in flight. Chunks
+    # finish in seq order here, and every event up to now passed the chain rules, so a
+    # failure found this way is the first failure of the ledger.
+    while len(walk.futures) > 4 * walk.jobs:
+        failure = walk.futures.pop(0).result()
+        if failure:
+            raise _fail(failure[0], 6, failure[1])
+
+
+def _collect(walk: _Walk) -> VerificationError | None:
+    failures = [f.result() for f in walk.futures]
+    walk.futures = []
+    found = [f for f in failures if f is not None]
+    if not found:
+        return None
+    seq, reason = min(found)
+    return _fail(seq, 6, reason)

@@ -1,0 +1,75 @@
+"""Shared fixtures: one throwaway PostgreSQL cluster per session, ledgers, signers.
+
+PostgreSQL tests skip (with the reason) when no server can be started here, unless
+``TALLY_REQUIRE_POSTGRES=1`` (set by ``.ci/run``), which turns that into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from ledger.keys import Signer
+from ledger.store import Ledger
+
+from . import pgcluster
+
+settings.register_profile("ci", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=20, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=500, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pgcluster.Cluster]:
+    reason = pgcluster.available()
+    if reason is not None:
+        if os.environ.get("TALLY_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here but unavailable: {reason}")
+        pytest.skip(f"PostgreSQL unavailable: {reason}")
+    cluster = pgcluster.Cluster()
+    try:
+        cluster.start()
+    except Exception as exc:
+        cluster.stop()
+        if os.environ.get("TALLY_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here but did not start: {exc}")
+        pytest.skip(f"PostgreSQL did not start: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: pgcluster.Cluster) -> str:
+    """A fresh, empty PostgreSQL database."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgres"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each storage backend in turn (the storage contract)."""
+    if request.param == "sqlite-memory":
+        return "sqlite://"
+    if request.param == "sqlite-file":
+        return f"sqlite:///{tmp_path / 'tally.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def root() -> Signer:
+    return Signer.generate("root")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, root: Signer) -> Iterator[Ledger]:
+    """A fresh SQLite-file ledger whose genesis names ``root``."""
+    book = Ledger(f"sqlite:///{tmp_path / 'tally.db'}")
+    book.init("tally.test/ledger", root)
+    yield book
+    book.close()
