@@ -27,10 +27,13 @@ __all__ = [
     "hash_children",
     "hash_leaf",
     "inclusion_proof",
+    "is_valid_subtree",
     "root_from_leaves",
     "root_of_size",
     "verify_consistency",
     "verify_inclusion",
+    "verify_subtree_consistency",
+    "verify_subtree_inclusion",
 ]
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -237,8 +240,11 @@ def verify_inclusion(
 def verify_consistency(
     old: int, new: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
 ) -> None:
-    """Raise ``VerificationError`` unless ``proof`` shows tree ``old`` is a prefix of ``new``."""
-    _check_hashes([old_root, new_root, *proof], "consistency proof")
+    """Raise ``VerificationError`` unless ``proof`` shows tree ``old`` is a prefix of ``new``.
+
+    Equal sizes need an empty proof and equal roots (compared as given, as the
+    conformance suite expects); otherwise every hash must be 32 bytes.
+    """
     if old < 1:
         raise VerificationError("no consistency proof from an empty tree", rule="proof")
     if new < old:
@@ -249,6 +255,7 @@ def verify_consistency(
         if old_root != new_root:
             raise VerificationError("equal sizes with different roots", rule="proof")
         return
+    _check_hashes([old_root, new_root, *proof], "consistency proof")
     if not proof:
         raise VerificationError("empty consistency proof", rule="proof")
     path = list(proof)
@@ -277,3 +284,90 @@ def verify_consistency(
         raise VerificationError("consistency proof is too short", rule="proof")
     if first != old_root or second != new_root:
         raise VerificationError("consistency proof does not match the roots", rule="proof")
+
+
+# ---------------------------------------------------------------------------
+# Subtrees [start, end) (draft-davidben-tls-merkle-tree-certs, appendix B; the
+# transparency-dev "subtree" probes). A subtree is valid when start < end and start
+# is a multiple of the smallest power of two >= end - start; its hash is MTH of
+# those leaves. A subtree starting at 0 is the tree of size ``end``.
+
+
+def is_valid_subtree(start: int, end: int) -> bool:
+    if not 0 <= start < end:
+        return False
+    width = 1 << (end - start - 1).bit_length()
+    return start % width == 0
+
+
+def _subtree_root(start: int, end: int, size: int, node_hash: bytes, proof: Sequence[bytes]) -> bytes:
+    """The root of the tree of ``size`` that ``proof`` derives from subtree [start, end)."""
+    if not is_valid_subtree(start, end):
+        raise VerificationError(f"[{start}, {end}) is not a valid subtree", rule="proof")
+    if size < end:
+        raise VerificationError(f"subtree [{start}, {end}) is beyond size {size}", rule="proof")
+    _check_hashes(proof, "subtree proof")
+    # fn, sn, tn: paths to the subtree's first and last leaf and to the tree's last leaf.
+    fn, sn, tn = start, end - 1, size - 1
+    if sn == tn:  # the subtree's right edge is the tree's: start at the subtree's top
+        while fn != sn:
+            fn, sn, tn = fn >> 1, sn >> 1, tn >> 1
+    else:  # climb while the right edge closes a complete subtree inside [start, end)
+        while fn != sn and sn & 1:
+            fn, sn, tn = fn >> 1, sn >> 1, tn >> 1
+    path = list(proof)
+    if fn == sn:
+        node = root = node_hash
+    else:
+        if not path:
+            raise VerificationError("subtree proof is too short", rule="proof")
+        node = root = path.pop(0)
+    for sibling in path:
+        if tn == 0:
+            raise VerificationError("subtree proof is too long", rule="proof")
+        if sn & 1 or sn == tn:
+            if fn < sn:
+                node = hash_children(sibling, node)
+            root = hash_children(sibling, root)
+            while sn and not sn & 1:
+                fn, sn, tn = fn >> 1, sn >> 1, tn >> 1
+        else:
+            root = hash_children(root, sibling)
+        fn, sn, tn = fn >> 1, sn >> 1, tn >> 1
+    if tn != 0:
+        raise VerificationError("subtree proof is too short", rule="proof")
+    if node != node_hash:
+        raise VerificationError("subtree proof does not lead to the subtree hash", rule="proof")
+    return root
+
+
+def verify_subtree_consistency(
+    start: int, end: int, size: int, subtree_hash: bytes, root: bytes, proof: Sequence[bytes]
+) -> None:
+    """Raise unless ``proof`` shows subtree [start, end) with ``subtree_hash`` is in the tree ``root``.
+
+    An empty subtree (start == end <= size) is consistent with any tree when its hash
+    is the empty hash and the proof is empty. Hashes are compared as given.
+    """
+    if start == end and 0 <= start <= size:
+        if proof:
+            raise VerificationError("an empty subtree needs an empty proof", rule="proof")
+        if subtree_hash != EMPTY_ROOT:
+            raise VerificationError("an empty subtree must have the empty hash", rule="proof")
+        return
+    if _subtree_root(start, end, size, subtree_hash, proof) != root:
+        raise VerificationError("subtree consistency proof does not lead to the root", rule="proof")
+
+
+def verify_subtree_inclusion(
+    index: int, start: int, end: int, leaf_hash: bytes, proof: Sequence[bytes], subtree_hash: bytes
+) -> None:
+    """Raise unless ``proof`` shows leaf ``index`` is in subtree [start, end) with ``subtree_hash``."""
+    _check_hashes([leaf_hash, subtree_hash], "subtree inclusion proof")
+    if not is_valid_subtree(start, end):
+        raise VerificationError(f"[{start}, {end}) is not a valid subtree", rule="proof")
+    if not start <= index < end:
+        raise VerificationError(f"index {index} is not inside subtree [{start}, {end})", rule="proof")
+    offset = index - start
+    if _subtree_root(offset, offset + 1, end - start, leaf_hash, proof) != subtree_hash:
+        raise VerificationError("subtree inclusion proof does not lead to the subtree hash", rule="proof")
