@@ -1,0 +1,363 @@
+"""Rule ``pp3-v1`` (seed 003, "Pre-registered rule"; SPEC 7.2).
+
+Blocks A1 B1 B2 A2 each run the same frozen requests; a pair is one (family, context).
+Throughput gain of B over A pooled over all pairs, a source-cluster bootstrap (clusters are
+the families) for its lower bound, and per-pair TTFT / p95 round-time guards.
+``docs/rules.md`` is the reference.
+
+Pure: no I/O, no clock. ``parse`` validates (``FormatError`` naming the field),
+``decide`` computes the result dict whose key names are a contract.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .fields import bad, check_keys, get_bool, get_int, get_list, get_number, get_object, get_str
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "BLOCKS",
+    "RULE",
+    "FamilySums",
+    "Pp3Input",
+    "Pp3Params",
+    "Request",
+    "bootstrap_gains",
+    "decide",
+    "family_sums",
+    "pair_label",
+    "pairs_of",
+    "parse",
+]
+
+RULE = "pp3-v1"
+BLOCKS = ("A1", "B1", "B2", "A2")
+ARM_BLOCKS = {"A": ("A1", "A2"), "B": ("B1", "B2")}
+STATUSES = ("ok", "censored", "failed", "timeout", "cancelled", "lost")
+CONTEXT_ORDER = {"short": 0, "32k": 1, "150k": 2}
+MAX_BOOTSTRAP = 1_000_000
+MAX_SEED = 2**53 - 1
+
+Status = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost"]
+Decision = Literal["CANDIDATE", "NO_PROMOTION", "REJECT"]
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Pp3Params:
+    min_gain: float = 0.05
+    bootstrap: int = 2000
+    seed: int = 4103
+    interval: float = 0.90
+    max_regression: float = 0.05
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min_gain": self.min_gain, "bootstrap": self.bootstrap, "seed": self.seed,
+                "interval": self.interval, "max_regression": self.max_regression}
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int
+    block: str
+    arm: str
+    family: str
+    context: str
+    status: str
+    delivered_tokens: int | None
+    decode_s: float | None
+    ttft_s: float | None
+    round_ms_p95: float | None
+
+    @property
+    def pair(self) -> Pair:
+        return (self.family, self.context)
+
+
+@dataclass(frozen=True)
+class Pp3Input:
+    params: Pp3Params
+    gates_passed: bool
+    failures: tuple[str, ...]
+    requests: tuple[Request, ...]
+
+
+# --------------------------------------------------------------------------- parsing
+
+def parse(data: Any) -> Pp3Input:
+    """Validate a ``pp3-v1`` input; raise ``FormatError`` naming the first bad field."""
+    obj = get_object(data, "input")
+    check_keys(obj, "", ("rule", "gates_passed", "failures", "requests"), ("params",))
+    get_str(obj["rule"], "rule", choices=(RULE,))
+    params = _params(obj.get("params", {}))
+    gates_passed = get_bool(obj["gates_passed"], "gates_passed")
+    failures = tuple(get_str(f, f"failures[{i}]") for i, f in enumerate(get_list(obj["failures"], "failures")))
+    requests = tuple(_request(r, f"requests[{i}]", i) for i, r in enumerate(get_list(obj["requests"], "requests")))
+    seen: dict[tuple[str, str, str], int] = {}
+    for r in requests:
+        key = (r.block, r.family, r.context)
+        if key in seen:
+            raise bad(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
+                                              f"(block {r.block}, {pair_label(r.pair)})")
+        seen[key] = r.index
+    return Pp3Input(params, gates_passed, failures, requests)
+
+
+def _params(value: Any) -> Pp3Params:
+    obj = get_object(value, "params")
+    check_keys(obj, "params", (), ("min_gain", "bootstrap", "seed", "interval", "max_regression"))
+    d = Pp3Params()
+    min_gain = get_number(obj.get("min_gain", d.min_gain), "params.min_gain", minimum=0)
+    boot = get_int(obj.get("bootstrap", d.bootstrap), "params.bootstrap", minimum=1, maximum=MAX_BOOTSTRAP)
+    seed = get_int(obj.get("seed", d.seed), "params.seed", minimum=0, maximum=MAX_SEED)
+    interval = get_number(obj.get("interval", d.interval), "params.interval", above=0, below=1)
+    regression = get_number(obj.get("max_regression", d.max_regression), "params.max_regression", minimum=0)
+    assert min_gain is not None and boot is not None and seed is not None
+    assert interval is not None and regression is not None
+    return Pp3Params(min_gain, boot, seed, interval, regression)
+
+
+def _request(value: Any, path: str, index: int) -> Request:
+    obj = get_object(value, path)
+    check_keys(obj, path, ("block", "arm", "family", "context", "status", "delivered_tokens", "decode_s",
+                           "ttft_s", "round_ms_p95"), ("prompt_id", "reason"))
+    block = get_str(obj["block"], f"{path}.block", choices=BLOCKS)
+    arm = get_str(obj["arm"], f"{path}.arm", choices=("A", "B"))
+    if arm != block[0]:
+        raise bad(f"{path}.arm", f"block {block} belongs to arm {block[0]}, got {arm!r}")
+    family = get_str(obj["family"], f"{path}.family")
+    context = get_str(obj["context"], f"{path}.context")
+    if "/" in family:
+        raise bad(f"{path}.family", "must not contain '/' (pairs are named family/context)")
+    status = get_str(obj["status"], f"{path}.status", choices=STATUSES)
+    tokens = get_int(obj["delivered_tokens"], f"{path}.delivered_tokens", minimum=0, nullable=True)
+    decode_s = get_number(obj["decode_s"], f"{path}.decode_s", minimum=0, nullable=True)
+    ttft = get_number(obj["ttft_s"], f"{path}.ttft_s", minimum=0, nullable=True)
+    p95 = get_number(obj["round_ms_p95"], f"{path}.round_ms_p95", minimum=0, nullable=True)
+    if "prompt_id" in obj:
+        get_str(obj["prompt_id"], f"{path}.prompt_id")
+    if "reason" in obj and obj["reason"] is not None:
+        get_str(obj["reason"], f"{path}.reason")
+    return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95)
+
+
+# --------------------------------------------------------------------------- helpers for rule and report
+
+def pair_label(pair: Pair) -> str:
+    return f"{pair[0]}/{pair[1]}"
+
+
+def pairs_of(requests: Sequence[Request]) -> list[Pair]:
+    """Every pair seen, families by name, contexts short, 32k, 150k, then others by name."""
+    return sorted({r.pair for r in requests}, key=lambda p: (p[0], CONTEXT_ORDER.get(p[1], len(CONTEXT_ORDER)), p[1]))
+
+
+def _table(requests: Sequence[Request]) -> dict[tuple[str, Pair], Request]:
+    return {(r.block, r.pair): r for r in requests}
+
+
+def _usable(table: Mapping[tuple[str, Pair], Request], pair: Pair) -> bool:
+    """Every block has the pair, ``ok``, with delivered tokens and decode seconds."""
+    for block in BLOCKS:
+        r = table.get((block, pair))
+        if r is None or r.status != "ok" or r.delivered_tokens is None or r.decode_s is None:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class FamilySums:
+    """Per family (sorted by name): arm A and B delivered tokens and decode seconds over its usable pairs."""
+
+    families: tuple[str, ...]
+    tokens_a: tuple[int, ...]
+    decode_a: tuple[float, ...]
+    tokens_b: tuple[int, ...]
+    decode_b: tuple[float, ...]
+    pairs: tuple[int, ...]
+
+
+def family_sums(requests: Sequence[Request]) -> FamilySums:
+    table = _table(requests)
+    usable = [p for p in pairs_of(requests) if _usable(table, p)]
+    families = tuple(sorted({p[0] for p in usable}))
+    tok: dict[str, list[int]] = {}
+    dec: dict[str, list[float]] = {}
+    for arm, blocks in ARM_BLOCKS.items():
+        tok[arm], dec[arm] = [], []
+        for f in families:
+            chosen = [table[(b, p)] for p in usable if p[0] == f for b in blocks]
+            tok[arm].append(sum(r.delivered_tokens or 0 for r in chosen))
+            dec[arm].append(math.fsum(r.decode_s or 0.0 for r in chosen))
+    pairs = tuple(sum(1 for p in usable if p[0] == f) for f in families)
+    return FamilySums(families, tuple(tok["A"]), tuple(dec["A"]), tuple(tok["B"]), tuple(dec["B"]), pairs)
+
+
+def _gain(tokens_b: float, decode_b: float, tokens_a: float, decode_a: float) -> float:
+    return (tokens_b / decode_b) / (tokens_a / decode_a) - 1
+
+
+def _not_computable(sums: FamilySums) -> str | None:
+    if not sums.families:
+        return "no pair has all four blocks ok"
+    for i, f in enumerate(sums.families):
+        for what, value in (("arm A delivered tokens", sums.tokens_a[i]), ("arm A decode seconds", sums.decode_a[i]),
+                            ("arm B decode seconds", sums.decode_b[i])):
+            if value <= 0:
+                return f"family {f}: {what} sum to zero"
+    return None
+
+
+def bootstrap_gains(sums: FamilySums, params: Pp3Params) -> npt.NDArray[np.float64]:
+    """The ``params.bootstrap`` resampled gains (vectorised over resamples).
+
+    ``idx = default_rng(seed).integers(0, k, size=(bootstrap, k))``; resample b's sums add the
+    chosen families' sums left to right over ``idx[b, 0..k-1]``.
+    """
+    import numpy as np
+
+    k = len(sums.families)
+    rng = np.random.default_rng(params.seed)
+    idx = rng.integers(0, k, size=(params.bootstrap, k))
+    columns = [np.asarray(v, dtype=np.float64) for v in (sums.tokens_b, sums.decode_b, sums.tokens_a, sums.decode_a)]
+    totals = []
+    for column in columns:
+        acc = column[idx[:, 0]]
+        for m in range(1, k):
+            acc = acc + column[idx[:, m]]
+        totals.append(acc)
+    tb, db, ta, da = totals
+    gains: npt.NDArray[np.float64] = (tb / db) / (ta / da) - 1
+    return gains
+
+
+# --------------------------------------------------------------------------- deciding
+
+def decide(inp: Pp3Input) -> dict[str, Any]:
+    """The ``pp3-v1`` result (key names fixed by issue 5)."""
+    import numpy as np
+
+    p = inp.params
+    reject: list[str] = [f"failure: {f}" for f in inp.failures]
+    reject += [f"lost request: block {r.block} {pair_label(r.pair)}" for r in inp.requests if r.status == "lost"]
+    hold: list[str] = []
+    if not inp.gates_passed:
+        hold.append("not every gate passed")
+    hold += [f"request not ok: block {r.block} {pair_label(r.pair)} is {r.status}"
+             for r in inp.requests if r.status not in ("ok", "lost")]
+    pairs = pairs_of(inp.requests)
+    table = _table(inp.requests)
+    if not pairs:
+        hold.append("incomplete: no requests")
+    for pair in pairs:
+        absent = [b for b in BLOCKS if (b, pair) not in table]
+        if absent:
+            hold.append(f"incomplete: pair {pair_label(pair)} missing in block {', '.join(absent)}")
+        elif not _usable(table, pair):
+            nulls = [f"{b} {what}" for b in BLOCKS for what in ("delivered_tokens", "decode_s")
+                     if table[(b, pair)].status == "ok" and getattr(table[(b, pair)], what) is None]
+            if nulls:
+                hold.append(f"incomplete: pair {pair_label(pair)} lacks {', '.join(nulls)}")
+
+    sums = family_sums(inp.requests)
+    problem = _not_computable(sums)
+    point: float | None = None
+    lower: float | None = None
+    distinct: int | None = None
+    per_family: dict[str, Any] = {}
+    if problem is None:
+        point = _gain(_left_sum(sums.tokens_b), _left_sum(sums.decode_b),
+                      _left_sum(sums.tokens_a), _left_sum(sums.decode_a))
+        gains = bootstrap_gains(sums, p)
+        lower = float(np.quantile(gains, (1 - p.interval) / 2))
+        distinct = int(np.unique(np.round(gains, 12)).size)
+        for i, f in enumerate(sums.families):
+            per_family[f] = {"gain": _gain(sums.tokens_b[i], sums.decode_b[i], sums.tokens_a[i], sums.decode_a[i]),
+                             "pairs": sums.pairs[i]}
+    else:
+        hold.append(f"gain not computable: {problem}")
+
+    per_pair: dict[str, Any] = {}
+    for pair in pairs:
+        entry = _pair_changes(table, pair)
+        per_pair[pair_label(pair)] = entry
+        if not _usable(table, pair):
+            continue
+        for key, what in (("ttft_change", "TTFT"), ("round_p95_change", "p95 round time")):
+            change = entry[key]
+            if change is None:
+                hold.append(f"guard not evaluable: {pair_label(pair)} {what} missing")
+            elif change > p.max_regression:
+                hold.append(f"regression: {pair_label(pair)} {what} {change:+.2%} > {p.max_regression:+.2%}")
+
+    if point is not None and lower is not None:
+        if point < p.min_gain:
+            hold.append(f"point gain {point:+.2%} < {p.min_gain:+.2%}")
+        if lower <= 0:
+            hold.append(f"{p.interval:.0%} bootstrap lower bound {lower:+.2%} <= 0")
+
+    decision: Decision = "REJECT" if reject else "NO_PROMOTION" if hold else "CANDIDATE"
+    reasons = [*reject, *hold]
+    if decision == "CANDIDATE" and point is not None and lower is not None:
+        reasons += [f"point gain {point:+.2%} >= {p.min_gain:+.2%}",
+                    f"{p.interval:.0%} bootstrap lower bound {lower:+.2%} > 0",
+                    f"no TTFT or p95 round-time regression above {p.max_regression:+.2%} in any pair",
+                    "every gate passed; CANDIDATE is not promotion"]
+    if distinct is not None:
+        reasons.append(f"small-family limit: {len(sums.families)} source famil"
+                       f"{'y' if len(sums.families) == 1 else 'ies'} as clusters, "
+                       f"{distinct} distinct values among {p.bootstrap} resamples")
+    reasons.append(f"decision {decision}")
+    return {
+        "rule": RULE,
+        "decision": decision,
+        "reasons": reasons,
+        "point_gain": point,
+        "lower_bound": lower,
+        "distinct_resamples": distinct,
+        "resamples": p.bootstrap,
+        "per_pair": per_pair,
+        "per_family": per_family,
+        "params": p.to_json(),
+    }
+
+
+def _left_sum(values: Sequence[float]) -> float:
+    """Left-to-right float sum (as the bootstrap adds the chosen families)."""
+    total = float(values[0])
+    for v in values[1:]:
+        total = total + float(v)
+    return total
+
+
+def _mean_change(table: Mapping[tuple[str, Pair], Request], pair: Pair, field: str) -> float | None:
+    values: dict[str, list[float]] = {}
+    for arm, blocks in ARM_BLOCKS.items():
+        values[arm] = []
+        for b in blocks:
+            r = table.get((b, pair))
+            v = None if r is None else getattr(r, field)
+            if v is None:
+                return None
+            values[arm].append(v)
+    mean_a = math.fsum(values["A"]) / 2
+    mean_b = math.fsum(values["B"]) / 2
+    return None if mean_a == 0 else mean_b / mean_a - 1
+
+
+def _pair_changes(table: Mapping[tuple[str, Pair], Request], pair: Pair) -> dict[str, float | None]:
+    gain: float | None = None
+    if _usable(table, pair):
+        tok = {arm: sum(table[(b, pair)].delivered_tokens or 0 for b in blocks) for arm, blocks in ARM_BLOCKS.items()}
+        dec = {arm: math.fsum(table[(b, pair)].decode_s or 0.0 for b in blocks) for arm, blocks in ARM_BLOCKS.items()}
+        if tok["A"] > 0 and dec["A"] > 0 and dec["B"] > 0:
+            gain = _gain(tok["B"], dec["B"], tok["A"], dec["A"])
+    return {"gain": gain, "ttft_change": _mean_change(table, pair, "ttft_s"),
+            "round_p95_change": _mean_change(table, pair, "round_ms_p95")}

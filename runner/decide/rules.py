@@ -1,0 +1,43 @@
+"""The rule registry: ``compute(input)`` validates an input and runs the rule it names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import pp3, win2
+from .fields import bad, get_object, get_str
+
+__all__ = ["DEFAULT_PARAMS", "RULES", "compute", "validate"]
+
+_RULES: dict[str, tuple[Callable[[Any], Any], Callable[[Any], dict[str, Any]]]] = {
+    pp3.RULE: (pp3.parse, pp3.decide),
+    win2.RULE: (win2.parse, win2.decide),
+}
+RULES: tuple[str, ...] = tuple(sorted(_RULES))
+DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
+    pp3.RULE: pp3.Pp3Params().to_json(),
+    win2.RULE: win2.Win2Params().to_json(),
+}
+
+
+def _rule_of(data: Any) -> str:
+    obj = get_object(data, "input")
+    if "rule" not in obj:
+        raise bad("rule", f"missing (expected one of {', '.join(RULES)})")
+    return get_str(obj["rule"], "rule", choices=RULES)
+
+
+def validate(data: Any) -> None:
+    """Raise ``FormatError`` (naming the field) unless ``data`` is a valid input of the rule it names."""
+    parse, _ = _RULES[_rule_of(data)]
+    parse(data)
+
+
+def compute(data: Any) -> dict[str, Any]:
+    """Validate ``data`` and return its rule's result (a JSON-ready dict; key names fixed by issue 5).
+
+    Pure and deterministic: the same input gives the same result, bit for bit.
+    """
+    parse, decide = _RULES[_rule_of(data)]
+    return decide(parse(data))

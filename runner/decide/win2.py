@@ -1,0 +1,440 @@
+"""Rule ``win2-v1`` (seed 000, "Decision (win2-v1, paired by repeat)"; SPEC 7.1).
+
+Three starts per window: ``s1`` and ``s3`` are the bracketing controls, ``s2`` the
+candidate. Per start, decision cell and repeat the repeat's waves (one per source family)
+are pooled by summing counters, five metrics are derived, and the candidate is compared
+with the mean of the two controls repeat by repeat. ``docs/rules.md`` is the reference.
+
+Pure: no I/O, no clock. ``parse`` validates (``FormatError`` naming the field),
+``decide`` computes the result dict whose key names are a contract.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .fields import bad, check_keys, get_int, get_list, get_number, get_object, get_str
+from .paired import Direction, Verdict, effect_verdict, mean, paired_interval, relative_change
+
+__all__ = [
+    "METRICS",
+    "RULE",
+    "ArchiveEntry",
+    "Metric",
+    "StartInfo",
+    "Wave",
+    "Win2Input",
+    "Win2Params",
+    "decide",
+    "parse",
+]
+
+RULE = "win2-v1"
+STARTS = ("s1", "s2", "s3")
+CONTROL_ROLES = ("A", "P")
+CANDIDATE_ROLE = "B"
+FAMILIES_PER_REPEAT = 2
+
+Role = Literal["primary", "guard", "reported"]
+Decision = Literal["WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    direction: Direction
+    role: Role            # in the decision proper
+    literal_role: Role    # in checklist_literal (ms_per_round primary)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("pooled_rate_tps", "higher", "primary", "reported"),
+    Metric("accepted_per_round", "higher", "guard", "guard"),
+    Metric("decode_tps", "higher", "guard", "guard"),
+    Metric("ms_per_round", "lower", "reported", "primary"),
+    Metric("ttft_s", "lower", "reported", "reported"),
+)
+_COUNTERS = ("rounds", "accepted", "decode_s")
+
+
+@dataclass(frozen=True)
+class Win2Params:
+    bar: float = 0.02
+    confidence: float = 0.95
+    guard_min_repeats: int = 2
+    repeats: int = 3
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bar": self.bar, "confidence": self.confidence,
+                "guard_min_repeats": self.guard_min_repeats, "repeats": self.repeats}
+
+
+@dataclass(frozen=True)
+class StartInfo:
+    role: str
+    clock_cap_mhz: int | None
+
+
+@dataclass(frozen=True)
+class Wave:
+    index: int            # position in the input's ``waves`` list (for messages)
+    start: str
+    cell: str
+    repeat: int
+    family: str
+    rounds: int | None
+    accepted: int | None
+    decode_s: float | None
+    ttft_s: tuple[float, ...]
+    client_tokens_after_first: int
+    client_decode_s: float
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    cell: str
+    pooled_rate_tps: float
+
+
+@dataclass(frozen=True)
+class Win2Input:
+    params: Win2Params
+    decision_cells: tuple[str, ...]
+    production_clock_cap_mhz: int
+    starts: Mapping[str, StartInfo]
+    thermal_dialbacks_in_hold: int
+    waves: tuple[Wave, ...]
+    archive: tuple[ArchiveEntry, ...]
+
+
+# --------------------------------------------------------------------------- parsing
+
+def parse(data: Any) -> Win2Input:
+    """Validate a ``win2-v1`` input; raise ``FormatError`` naming the first bad field."""
+    obj = get_object(data, "input")
+    check_keys(obj, "", ("rule", "decision_cells", "production_clock_cap_mhz", "starts",
+                         "thermal_dialbacks_in_hold", "waves"), ("params", "archive"))
+    get_str(obj["rule"], "rule", choices=(RULE,))
+    params = _params(obj.get("params", {}))
+    cells_raw = get_list(obj["decision_cells"], "decision_cells")
+    if not cells_raw:
+        raise bad("decision_cells", "expected at least one cell")
+    cells: list[str] = []
+    for i, cell in enumerate(cells_raw):
+        name = get_str(cell, f"decision_cells[{i}]")
+        if name in cells:
+            raise bad(f"decision_cells[{i}]", f"duplicate cell {name!r}")
+        cells.append(name)
+    production_cap = get_int(obj["production_clock_cap_mhz"], "production_clock_cap_mhz", minimum=1)
+    assert production_cap is not None
+    starts = _starts(obj["starts"])
+    thermal = get_int(obj["thermal_dialbacks_in_hold"], "thermal_dialbacks_in_hold", minimum=0)
+    assert thermal is not None
+    waves = tuple(_wave(w, f"waves[{i}]", i, params) for i, w in enumerate(get_list(obj["waves"], "waves")))
+    _check_duplicates(waves)
+    archive = tuple(_archive_entry(e, f"archive[{i}]", production_cap)
+                    for i, e in enumerate(get_list(obj.get("archive", []), "archive")))
+    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive)
+
+
+def _params(value: Any) -> Win2Params:
+    obj = get_object(value, "params")
+    check_keys(obj, "params", (), ("bar", "confidence", "guard_min_repeats", "repeats"))
+    d = Win2Params()
+    bar = get_number(obj.get("bar", d.bar), "params.bar", minimum=0)
+    confidence = get_number(obj.get("confidence", d.confidence), "params.confidence", above=0, below=1)
+    repeats = get_int(obj.get("repeats", d.repeats), "params.repeats", minimum=2, maximum=1000)
+    assert bar is not None and confidence is not None and repeats is not None
+    guard = get_int(obj.get("guard_min_repeats", d.guard_min_repeats), "params.guard_min_repeats",
+                    minimum=1, maximum=repeats)
+    assert guard is not None
+    return Win2Params(bar, confidence, guard, repeats)
+
+
+def _starts(value: Any) -> dict[str, StartInfo]:
+    obj = get_object(value, "starts")
+    check_keys(obj, "starts", STARTS)
+    starts: dict[str, StartInfo] = {}
+    for name in STARTS:
+        path = f"starts.{name}"
+        entry = get_object(obj[name], path)
+        check_keys(entry, path, ("role", "clock_cap_mhz"))
+        roles = (CANDIDATE_ROLE,) if name == "s2" else CONTROL_ROLES
+        role = get_str(entry["role"], f"{path}.role", choices=roles)
+        cap = get_int(entry["clock_cap_mhz"], f"{path}.clock_cap_mhz", minimum=1, nullable=True)
+        starts[name] = StartInfo(role, cap)
+    if starts["s1"].role != starts["s3"].role:
+        raise bad("starts.s3.role", f"expected the same control role as s1 ({starts['s1'].role!r})")
+    return starts
+
+
+def _wave(value: Any, path: str, index: int, params: Win2Params) -> Wave:
+    obj = get_object(value, path)
+    check_keys(obj, path, ("start", "cell", "repeat", "family", "rounds", "accepted", "decode_s", "ttft_s",
+                           "client_tokens_after_first", "client_decode_s"), ("wave", "seed"))
+    start = get_str(obj["start"], f"{path}.start", choices=STARTS)
+    cell = get_str(obj["cell"], f"{path}.cell")
+    repeat = get_int(obj["repeat"], f"{path}.repeat", minimum=1, maximum=params.repeats)
+    family = get_str(obj["family"], f"{path}.family")
+    rounds = get_int(obj["rounds"], f"{path}.rounds", minimum=0, nullable=True)
+    accepted = get_int(obj["accepted"], f"{path}.accepted", minimum=0, nullable=True)
+    decode_s = get_number(obj["decode_s"], f"{path}.decode_s", minimum=0, nullable=True)
+    ttft_raw = get_list(obj["ttft_s"], f"{path}.ttft_s")
+    ttft: list[float] = []
+    for j, item in enumerate(ttft_raw):
+        number = get_number(item, f"{path}.ttft_s[{j}]", minimum=0)
+        assert number is not None
+        ttft.append(number)
+    tokens = get_int(obj["client_tokens_after_first"], f"{path}.client_tokens_after_first", minimum=0)
+    client_decode = get_number(obj["client_decode_s"], f"{path}.client_decode_s", minimum=0)
+    for key in ("wave", "seed"):
+        if key in obj:
+            get_int(obj[key], f"{path}.{key}", minimum=0)
+    assert repeat is not None and tokens is not None and client_decode is not None
+    return Wave(index, start, cell, repeat, family, rounds, accepted, decode_s, tuple(ttft), tokens, client_decode)
+
+
+def _check_duplicates(waves: tuple[Wave, ...]) -> None:
+    seen: dict[tuple[str, str, int, str], int] = {}
+    for w in waves:
+        key = (w.start, w.cell, w.repeat, w.family)
+        if key in seen:
+            raise bad(f"waves[{w.index}]", f"duplicate of waves[{seen[key]}] ({w.start} {w.cell} "
+                                           f"repeat {w.repeat} family {w.family})")
+        seen[key] = w.index
+
+
+def _archive_entry(value: Any, path: str, production_cap: int) -> ArchiveEntry:
+    obj = get_object(value, path)
+    check_keys(obj, path, ("cell", "pooled_rate_tps"), ("window", "start", "clock_cap_mhz"))
+    cell = get_str(obj["cell"], f"{path}.cell")
+    rate = get_number(obj["pooled_rate_tps"], f"{path}.pooled_rate_tps", above=0)
+    for key in ("window", "start"):
+        if key in obj:
+            get_str(obj[key], f"{path}.{key}")
+    if "clock_cap_mhz" in obj:
+        cap = get_int(obj["clock_cap_mhz"], f"{path}.clock_cap_mhz", minimum=1)
+        if cap != production_cap:
+            raise bad(f"{path}.clock_cap_mhz", f"{cap} differs from production_clock_cap_mhz {production_cap} "
+                                               "(the archive holds same-clock controls only)")
+    assert rate is not None
+    return ArchiveEntry(cell, rate)
+
+
+# --------------------------------------------------------------------------- pooling
+
+@dataclass(frozen=True)
+class _Pooled:
+    """One (start, cell, repeat): its metric values (``None`` = not computable) and what is missing."""
+
+    values: Mapping[str, float | None]
+    missing: tuple[str, ...]
+
+
+def _pool(waves: list[Wave], families: tuple[str, ...], where: str) -> _Pooled:
+    by_family = {w.family: w for w in waves}
+    absent = [f for f in families if f not in by_family]
+    if absent:
+        return _Pooled(dict.fromkeys(m.name for m in METRICS),
+                       tuple(f"{where}: no wave for family {f}" for f in absent))
+    ordered = [by_family[f] for f in families]
+    missing: list[str] = []
+    for w in ordered:
+        for counter in _COUNTERS:
+            if getattr(w, counter) is None:
+                missing.append(f"{where}: counter {counter} missing (family {w.family})")
+    rounds = None if any(w.rounds is None for w in ordered) else sum(w.rounds or 0 for w in ordered)
+    accepted = None if any(w.accepted is None for w in ordered) else sum(w.accepted or 0 for w in ordered)
+    decode = None if any(w.decode_s is None for w in ordered) else math.fsum(w.decode_s or 0.0 for w in ordered)
+    tokens = sum(w.client_tokens_after_first for w in ordered)
+    client_decode = math.fsum(w.client_decode_s for w in ordered)
+    ttft = [t for w in ordered for t in w.ttft_s]
+
+    if rounds == 0:
+        missing.append(f"{where}: rounds is zero")
+    if decode == 0:
+        missing.append(f"{where}: decode_s is zero")
+    if client_decode == 0:
+        missing.append(f"{where}: client_decode_s is zero")
+    if not ttft:
+        missing.append(f"{where}: no TTFT values")
+    have_rd = rounds is not None and rounds > 0 and decode is not None and decode > 0
+    values: dict[str, float | None] = {
+        "pooled_rate_tps": (rounds + accepted) / decode
+        if have_rd and accepted is not None and rounds is not None and decode is not None else None,
+        "accepted_per_round": accepted / rounds if accepted is not None and rounds else None,
+        "decode_tps": tokens / client_decode if client_decode > 0 else None,
+        "ms_per_round": 1000 * decode / rounds if have_rd and decode is not None and rounds else None,
+        "ttft_s": mean(ttft) if ttft else None,
+    }
+    return _Pooled(values, tuple(missing))
+
+
+# --------------------------------------------------------------------------- deciding
+
+def decide(inp: Win2Input) -> dict[str, Any]:
+    """The ``win2-v1`` result (key names fixed by issue 5)."""
+    p = inp.params
+    repeats = range(1, p.repeats + 1)
+    decision_waves = [w for w in inp.waves if w.cell in inp.decision_cells]
+    families = tuple(sorted({w.family for w in decision_waves}))
+    grouped: dict[tuple[str, str, int], list[Wave]] = {}
+    for w in decision_waves:
+        grouped.setdefault((w.start, w.cell, w.repeat), []).append(w)
+
+    inconclusive: list[str] = _clock_reasons(inp)
+    if inp.thermal_dialbacks_in_hold > 0:
+        inconclusive.append(f"thermal dial-back inside the HOLD ({inp.thermal_dialbacks_in_hold} event(s))")
+    if len(families) != FAMILIES_PER_REPEAT:
+        inconclusive.append(f"missing data: a repeat pools {FAMILIES_PER_REPEAT} waves, one per source family; "
+                            f"the decision cells have {len(families)} famil{'y' if len(families) == 1 else 'ies'}"
+                            + (f" ({', '.join(families)})" if families else ""))
+
+    cells_out: dict[str, Any] = {}
+    literal_cells: dict[str, str | None] = {}
+    spread: dict[str, Any] = {}
+    cell_lines: list[str] = []
+    verdicts: dict[str, str | None] = {}
+    for cell in inp.decision_cells:
+        pooled = {(s, r): _pool(grouped.get((s, cell, r), []), families, f"{s} {cell} repeat {r}")
+                  for r in repeats for s in STARTS}
+        missing = [m for r in repeats for s in STARTS for m in pooled[(s, r)].missing]
+        inconclusive.extend(f"missing data: {m}" for m in missing)
+        complete = not missing and len(families) == FAMILIES_PER_REPEAT
+        metrics = {m.name: _metric(m, m.role, pooled, p, complete) for m in METRICS}
+        verdict, why = _cell_verdict(metrics, "pooled_rate_tps", complete, p)
+        literal_metrics = {m.name: _metric(m, m.literal_role, pooled, p, complete) for m in METRICS}
+        literal, _ = _cell_verdict(literal_metrics, "ms_per_round", complete, p)
+        if complete and verdict is None:
+            inconclusive.append(f"missing data: {cell}: pooled_rate_tps has a zero control value")
+        cells_out[cell] = {"verdict": verdict, "metrics": metrics}
+        literal_cells[cell] = literal
+        verdicts[cell] = verdict
+        cell_lines.extend(f"{cell}: {line}" for line in why)
+        spread[cell] = _spread(cell, pooled, inp.archive, repeats)
+
+    decision = _aggregate(verdicts, bool(inconclusive))
+    literal_decision = _aggregate(literal_cells, bool(inconclusive))
+    return {
+        "rule": RULE,
+        "decision": decision,
+        "reasons": [*inconclusive, *cell_lines, _summary(decision, verdicts)],
+        "cells": cells_out,
+        "checklist_literal": {"decision": literal_decision, "cells": literal_cells},
+        "spread": spread,
+        "params": p.to_json(),
+    }
+
+
+def _clock_reasons(inp: Win2Input) -> list[str]:
+    reasons: list[str] = []
+    caps = {s: inp.starts[s].clock_cap_mhz for s in STARTS}
+    unknown = [s for s in STARTS if caps[s] is None]
+    if unknown:
+        reasons.append(f"clock cap not recorded for {', '.join(unknown)}")
+    known = {s: c for s, c in caps.items() if c is not None}
+    if len(set(known.values())) > 1:
+        reasons.append("starts ran at different clock caps: " + ", ".join(f"{s} {c} MHz" for s, c in known.items()))
+    off = [s for s, c in known.items() if c != inp.production_clock_cap_mhz]
+    if off:
+        reasons.append(", ".join(f"{s} ran at {known[s]} MHz" for s in off)
+                       + f"; production's configured clock cap is {inp.production_clock_cap_mhz} MHz")
+    return reasons
+
+
+def _metric(m: Metric, role: Role, pooled: Mapping[tuple[str, int], _Pooled], p: Win2Params,
+            complete: bool) -> dict[str, Any]:
+    repeats = range(1, p.repeats + 1)
+    per_repeat = {s: [pooled[(s, r)].values[m.name] for r in repeats] for s in STARTS}
+    d: list[float | None] = []
+    for r in range(p.repeats):
+        s1, s2, s3 = (per_repeat[s][r] for s in STARTS)
+        d.append(None if s1 is None or s2 is None or s3 is None else relative_change(s2, (s1 + s3) / 2))
+    out: dict[str, Any] = {"role": role, "direction": m.direction, "per_repeat": per_repeat, "d": d,
+                           "point": None, "low": None, "high": None, "verdict": None}
+    if not complete:
+        return out
+    if all(x is not None for x in d):
+        interval = paired_interval([x for x in d if x is not None], p.confidence)
+        out.update(point=interval.point, low=interval.low, high=interval.high)
+        if role != "guard":
+            out["verdict"] = effect_verdict(interval, p.bar, m.direction)
+    if role == "guard":
+        worse = _guard_worse(per_repeat, m.direction)
+        out["verdict"] = "LOSS" if worse >= p.guard_min_repeats else "OK"
+    return out
+
+
+def _guard_worse(per_repeat: Mapping[str, list[float | None]], direction: Direction) -> int:
+    """Repeats in which the candidate is worse than both controls."""
+    worse = 0
+    for s1, s2, s3 in zip(per_repeat["s1"], per_repeat["s2"], per_repeat["s3"], strict=True):
+        assert s1 is not None and s2 is not None and s3 is not None
+        if (s2 < min(s1, s3)) if direction == "higher" else (s2 > max(s1, s3)):
+            worse += 1
+    return worse
+
+
+def _cell_verdict(metrics: Mapping[str, Mapping[str, Any]], primary: str, complete: bool,
+                  p: Win2Params) -> tuple[Verdict | None, list[str]]:
+    """LOSS if the primary or a guard says LOSS, else the primary's verdict; with the lines saying why."""
+    if not complete:
+        return None, []
+    lines: list[str] = []
+    guard_loss = False
+    for name, m in metrics.items():
+        if m["role"] == "guard" and m["verdict"] == "LOSS":
+            guard_loss = True
+            worse = _guard_worse(m["per_repeat"], m["direction"])
+            side = "below" if m["direction"] == "higher" else "above"
+            lines.append(f"LOSS by guard {name}: candidate {side} both controls in {worse} of {p.repeats} "
+                         f"repeats (LOSS from {p.guard_min_repeats})")
+    pm = metrics[primary]
+    verdict: Verdict | None = pm["verdict"]
+    if verdict is None:
+        return None, lines
+    lines.insert(0, f"{primary} {verdict} ({_describe(pm, p)})")
+    return ("LOSS" if guard_loss else verdict), lines
+
+
+def _describe(m: Mapping[str, Any], p: Win2Params) -> str:
+    return (f"point {m['point']:+.2%}, {p.confidence:.0%} interval [{m['low']:+.2%}, {m['high']:+.2%}], "
+            f"bar {p.bar:.2%}, {m['direction']} is better")
+
+
+def _aggregate(verdicts: Mapping[str, str | None], inconclusive: bool) -> Decision:
+    if inconclusive or any(v is None for v in verdicts.values()):
+        return "INCONCLUSIVE"
+    values = list(verdicts.values())
+    if "LOSS" in values:
+        return "LOSS"
+    if all(v == "WIN" for v in values):
+        return "WIN"
+    return "NO_CHANGE"
+
+
+def _summary(decision: Decision, verdicts: Mapping[str, str | None]) -> str:
+    listed = ", ".join(f"{c} {v or 'not computed'}" for c, v in verdicts.items())
+    if decision == "INCONCLUSIVE":
+        return f"decision INCONCLUSIVE (cells: {listed})"
+    if decision == "LOSS":
+        return f"decision LOSS: a decision cell is LOSS ({listed})"
+    if decision == "WIN":
+        return f"decision WIN: every decision cell is WIN ({listed})"
+    return f"decision NO_CHANGE: no cell LOSS, not every cell WIN ({listed})"
+
+
+def _spread(cell: str, pooled: Mapping[tuple[str, int], _Pooled], archive: tuple[ArchiveEntry, ...],
+            repeats: range) -> dict[str, Any]:
+    off_off: list[float | None] = []
+    for r in repeats:
+        s1 = pooled[("s1", r)].values["pooled_rate_tps"]
+        s3 = pooled[("s3", r)].values["pooled_rate_tps"]
+        centre = None if s1 is None or s3 is None else (s1 + s3) / 2
+        off_off.append(None if s1 is None or s3 is None or not centre else abs(s1 - s3) / centre)
+    rates = [e.pooled_rate_tps for e in archive if e.cell == cell]
+    day = (max(rates) - min(rates)) / mean(rates) if len(rates) >= 2 else None
+    return {"in_window_off_off": off_off, "archive_day_to_day": day}
