@@ -27,6 +27,7 @@ __all__ = [
     "hash_children",
     "hash_leaf",
     "inclusion_proof",
+    "inclusion_proofs",
     "is_valid_subtree",
     "root_from_leaves",
     "root_of_size",
@@ -183,6 +184,20 @@ def inclusion_proof(index: int, size: int, fetch: NodeFetch) -> list[bytes]:
     if not 0 <= index < size:
         raise FormatError(f"index {index} is not inside a tree of size {size}")
     return _resolve(_inclusion_ranges(index, 0, size), fetch)
+
+
+def inclusion_proofs(indices: Sequence[int], size: int, fetch: NodeFetch) -> list[list[bytes]]:
+    """Inclusion paths of several leaves in the tree of ``size``, with one ``fetch``."""
+    for index in indices:
+        if not 0 <= index < size:
+            raise FormatError(f"index {index} is not inside a tree of size {size}")
+    every = [_inclusion_ranges(index, 0, size) for index in indices]
+    wanted: list[Node] = []
+    for ranges in every:
+        for start, end in ranges:
+            _range_nodes(start, end, wanted)
+    nodes = fetch(sorted(set(wanted)))
+    return [[_range_hash(start, end, nodes) for start, end in ranges] for ranges in every]
 
 
 def consistency_proof(old: int, new: int, fetch: NodeFetch) -> list[bytes]:

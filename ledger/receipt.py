@@ -1,0 +1,459 @@
+"""Receipts (SPEC 3.6): a signed in-toto Statement about one event, plus its tlog-proof.
+
+A receipt for event ``seq`` is three files:
+
+- ``<seq>.dsse.json``: a DSSE envelope (``application/vnd.in-toto+json``) signed by a
+  ledger key (``keyid`` = its key id) over an in-toto Statement v1 whose first subject
+  is ``<origin>#<seq>`` with digest ``{"sha256": <event hash>}``; window events also
+  name their plan, ``plan/<window-id>`` with digest ``{"sha256": <plan_sha256>}``.
+  ``gate.result`` events use the predicate ``https://in-toto.io/attestation/test-result/v0.1``
+  (``result`` PASSED/FAILED); ``decision.recorded`` events ``urn:tally:decision:v1``
+  whose predicate is the decision payload;
+- ``<seq>.tlog-proof``: a C2SP ``c2sp.org/tlog-proof@v1`` file: ``index <seq-1>``, the
+  inclusion path of the event's leaf (base64, leaf sibling first), a blank line, and
+  the checkpoint (with any cosignatures) verbatim;
+- ``<seq>.event.json``: the event itself (SPEC 3.1), so that the Statement can be
+  recomputed from it.
+
+``verify_receipt`` checks all of it offline: the envelope signature (PAE) under a
+trusted log key, the payload type, the Statement's subject digest, the checkpoint's
+signature and witness policy, the inclusion of the event hash at ``index`` in that
+checkpoint's tree, and, when the event is at hand, that it hashes to the subject
+digest and that the Statement is exactly the one derived from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import merkle
+from .canonical import canonical
+from .checkpoint import KeySpec, SignedCheckpoint, VerifiedCheckpoint, checkpoint_covering, open_checkpoint
+from .checkpoint import sign_checkpoint as _sign_checkpoint
+from .dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign_envelope, verify_envelope
+from .errors import FormatError, TallyError, VerificationError
+from .event import Event, event_from_json
+from .keys import Signer
+from .note import Verifier, parse_vkey
+
+if TYPE_CHECKING:
+    from .store import Ledger
+
+__all__ = [
+    "DECISION_PREDICATE",
+    "RECEIPT_PREDICATES",
+    "STATEMENT_TYPE",
+    "TEST_RESULT_PREDICATE",
+    "TLOG_PROOF_HEADER",
+    "VSA_PREDICATE",
+    "Receipt",
+    "TlogProof",
+    "VerifiedReceipt",
+    "build_receipt",
+    "inclusion_proofs",
+    "inclusion_record",
+    "parse_tlog_proof",
+    "receipt_paths",
+    "statement_for",
+    "subject_name",
+    "verification_summary",
+    "verify_inclusion_record",
+    "verify_receipt",
+    "verify_tlog_proof",
+    "write_receipt",
+]
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
+DECISION_PREDICATE = "urn:tally:decision:v1"
+VSA_PREDICATE = "https://slsa.dev/verification_summary/v1"
+RECEIPT_PREDICATES = {"gate.result": TEST_RESULT_PREDICATE, "decision.recorded": DECISION_PREDICATE}
+TLOG_PROOF_HEADER = "c2sp.org/tlog-proof@v1"
+MAX_PROOF_HASHES = 64
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _fail(message: str) -> VerificationError:
+    return VerificationError(message, rule="receipt")
+
+
+# ---------------------------------------------------------------------------
+# The Statement.
+
+
+def subject_name(origin: str, seq: int) -> str:
+    return f"{origin}#{seq}"
+
+
+def _window_id(stream: str) -> str | None:
+    prefix = "window/"
+    return stream[len(prefix):] if stream.startswith(prefix) and len(stream) > len(prefix) else None
+
+
+def statement_for(event: Event, origin: str) -> dict[str, Any]:
+    """The in-toto Statement v1 a receipt for ``event`` carries (``FormatError`` for other types)."""
+    predicate_type = RECEIPT_PREDICATES.get(event.type)
+    if predicate_type is None:
+        raise FormatError(
+            f"seq {event.seq} is a {event.type} event; receipts exist for {', '.join(sorted(RECEIPT_PREDICATES))}"
+        )
+    payload = event.payload
+    subjects: list[dict[str, Any]] = [{"name": subject_name(origin, event.seq), "digest": {"sha256": event.hash}}]
+    plan = payload.get("plan_sha256")
+    plan_subject = None
+    if isinstance(plan, str) and _HEX64.match(plan):
+        window = _window_id(event.stream)
+        plan_subject = {"name": f"plan/{window}" if window else "plan", "digest": {"sha256": plan}}
+        subjects.append(plan_subject)
+    predicate: dict[str, Any]
+    if event.type == "gate.result":
+        gate = str(payload.get("gate", ""))
+        passed = payload.get("verdict") == "PASS"
+        predicate = {
+            "result": "PASSED" if passed else "FAILED",
+            "configuration": [plan_subject] if plan_subject else [],
+            "url": subject_name(origin, event.seq),
+            "passedTests" if passed else "failedTests": [gate],
+        }
+    else:
+        predicate = dict(payload)
+    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": predicate_type, "predicate": predicate}
+
+
+def verification_summary(
+    *,
+    verifier_id: str,
+    time_verified: str,
+    resource_uri: str,
+    passed: bool,
+    subjects: Sequence[dict[str, Any]],
+    policy: dict[str, Any] | None = None,
+    input_attestations: Sequence[dict[str, Any]] = (),
+    verifier_version: str | None = None,
+) -> dict[str, Any]:
+    """An in-toto Statement with a SLSA verification summary (an auditor's verdict on a bundle)."""
+    verifier: dict[str, Any] = {"id": verifier_id}
+    if verifier_version:
+        verifier["version"] = {"tally": verifier_version}
+    predicate: dict[str, Any] = {
+        "verifier": verifier,
+        "timeVerified": time_verified,
+        "resourceUri": resource_uri,
+        "verificationResult": "PASSED" if passed else "FAILED",
+        "verifiedLevels": [],
+        "inputAttestations": list(input_attestations),
+    }
+    if policy is not None:
+        predicate["policy"] = policy
+    return {"_type": STATEMENT_TYPE, "subject": list(subjects), "predicateType": VSA_PREDICATE,
+            "predicate": predicate}
+
+
+# ---------------------------------------------------------------------------
+# C2SP tlog-proof files.
+
+
+@dataclass(frozen=True)
+class TlogProof:
+    """A ``c2sp.org/tlog-proof@v1`` file: index, inclusion path, checkpoint note (verbatim)."""
+
+    index: int
+    hashes: tuple[bytes, ...]
+    checkpoint: str
+    extra: bytes | None = None
+
+    def text(self) -> str:
+        lines = [TLOG_PROOF_HEADER]
+        if self.extra is not None:
+            lines.append("extra " + base64.b64encode(self.extra).decode("ascii"))
+        lines.append(f"index {self.index}")
+        lines.extend(base64.b64encode(h).decode("ascii") for h in self.hashes)
+        return "\n".join(lines) + "\n\n" + self.checkpoint
+
+
+def _b64(value: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise FormatError(f"{what} is not standard base64") from None
+
+
+def parse_tlog_proof(text: str) -> TlogProof:
+    """Parse a tlog-proof file (``FormatError`` when malformed)."""
+    head, sep, checkpoint = text.partition("\n\n")
+    if not sep or not checkpoint:
+        raise FormatError("tlog-proof has no blank line followed by a checkpoint")
+    lines = head.split("\n")
+    if lines[0] != TLOG_PROOF_HEADER:
+        raise FormatError(f"tlog-proof does not start with {TLOG_PROOF_HEADER}")
+    position = 1
+    extra = None
+    if position < len(lines) and lines[position].startswith("extra "):
+        extra = _b64(lines[position][6:], "tlog-proof extra data")
+        position += 1
+    if position >= len(lines) or not lines[position].startswith("index "):
+        raise FormatError("tlog-proof has no 'index <n>' line")
+    index_text = lines[position][6:]
+    if not index_text.isdigit() or not index_text.isascii() or (index_text != "0" and index_text.startswith("0")):
+        raise FormatError(f"tlog-proof index {index_text[:20]!r} is not a decimal")
+    hashes = []
+    for line in lines[position + 1:]:
+        raw = _b64(line, "tlog-proof hash")
+        if len(raw) != 32:
+            raise FormatError(f"tlog-proof hash is {len(raw)} bytes, not 32")
+        hashes.append(raw)
+    if len(hashes) > MAX_PROOF_HASHES:
+        raise FormatError("tlog-proof has too many hashes")
+    return TlogProof(int(index_text), tuple(hashes), checkpoint, extra)
+
+
+def _log_keys(keys: Iterable[KeySpec]) -> list[KeySpec]:
+    parsed: list[KeySpec] = [parse_vkey(k) if isinstance(k, str) else k for k in keys]
+    if not parsed:
+        raise FormatError("no log key given (pass the ledger's vkey)")
+    return parsed
+
+
+def verify_tlog_proof(
+    proof: TlogProof,
+    leaf_data: bytes,
+    keys: Iterable[KeySpec],
+    *,
+    witnesses: Iterable[str | Verifier] = (),
+    threshold: int | None = None,
+    origin: str | None = None,
+) -> VerifiedCheckpoint:
+    """Verify a tlog-proof for an entry whose leaf data is ``leaf_data`` (our leaves: raw event hashes).
+
+    Checks the checkpoint (log signature, origin, witness policy) and the inclusion
+    of ``SHA-256(0x00 || leaf_data)`` at ``proof.index`` under the checkpoint's root.
+    """
+    verified = open_checkpoint(proof.checkpoint, _log_keys(keys), witnesses=witnesses,
+                               threshold=threshold, origin=origin)
+    try:
+        merkle.verify_inclusion(proof.index, verified.size, merkle.hash_leaf(leaf_data), proof.hashes, verified.root)
+    except VerificationError as exc:
+        raise _fail(f"inclusion proof: {exc}") from None
+    return verified
+
+
+# ---------------------------------------------------------------------------
+# Proof records for partial exports: {"seq","index","tree_size","hashes":[hex]}.
+
+
+def inclusion_proofs(ledger: Ledger, seqs: Sequence[int], size: int, chunk: int = 128) -> dict[int, list[bytes]]:
+    """Inclusion paths of events ``seqs`` in the tree of ``size``, a few queries per ``chunk`` events."""
+    out: dict[int, list[bytes]] = {}
+    for offset in range(0, len(seqs), chunk):
+        part = list(seqs[offset:offset + chunk])
+        proofs = merkle.inclusion_proofs([seq - 1 for seq in part], size, ledger.fetch_nodes)
+        out.update(zip(part, proofs, strict=True))
+    return out
+
+
+def inclusion_record(seq: int, size: int, hashes: Sequence[bytes]) -> dict[str, Any]:
+    """One line of a bundle's ``proofs.jsonl``."""
+    return {"seq": seq, "index": seq - 1, "tree_size": size, "hashes": [h.hex() for h in hashes]}
+
+
+def verify_inclusion_record(record: Any, event_hash: str, checkpoint: Any) -> None:
+    """Check one ``proofs.jsonl`` record for an event with ``event_hash`` against a verified checkpoint.
+
+    ``checkpoint`` is a ``Checkpoint`` or ``VerifiedCheckpoint`` (``size`` and ``root``).
+    Raises ``VerificationError`` (``seq`` set) when the record does not prove inclusion.
+    """
+    if not isinstance(record, dict) or type(record.get("seq")) is not int:
+        raise VerificationError("proof record has no integer seq", rule="proof")
+    seq = record["seq"]
+    if record.get("index") != seq - 1 or record.get("tree_size") != checkpoint.size:
+        raise VerificationError(
+            f"proof record is for index {record.get('index')} in a tree of {record.get('tree_size')}, "
+            f"not seq {seq} in the checkpoint's {checkpoint.size}", seq=seq, rule="proof")
+    hashes = record.get("hashes")
+    if not isinstance(hashes, list) or not all(isinstance(h, str) and _HEX64.match(h) for h in hashes):
+        raise VerificationError("proof record hashes are not 64-hex strings", seq=seq, rule="proof")
+    if not _HEX64.match(event_hash):
+        raise VerificationError("event hash is not 64 hex characters", seq=seq, rule="proof")
+    try:
+        merkle.verify_inclusion(seq - 1, checkpoint.size, merkle.hash_leaf(bytes.fromhex(event_hash)),
+                                [bytes.fromhex(h) for h in hashes], checkpoint.root)
+    except VerificationError as exc:
+        raise VerificationError(f"not included in the checkpoint: {exc}", seq=seq, rule="proof") from None
+
+
+# ---------------------------------------------------------------------------
+# Building and writing receipts.
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A receipt ready to be written: the event, its signed Statement, its tlog-proof."""
+
+    event: Event
+    envelope: Envelope
+    proof: TlogProof
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+
+def build_receipt(ledger: Ledger, seq: int, signer: Signer, checkpoint: SignedCheckpoint | None = None) -> Receipt:
+    """The receipt of event ``seq``, signed by ``signer`` (a ledger ``root``/``signer`` key).
+
+    The proof is against ``checkpoint``, else the newest stored checkpoint covering
+    the event, else a checkpoint signed now at the current size.
+    """
+    event = ledger.get(seq)
+    origin = ledger.info.origin
+    statement = statement_for(event, origin)
+    ledger.key_ring().require(signer.id, ("root", "signer"))
+    chosen = checkpoint or checkpoint_covering(ledger, seq) or _sign_checkpoint(ledger, signer)
+    if chosen.size < seq:
+        raise FormatError(f"the checkpoint at size {chosen.size} does not cover seq {seq}")
+    hashes = ledger.inclusion_proof(seq - 1, chosen.size)
+    envelope = sign_envelope(canonical(statement), INTOTO_PAYLOAD_TYPE, [signer])
+    return Receipt(event, envelope, TlogProof(seq - 1, tuple(hashes), chosen.note))
+
+
+def receipt_paths(out: Path, seq: int) -> tuple[Path, Path, Path]:
+    """Where a receipt's envelope, tlog-proof and event files go."""
+    return out / f"{seq}.dsse.json", out / f"{seq}.tlog-proof", out / f"{seq}.event.json"
+
+
+def write_receipt(receipt: Receipt, out: Path) -> tuple[Path, Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    envelope_path, proof_path, event_path = receipt_paths(out, receipt.seq)
+    envelope_path.write_text(receipt.envelope.dumps(), encoding="utf-8")
+    proof_path.write_text(receipt.proof.text(), encoding="utf-8")
+    event_path.write_text(receipt.event.line() + "\n", encoding="utf-8")
+    return envelope_path, proof_path, event_path
+
+
+# ---------------------------------------------------------------------------
+# Verifying receipts, offline.
+
+
+@dataclass(frozen=True)
+class VerifiedReceipt:
+    """What a receipt established."""
+
+    origin: str
+    seq: int
+    event_hash: str
+    statement: dict[str, Any]
+    signed_by: tuple[str, ...]
+    checkpoint: VerifiedCheckpoint
+    event: Event | None = None
+
+    @property
+    def predicate_type(self) -> str:
+        return str(self.statement["predicateType"])
+
+    @property
+    def result(self) -> str | None:
+        predicate = self.statement.get("predicate", {})
+        value = predicate.get("result") if isinstance(predicate, dict) else None
+        return value if isinstance(value, str) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "valid": True,
+            "origin": self.origin,
+            "seq": self.seq,
+            "event_hash": self.event_hash,
+            "predicate_type": self.predicate_type,
+            "result": self.result,
+            "subject": self.statement["subject"],
+            "signed_by": list(self.signed_by),
+            "checkpoint": self.checkpoint.to_json(),
+            "event_checked": self.event is not None,
+        }
+
+
+def _subject(statement: Any) -> tuple[str, int, str]:
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
+        raise _fail(f"payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
+    if statement.get("predicateType") not in RECEIPT_PREDICATES.values():
+        raise _fail(f"predicateType {statement.get('predicateType')!r} is not a tally receipt predicate")
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list) or not subjects or not isinstance(subjects[0], dict):
+        raise _fail("Statement has no subject")
+    name, digest = subjects[0].get("name"), subjects[0].get("digest")
+    origin, hash_sign, seq_text = name.rpartition("#") if isinstance(name, str) else ("", "", "")
+    if not hash_sign or not origin or not seq_text.isdigit() or not seq_text.isascii() or seq_text.startswith("0"):
+        raise _fail(f"first subject {name!r} is not <origin>#<seq>")
+    sha = digest.get("sha256") if isinstance(digest, dict) else None
+    if not isinstance(sha, str) or not _HEX64.match(sha):
+        raise _fail("first subject has no sha256 digest")
+    return origin, int(seq_text), sha
+
+
+def verify_receipt(
+    envelope_text: str | bytes,
+    proof_text: str,
+    keys: Iterable[KeySpec],
+    *,
+    witnesses: Iterable[str | Verifier] = (),
+    threshold: int | None = None,
+    event_text: str | None = None,
+) -> VerifiedReceipt:
+    """Verify a receipt offline against the log ``keys`` (vkeys or raw public keys).
+
+    Raises ``VerificationError`` naming the first thing that fails; ``FormatError``
+    only for bad keys or policy arguments.
+    """
+    log_keys = _log_keys(keys)
+    public_keys = [k.public_raw if isinstance(k, Verifier) else k for k in log_keys if isinstance(k, Verifier | bytes)]
+    if any(isinstance(k, Verifier) and k.is_cosigner for k in log_keys):
+        raise FormatError("a cosignature (type 0x04) vkey was given as a log key; pass it as a witness")
+    try:
+        envelope = Envelope.loads(envelope_text)
+    except FormatError as exc:
+        raise _fail(f"envelope is malformed: {exc}") from None
+    verified = verify_envelope(envelope, public_keys, payload_type=INTOTO_PAYLOAD_TYPE)
+    try:
+        statement = json.loads(verified.payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _fail("envelope payload is not JSON") from None
+    origin, seq, event_hash = _subject(statement)
+    try:
+        proof = parse_tlog_proof(proof_text)
+    except FormatError as exc:
+        raise _fail(f"tlog-proof is malformed: {exc}") from None
+    if proof.index != seq - 1:
+        raise _fail(f"tlog-proof is for index {proof.index}, the receipt is for seq {seq} (index {seq - 1})")
+    try:
+        checkpoint = verify_tlog_proof(proof, bytes.fromhex(event_hash), log_keys, witnesses=witnesses,
+                                       threshold=threshold, origin=origin)
+    except VerificationError as exc:
+        raise _fail(str(exc)) from None
+    event = None
+    if event_text is not None:
+        event = _check_event(event_text, statement, origin, seq, event_hash)
+    return VerifiedReceipt(origin, seq, event_hash, statement, verified.key_ids, checkpoint, event)
+
+
+def _check_event(text: str, statement: dict[str, Any], origin: str, seq: int, event_hash: str) -> Event:
+    try:
+        event = event_from_json(json.loads(text), "receipt event")
+    except (json.JSONDecodeError, TallyError) as exc:
+        raise _fail(f"event file is malformed: {exc}") from None
+    if event.seq != seq or event.hash != event_hash:
+        raise _fail(f"event file is seq {event.seq} with hash {event.hash[:16]}, not the receipt's subject")
+    if event.computed_hash() != event.hash:
+        raise _fail("event file does not hash to its hash")
+    try:
+        expected = statement_for(event, origin)
+    except FormatError as exc:
+        raise _fail(str(exc)) from None
+    if expected != statement:
+        raise _fail("the Statement is not the one derived from the event")
+    return event

@@ -1,0 +1,224 @@
+"""A checkpoint witness (C2SP tlog-witness semantics, run as a command, SPEC 3.4).
+
+``Witness.cosign`` checks a checkpoint's log signature, checks that it is consistent
+with the last checkpoint this witness cosigned for the same origin, and returns the
+checkpoint with a timestamped ``cosignature/v1`` line (type 0x04) added. Its meaning:
+"as of time T, this is the largest consistent tree I have seen for this origin".
+
+State lives in ``DIR/<hex sha256(origin)>/``: ``checkpoint`` (the latest cosigned note,
+kept whole so that a split view can be shown to others), ``origin`` and ``vkeys`` (the
+log keys trusted for it). The check and the update happen under an exclusive lock on
+that directory, and the new state is written to a temporary file, fsynced and renamed
+over the old one (then the directory is fsynced), so that a crash leaves either the
+old or the new state and two cosigners can never both advance from the same state.
+
+Refusals: a smaller tree than the state (``rollback``), the same size with another
+root or a consistency proof that does not hold (``fork``), a proof from a size other
+than the state's (it names the state's size), a missing proof.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import merkle
+from . import note as notes
+from .checkpoint import Checkpoint, ConsistencyProof, open_checkpoint, parse_checkpoint
+from .errors import FormatError, PolicyError, StorageError, VerificationError
+from .keys import Signer
+
+__all__ = ["CosignResult", "Witness", "WitnessState", "state_dir_name"]
+
+
+def state_dir_name(origin: str) -> str:
+    """The per-origin directory name: hex SHA-256 of the origin (as the tlog-witness monitor API)."""
+    return hashlib.sha256(origin.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class WitnessState:
+    """The last checkpoint this witness cosigned for an origin."""
+
+    checkpoint: Checkpoint
+    note: str
+
+
+@dataclass(frozen=True)
+class CosignResult:
+    """A cosigned checkpoint: the note with our line added, and what it advanced from."""
+
+    checkpoint: Checkpoint
+    note: str
+    cosignature: notes.NoteSignature
+    old_size: int
+    timestamp: int
+
+    @property
+    def line(self) -> str:
+        return self.cosignature.line()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class Witness:
+    """A witness with a name, an Ed25519 key and a state directory."""
+
+    def __init__(self, state: Path, name: str, signer: Signer):
+        if not notes.is_valid_name(name):
+            raise FormatError(f"witness name {name!r} must be non-empty, without spaces or '+'")
+        self.root = Path(state)
+        self.name = name
+        self.signer = signer
+
+    @property
+    def verifier(self) -> notes.Verifier:
+        return notes.Verifier(self.name, notes.SIG_COSIGNATURE, self.signer.public_raw)
+
+    def vkey(self) -> str:
+        return self.verifier.vkey()
+
+    def _dir(self, origin: str) -> Path:
+        return self.root / state_dir_name(origin)
+
+    @contextmanager
+    def _locked(self, origin: str) -> Iterator[Path]:
+        directory = self._dir(origin)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            handle = open(directory / ".lock", "a")  # noqa: SIM115 - held for the whole block
+        except OSError as exc:
+            raise FormatError(f"cannot use witness state {directory}: {exc.strerror}") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            yield directory
+        finally:
+            handle.close()
+
+    def state(self, origin: str) -> WitnessState | None:
+        """The last checkpoint cosigned for ``origin``, or None."""
+        path = self._dir(origin) / "checkpoint"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read witness state {path}: {exc.strerror}") from None
+        try:
+            checkpoint = parse_checkpoint(notes.parse_note(text).text)
+        except FormatError as exc:
+            raise StorageError(f"witness state {path} is corrupt: {exc}") from None
+        if checkpoint.origin != origin:
+            raise StorageError(f"witness state {path} is for {checkpoint.origin!r}, not {origin!r}")
+        return WitnessState(checkpoint, text)
+
+    def trusted_keys(self, origin: str) -> list[str]:
+        """Log vkeys remembered for ``origin`` (from an earlier ``cosign``)."""
+        path = self._dir(origin) / "vkeys"
+        try:
+            return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def cosign(
+        self,
+        message: str,
+        log_keys: Sequence[str | notes.Verifier],
+        proof: ConsistencyProof | None,
+        *,
+        now: int,
+    ) -> CosignResult:
+        """Check ``message`` (a checkpoint note) and cosign it at unix time ``now``.
+
+        ``log_keys`` are the log's vkeys; when empty, those remembered for the origin
+        are used. Raises ``VerificationError`` for a bad signature, a rollback or a
+        fork, ``PolicyError`` for a proof from the wrong size or a missing proof.
+        """
+        origin = _origin_of(message)
+        keys = list(log_keys) or list(self.trusted_keys(origin))
+        if not keys:
+            raise FormatError(f"no log key known for {origin!r}; pass the log's vkey")
+        verified = open_checkpoint(message, keys, threshold=0, origin=origin)
+        new = verified.checkpoint
+        with self._locked(origin) as directory:
+            state = self.state(origin)
+            old_size = 0 if state is None else state.checkpoint.size
+            self._check_step(state, new, proof)
+            line = notes.cosign(notes.parse_note(message).text, self.name, self.signer, now)
+            cosigned = notes.with_signatures(message, [line])
+            if log_keys:
+                _write_atomic(directory / "vkeys", "".join(
+                    (k if isinstance(k, str) else k.vkey()).strip() + "\n" for k in log_keys))
+            _write_atomic(directory / "origin", origin + "\n")
+            _write_atomic(directory / "checkpoint", cosigned)
+        return CosignResult(new, cosigned, line, old_size, now)
+
+    def _check_step(self, state: WitnessState | None, new: Checkpoint, proof: ConsistencyProof | None) -> None:
+        hashes: tuple[bytes, ...] = proof.hashes if proof is not None else ()
+        if proof is not None and proof.new is not None and proof.new != new.size:
+            raise FormatError(f"the consistency proof is to size {proof.new}, the checkpoint is size {new.size}")
+        if state is None:
+            if hashes or (proof is not None and proof.old != 0):
+                raise PolicyError(
+                    f"this witness has no state for {new.origin!r}: it starts from 'old 0' with an empty proof"
+                )
+            return
+        old = state.checkpoint
+        if new.size < old.size:
+            raise VerificationError(
+                f"rollback: checkpoint size {new.size} is smaller than size {old.size} this witness cosigned",
+                rule="witness",
+            )
+        if new.size == old.size:
+            if new.root != old.root:
+                raise VerificationError(
+                    f"fork: size {new.size} has another root than the checkpoint this witness cosigned",
+                    rule="witness",
+                )
+            if hashes:
+                raise PolicyError("equal sizes take an empty consistency proof")
+            return
+        if proof is None:
+            raise PolicyError(
+                f"a consistency proof from size {old.size} is needed (tally prove consistency {old.size} {new.size})"
+            )
+        if proof.old != old.size:
+            raise PolicyError(
+                f"the consistency proof starts at size {proof.old}, this witness is at size {old.size}"
+            )
+        try:
+            merkle.verify_consistency(old.size, new.size, old.root, new.root, hashes)
+        except VerificationError as exc:
+            raise VerificationError(
+                f"fork: checkpoint size {new.size} is not consistent with size {old.size} this witness cosigned "
+                f"({exc})",
+                rule="witness",
+            ) from None
+
+
+def _origin_of(message: str) -> str:
+    try:
+        return parse_checkpoint(notes.parse_note(message).text).origin
+    except FormatError as exc:
+        raise VerificationError(f"checkpoint is malformed: {exc}", rule="checkpoint") from None
