@@ -1,0 +1,164 @@
+"""pp3-v1 worked by hand, one case per outcome (SPEC 7.2, issue 5).
+
+Two families f1, f2 x contexts short/32k/150k; every request decodes for 10 s. Arm A delivers
+900 tokens per request (90 tok/s). With B at 972 tokens for f1 and 1026 for f2, the per-family
+gains are 972/900 - 1 = 8 % and 1026/900 - 1 = 14 %, the pooled gain (972+1026)/1800 - 1 = 11 %.
+With two clusters a resample is {f1,f1}, {f1,f2} or {f2,f2}: 3 distinct gains (8 %, 11 %, 14 %);
+about a quarter of 2000 resamples are {f1,f1}, so the 5 % quantile is 8 %.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runner.decide import compute
+
+from .builders import CONTEXTS, find, pp3_input
+
+FAILURE_KINDS = ["q_target_law", "greedy_identity", "grammar", "stop", "lifecycle", "corruption", "recovery",
+                 "target_policy_mismatch", "weight_mismatch"]
+
+
+def candidate_input() -> dict[str, object]:
+    return pp3_input(b_tokens_by_family={"f1": 972, "f2": 1026})
+
+
+def test_candidate() -> None:
+    result = compute(candidate_input())
+    assert result["decision"] == "CANDIDATE"
+    assert result["point_gain"] == pytest.approx(0.11, rel=1e-13)
+    assert result["lower_bound"] == pytest.approx(0.08, rel=1e-12)
+    assert result["distinct_resamples"] == 3
+    assert result["resamples"] == 2000
+    assert result["per_family"]["f1"] == {"gain": pytest.approx(0.08, rel=1e-13), "pairs": 3}
+    assert result["per_family"]["f2"]["gain"] == pytest.approx(0.14, rel=1e-13)
+    assert result["per_pair"]["f1/short"]["gain"] == pytest.approx(0.08, rel=1e-13)
+    assert result["per_pair"]["f2/150k"] == {"gain": pytest.approx(0.14, rel=1e-13), "ttft_change": 0.0,
+                                             "round_p95_change": 0.0}
+    assert list(result["per_pair"]) == [f"{f}/{c}" for f in ("f1", "f2") for c in CONTEXTS]
+    assert "every gate passed; CANDIDATE is not promotion" in result["reasons"]
+    assert "small-family limit: 2 source families as clusters, 3 distinct values among 2000 resamples" \
+        in result["reasons"]
+
+
+def test_candidate_lower_bound_is_the_numpy_quantile_of_the_resamples() -> None:
+    rng = np.random.default_rng(4103)
+    idx = rng.integers(0, 2, size=(2000, 2))
+    family_gain_tokens = np.array([972.0 * 6, 1026.0 * 6])     # B tokens per family, both B blocks
+    b = family_gain_tokens[idx].sum(axis=1)
+    a = np.full(2000, 900.0 * 6 * 2)
+    gains = (b / 120.0) / (a / 120.0) - 1
+    result = compute(candidate_input())
+    assert result["lower_bound"] == pytest.approx(float(np.quantile(gains, 0.05)), rel=1e-12)
+    assert (idx == 0).all(axis=1).sum() > 100  # ~a quarter of the resamples are {f1, f1}
+
+
+def test_reject_by_lost_request() -> None:
+    data = candidate_input()
+    find(data["requests"], "B2", "f2", "32k")["status"] = "lost"  # type: ignore[arg-type]
+    result = compute(data)
+    assert result["decision"] == "REJECT"
+    assert "lost request: block B2 f2/32k" in result["reasons"]
+
+
+@pytest.mark.parametrize("kind", FAILURE_KINDS)
+def test_reject_by_failure_kind(kind: str) -> None:
+    result = compute(pp3_input(b_tokens_by_family={"f1": 972, "f2": 1026}, failures=[kind]))
+    assert result["decision"] == "REJECT"
+    assert f"failure: {kind}" in result["reasons"]
+    assert result["point_gain"] == pytest.approx(0.11)  # still computed and reported
+
+
+def test_reject_outranks_no_promotion() -> None:
+    result = compute(pp3_input(b_tokens_by_family={"f1": 900, "f2": 900}, failures=["grammar"], gates_passed=False))
+    assert result["decision"] == "REJECT"
+
+
+def test_no_promotion_by_gates_not_passed() -> None:
+    result = compute(pp3_input(b_tokens_by_family={"f1": 972, "f2": 1026}, gates_passed=False))
+    assert result["decision"] == "NO_PROMOTION"
+    assert "not every gate passed" in result["reasons"]
+
+
+@pytest.mark.parametrize("status", ["censored", "failed", "timeout", "cancelled"])
+def test_no_promotion_by_request_not_ok(status: str) -> None:
+    data = candidate_input()
+    find(data["requests"], "A2", "f1", "150k")["status"] = status  # type: ignore[arg-type]
+    result = compute(data)
+    assert result["decision"] == "NO_PROMOTION"
+    assert f"request not ok: block A2 f1/150k is {status}" in result["reasons"]
+    # the gain is computed over the pairs that are complete: f1/150k is left out
+    assert result["per_family"]["f1"]["pairs"] == 2
+    assert result["per_pair"]["f1/150k"]["gain"] is None
+
+
+def test_no_promotion_by_missing_block() -> None:
+    data = candidate_input()
+    data["requests"] = [r for r in data["requests"] if r["block"] != "B2"]  # type: ignore[attr-defined]
+    result = compute(data)
+    assert result["decision"] == "NO_PROMOTION"
+    assert "incomplete: pair f1/short missing in block B2" in result["reasons"]
+    assert result["point_gain"] is None
+    assert any(r.startswith("gain not computable") for r in result["reasons"])
+
+
+def test_no_promotion_by_missing_pair() -> None:
+    data = candidate_input()
+    data["requests"] = [r for r in data["requests"]  # type: ignore[attr-defined]
+                        if not (r["family"] == "f2" and r["context"] == "150k" and r["block"] == "A1")]
+    result = compute(data)
+    assert result["decision"] == "NO_PROMOTION"
+    assert "incomplete: pair f2/150k missing in block A1" in result["reasons"]
+
+
+def test_no_promotion_by_small_gain() -> None:
+    # B 3 % faster everywhere: point .03 < .05 although the lower bound is .03 > 0
+    result = compute(pp3_input(b_tokens_by_family={"f1": 927, "f2": 927}))
+    assert result["decision"] == "NO_PROMOTION"
+    assert result["point_gain"] == pytest.approx(0.03, rel=1e-13)
+    assert result["lower_bound"] > 0
+    assert "point gain +3.00% < +5.00%" in result["reasons"]
+
+
+def test_no_promotion_by_lower_bound() -> None:
+    # f1 -10 %, f2 +25 %: point +7.5 % but the {f1,f1} resamples put the 5 % quantile at -10 %
+    result = compute(pp3_input(b_tokens_by_family={"f1": 810, "f2": 1125}))
+    assert result["point_gain"] == pytest.approx(0.075, rel=1e-13)
+    assert result["lower_bound"] == pytest.approx(-0.10, rel=1e-12)
+    assert result["decision"] == "NO_PROMOTION"
+    assert "90% bootstrap lower bound -10.00% <= 0" in result["reasons"]
+
+
+@pytest.mark.parametrize(("field", "label"), [("ttft_s", "TTFT"), ("round_ms_p95", "p95 round time")])
+def test_no_promotion_by_regression(field: str, label: str) -> None:
+    data = candidate_input()
+    base = find(data["requests"], "B1", "f2", "32k")[field]  # type: ignore[arg-type]
+    # B1 and B2 mean 6 % above A: 1.12 x in one block, 1.00 x in the other
+    find(data["requests"], "B1", "f2", "32k")[field] = base * 1.12  # type: ignore[arg-type]
+    result = compute(data)
+    key = "ttft_change" if field == "ttft_s" else "round_p95_change"
+    assert result["per_pair"]["f2/32k"][key] == pytest.approx(0.06, rel=1e-12)
+    assert result["decision"] == "NO_PROMOTION"
+    assert f"regression: f2/32k {label} +6.00% > +5.00%" in result["reasons"]
+
+
+def test_regression_at_the_limit_is_not_a_regression() -> None:
+    data = candidate_input()
+    for block in ("B1", "B2"):
+        find(data["requests"], block, "f1", "short")["ttft_s"] = 0.5 * 1.04  # type: ignore[arg-type]
+    assert compute(data)["decision"] == "CANDIDATE"
+
+
+def test_no_requests_is_no_promotion() -> None:
+    result = compute({"rule": "pp3-v1", "gates_passed": True, "failures": [], "requests": []})
+    assert result["decision"] == "NO_PROMOTION"
+    assert "incomplete: no requests" in result["reasons"]
+    assert result["point_gain"] is None and result["lower_bound"] is None and result["distinct_resamples"] is None
+
+
+def test_output_keys_are_the_contract() -> None:
+    result = compute(candidate_input())
+    assert list(result)[:9] == ["rule", "decision", "reasons", "point_gain", "lower_bound", "distinct_resamples",
+                                "resamples", "per_pair", "per_family"]
+    assert set(result["per_pair"]["f1/short"]) == {"gain", "ttft_change", "round_p95_change"}
