@@ -245,14 +245,15 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     import numpy as np
 
     p = inp.params
+    pairs = pairs_of(inp.requests)
+    ordered = sorted(inp.requests, key=lambda r: (BLOCKS.index(r.block), pairs.index(r.pair)))
     reject: list[str] = [f"failure: {f}" for f in inp.failures]
-    reject += [f"lost request: block {r.block} {pair_label(r.pair)}" for r in inp.requests if r.status == "lost"]
+    reject += [f"lost request: block {r.block} {pair_label(r.pair)}" for r in ordered if r.status == "lost"]
     hold: list[str] = []
     if not inp.gates_passed:
         hold.append("not every gate passed")
     hold += [f"request not ok: block {r.block} {pair_label(r.pair)} is {r.status}"
-             for r in inp.requests if r.status not in ("ok", "lost")]
-    pairs = pairs_of(inp.requests)
+             for r in ordered if r.status not in ("ok", "lost")]
     table = _table(inp.requests)
     if not pairs:
         hold.append("incomplete: no requests")
