@@ -1,0 +1,521 @@
+"""State by replay (SPEC 5.3): a pure fold from events to the state the runner acts on.
+
+``fold(state, events) -> state`` applies events in seq order to a copy of ``state``
+(``State.empty()`` to start) and never touches the argument; it reads no clock and does
+no I/O, so the same events always give the same state. Copies are copy-on-write per
+window, so folding the few events appended since the last step costs O(new events),
+not O(ledger): the runner keeps the last state and folds ``ledger.events(after=size)``.
+
+``State.to_json()`` is the shape ``tally replay state --json`` prints::
+
+    {"ledger": {"size", "head"},
+     "chain": {"marker": null | {"window", "production_snapshot_sha256", "seq"},
+               "placeholders": {host: {"window", "seq"}}},
+     "hold": null | {"owner", "seq", "time"},
+     "production": "up" | "down" | "unknown",
+     "windows": {id: {"phase", "gates", "starts", "restore", "watch", "decision", ...}}}
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .catalogue import WINDOW_STREAM_PREFIX
+
+if TYPE_CHECKING:
+    from ledger.event import Event
+
+__all__ = [
+    "CLOSING_ACTIONS",
+    "ENDINGS",
+    "PHASES",
+    "State",
+    "WindowState",
+    "admission_blockers",
+    "fold",
+]
+
+Phase = Literal[
+    "unregistered", "registered", "admitted", "holding", "measuring", "measurement_ended", "closing",
+    "restored", "chained", "aborted", "decided",
+]
+PHASES: tuple[str, ...] = (
+    "unregistered", "registered", "admitted", "holding", "measuring", "measurement_ended", "closing",
+    "restored", "chained", "aborted", "decided",
+)
+ENDINGS = ("restored", "chained", "aborted")
+_RANK = {phase: rank for rank, phase in enumerate(PHASES)}
+for _ending in ENDINGS:
+    _RANK[_ending] = _RANK["restored"]
+# Host actions that belong to a window's ending (restore, chained close, abort).
+CLOSING_ACTIONS = frozenset({
+    "restore", "watch", "fence", "experiment_stop", "quiet_proof", "production_down_proof",
+    "placeholder_up", "placeholder_down", "placeholder_proof",
+})
+_LIVE_BEFORE_ENDING = frozenset({"admitted", "holding", "measuring", "measurement_ended"})
+
+
+@dataclass
+class WindowState:
+    """What the ledger says about one window."""
+
+    id: str
+    phase: Phase = "unregistered"
+    plan_sha256: str | None = None
+    protocol: str | None = None
+    mode: str | None = None
+    chain: str | None = None
+    commit: str | None = None
+    required_gates: tuple[str, ...] = ()
+    plan_starts: tuple[tuple[str, str], ...] = ()
+    registered_seq: int | None = None
+    admitted_seq: int | None = None
+    admitted_under_marker: bool = False
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    starts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    current_start: str | None = None
+    waves: int = 0
+    hold_seq: int | None = None
+    production_snapshot: str | None = None
+    measurement_ended: dict[str, Any] | None = None
+    restore: dict[str, Any] | None = None
+    watch: dict[str, Any] | None = None
+    placeholders_raised: list[str] = field(default_factory=list)
+    marker_set_seq: int | None = None
+    marker_cleared_seq: int | None = None
+    chain_aborted: dict[str, Any] | None = None
+    ending: str | None = None
+    closed_seq: int | None = None
+    decision: dict[str, Any] | None = None
+    interrupted: list[dict[str, Any]] = field(default_factory=list)
+    open_actions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    actions: int = 0
+    budget: list[dict[str, Any]] = field(default_factory=list)
+    stop_admitting: bool = False
+    thermal: list[dict[str, Any]] = field(default_factory=list)
+    clock: dict[str, str | None] = field(default_factory=lambda: {
+        "first_action": None, "hold_opened": None, "measurement_ended": None, "closed": None, "last": None,
+    })
+    extra_registrations: list[int] = field(default_factory=list)
+
+    def clone(self) -> WindowState:
+        return copy.deepcopy(self)
+
+    @property
+    def closed(self) -> bool:
+        return self.ending is not None
+
+    @property
+    def live(self) -> bool:
+        """Registered, not closed."""
+        return self.ending is None and self.phase != "unregistered"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "plan_sha256": self.plan_sha256,
+            "protocol": self.protocol,
+            "mode": self.mode,
+            "chain": self.chain,
+            "commit": self.commit,
+            "required_gates": list(self.required_gates),
+            "registered_seq": self.registered_seq,
+            "admitted_seq": self.admitted_seq,
+            "gates": copy.deepcopy(self.gates),
+            "starts": copy.deepcopy(self.starts),
+            "current_start": self.current_start,
+            "waves": self.waves,
+            "production_snapshot": self.production_snapshot,
+            "measurement_ended": copy.deepcopy(self.measurement_ended),
+            "restore": copy.deepcopy(self.restore),
+            "watch": copy.deepcopy(self.watch),
+            "chain_aborted": copy.deepcopy(self.chain_aborted),
+            "ending": self.ending,
+            "decision": copy.deepcopy(self.decision),
+            "interrupted": copy.deepcopy(self.interrupted),
+            "open_actions": [dict(v, action_id=k) for k, v in self.open_actions.items()],
+            "budget": copy.deepcopy(self.budget),
+            "stop_admitting": self.stop_admitting,
+            "thermal": copy.deepcopy(self.thermal),
+            "clock": dict(self.clock),
+        }
+
+
+class State:
+    """The folded state. Treat it as a value: ``fold`` returns a new one."""
+
+    __slots__ = ("_own", "head", "hold", "marker", "placeholders", "production", "size", "windows")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.head = "0" * 64
+        self.hold: dict[str, Any] | None = None
+        self.production: str = "unknown"
+        self.marker: dict[str, Any] | None = None
+        self.placeholders: dict[str, dict[str, Any]] = {}
+        self.windows: dict[str, WindowState] = {}
+        self._own: set[str] = set()
+
+    @classmethod
+    def empty(cls) -> State:
+        return cls()
+
+    def copy(self) -> State:
+        """A copy sharing unchanged windows with this state (copy-on-write)."""
+        new = State()
+        new.size, new.head, new.production = self.size, self.head, self.production
+        new.hold = dict(self.hold) if self.hold else None
+        new.marker = dict(self.marker) if self.marker else None
+        new.placeholders = {host: dict(v) for host, v in self.placeholders.items()}
+        new.windows = dict(self.windows)
+        self._own = set()  # windows are shared from now on: neither state may mutate them in place
+        return new
+
+    def window(self, window_id: str) -> WindowState | None:
+        return self.windows.get(window_id)
+
+    def _mutable(self, window_id: str) -> WindowState:
+        ws = self.windows.get(window_id)
+        if ws is None:
+            ws = WindowState(window_id)
+        elif window_id not in self._own:
+            ws = ws.clone()
+        else:
+            return ws
+        self.windows[window_id] = ws
+        self._own.add(window_id)
+        return ws
+
+    # ------------------------------------------------------------------ queries
+
+    def live_windows(self) -> list[str]:
+        return [wid for wid, ws in self.windows.items() if ws.live]
+
+    def open_actions(self) -> list[dict[str, Any]]:
+        """Host actions started and not finished (unknown outcomes), across windows."""
+        out = []
+        for wid, ws in self.windows.items():
+            for action_id, info in ws.open_actions.items():
+                out.append(dict(info, action_id=action_id, window=wid))
+        return sorted(out, key=lambda item: item["seq"])
+
+    def to_json(self, window: str | None = None) -> dict[str, Any]:
+        windows = self.windows if window is None else {k: v for k, v in self.windows.items() if k == window}
+        return {
+            "ledger": {"size": self.size, "head": self.head},
+            "chain": {
+                "marker": dict(self.marker) if self.marker else None,
+                "placeholders": {host: dict(v) for host, v in sorted(self.placeholders.items())},
+            },
+            "hold": dict(self.hold) if self.hold else None,
+            "production": self.production,
+            "windows": {wid: ws.to_json() for wid, ws in windows.items()},
+        }
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, event: Event) -> None:
+        """Apply one event in place (``fold`` is the pure interface)."""
+        self.size = event.seq
+        self.head = event.hash
+        stream = event.stream
+        handler = _HANDLERS.get(event.type)
+        if handler is None:
+            return
+        payload = event.payload
+        window_id = payload.get("window")
+        if not isinstance(window_id, str):
+            return
+        if not stream.startswith(WINDOW_STREAM_PREFIX) and event.type != "archive.control_start":
+            return
+        ws = self._mutable(window_id)
+        ws.clock["last"] = event.time
+        handler(self, ws, event, payload)
+
+
+def _advance(ws: WindowState, phase: Phase) -> None:
+    """Move forward only; endings and decided are set explicitly."""
+    if ws.ending is None and _RANK[phase] > _RANK[ws.phase]:
+        ws.phase = phase
+
+
+def _closing(ws: WindowState) -> None:
+    if ws.ending is None and (ws.phase in _LIVE_BEFORE_ENDING or ws.phase == "registered"):
+        ws.phase = "closing"
+
+
+def _registered(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    if ws.registered_seq is not None:
+        ws.extra_registrations.append(e.seq)
+        return
+    plan = p.get("plan") or {}
+    ws.registered_seq = e.seq
+    ws.plan_sha256 = p.get("plan_sha256")
+    ws.protocol = plan.get("protocol")
+    ws.mode = plan.get("mode")
+    ws.chain = plan.get("chain", "none")
+    ws.commit = plan.get("commit")
+    ws.required_gates = tuple((plan.get("gates") or {}).get("required") or ())
+    ws.plan_starts = tuple((s_.get("id"), s_.get("arm")) for s_ in plan.get("starts") or ())
+    if ws.phase == "unregistered":
+        ws.phase = "registered"
+
+
+def _gate(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    name = p.get("gate")
+    if not isinstance(name, str):
+        return
+    entry = {"verdict": p.get("verdict"), "seq": e.seq, "commit": p.get("commit"), "summary": p.get("summary", "")}
+    start = p.get("start")
+    if start is not None:
+        gate = ws.gates.setdefault(name, {"verdict": "PENDING", "seq": e.seq, "commit": p.get("commit"),
+                                          "summary": "", "starts": {}})
+        gate.setdefault("starts", {})[start] = entry
+        planned = [sid for sid, _ in ws.plan_starts] or list(gate["starts"])
+        verdicts = [gate["starts"].get(sid, {}).get("verdict") for sid in planned]
+        gate["verdict"] = "FAIL" if "FAIL" in verdicts else "PASS" if all(v == "PASS" for v in verdicts) else "PENDING"
+        gate["seq"] = e.seq
+        commits = {gate["starts"][sid].get("commit") for sid in planned if sid in gate["starts"]}
+        gate["commit"] = commits.pop() if len(commits) == 1 else None
+        gate["summary"] = entry["summary"]
+    else:
+        ws.gates[name] = entry
+
+
+def _admitted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    if ws.admitted_seq is None:
+        ws.admitted_seq = e.seq
+        ws.admitted_under_marker = bool(p.get("under_marker"))
+    _advance(ws, "admitted")
+
+
+def _hold_opened(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    s.hold = {"owner": p.get("owner", ws.id), "seq": e.seq, "time": e.time}
+    ws.hold_seq = e.seq
+    ws.clock["hold_opened"] = e.time
+    _advance(ws, "holding")
+
+
+def _hold_closed(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    if s.hold is not None and s.hold.get("owner") == p.get("owner", ws.id):
+        s.hold = None
+    ws.hold_seq = None
+    _closing(ws)
+
+
+def _snapshot(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.production_snapshot = p.get("sha256")
+
+
+def _production(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    state = p.get("state")
+    if state in ("up", "down"):
+        s.production = state
+
+
+def _host_action(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    action_id = str(p.get("action_id"))
+    if p.get("phase") == "started":
+        ws.actions += 1
+        if ws.clock["first_action"] is None:
+            ws.clock["first_action"] = e.time
+        ws.open_actions[action_id] = {"host": p.get("host"), "action": p.get("action"), "seq": e.seq,
+                                      "time": e.time, "probe_of": p.get("probe_of")}
+        if p.get("action") in CLOSING_ACTIONS:
+            _closing(ws)
+    else:
+        ws.open_actions.pop(action_id, None)
+
+
+def _start_began(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    start = str(p.get("start"))
+    ws.starts[start] = {
+        "role": p.get("role"), "status": "began", "clock_cap_mhz": p.get("clock_cap_mhz"),
+        "spec_config_sha256": p.get("spec_config_sha256"), "began_seq": e.seq, "ended_seq": None,
+        "warmup": None, "waves": {}, "truncated": False,
+    }
+    ws.current_start = start
+    _advance(ws, "measuring")
+
+
+def _warmup(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    info = ws.starts.get(str(p.get("start")))
+    if info is not None:
+        info["warmup"] = {"cold_ttft_s": p.get("cold_ttft_s"), "warm_ttft_s": p.get("warm_ttft_s"), "seq": e.seq}
+
+
+def _start_ended(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    info = ws.starts.get(str(p.get("start")))
+    if info is not None:
+        info["status"] = "ended"
+        info["ended_seq"] = e.seq
+        info["truncated"] = bool(p.get("truncated"))
+    if ws.current_start == p.get("start"):
+        ws.current_start = None
+
+
+def _wave(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.waves += 1
+    info = ws.starts.get(str(p.get("start")))
+    if info is not None:
+        info["waves"].setdefault(str(p.get("cell")), []).append(p.get("wave"))
+
+
+def _thermal(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.thermal.append({"host": p.get("host"), "kind": p.get("kind"), "seq": e.seq,
+                       "inside_hold": s.hold is not None and s.hold.get("owner") == ws.id})
+
+
+def _measurement_ended(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.measurement_ended = {"reason": p.get("reason"), "seq": e.seq}
+    ws.clock["measurement_ended"] = e.time
+    ws.current_start = None
+    _advance(ws, "measurement_ended")
+
+
+def _budget(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.budget.append({"action": p.get("action"), "reason": p.get("reason"), "seq": e.seq,
+                      "start": p.get("start"), "cell": p.get("cell")})
+    if p.get("action") in ("stop_admitting", "begin_restore"):
+        ws.stop_admitting = True
+
+
+def _placeholder_up(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    host = str(p.get("host"))
+    s.placeholders[host] = {"window": ws.id, "seq": e.seq}
+    if host not in ws.placeholders_raised:
+        ws.placeholders_raised.append(host)
+    _closing(ws)
+
+
+def _placeholder_down(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    s.placeholders.pop(str(p.get("host")), None)
+    _closing(ws)
+
+
+def _marker_set(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    s.marker = {"window": ws.id, "production_snapshot_sha256": p.get("production_snapshot_sha256"), "seq": e.seq}
+    ws.marker_set_seq = e.seq
+    _closing(ws)
+
+
+def _marker_cleared(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    s.marker = None
+    ws.marker_cleared_seq = e.seq
+    _closing(ws)
+
+
+def _chain_aborted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.chain_aborted = {"reason": p.get("reason"), "marker_window": p.get("marker_window"), "seq": e.seq}
+    _closing(ws)
+
+
+def _restore(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.restore = {"status": p.get("status"), "attempts": p.get("attempts", 1), "seq": e.seq}
+    _closing(ws)
+
+
+def _watch(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.watch = {"verdict": p.get("verdict"), "seq": e.seq}
+    _closing(ws)
+
+
+def _interrupted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    ws.interrupted.append({"reason": p.get("reason"), "signal": p.get("signal"), "seq": e.seq,
+                           "phase": ws.phase})
+
+
+def _closed(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    if ws.ending is not None:
+        return  # a second ending: the audit reports it (one-ending)
+    ending = p.get("ending")
+    if ending in ENDINGS:
+        ws.ending = ending
+        ws.closed_seq = e.seq
+        ws.clock["closed"] = e.time
+        ws.phase = "decided" if ws.decision is not None else ending
+
+
+def _decision(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    result = p.get("result") or {}
+    ws.decision = {"rule": p.get("rule"), "result": result.get("decision"), "reasons": result.get("reasons", []),
+                   "inputs_digest": p.get("inputs_digest"), "seq": e.seq}
+    if ws.ending is not None:
+        ws.phase = "decided"
+
+
+def _archive(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+    return
+
+
+Handler = Callable[[State, WindowState, "Event", dict[str, Any]], None]
+_HANDLERS: dict[str, Handler] = {
+    "window.registered": _registered,
+    "gate.result": _gate,
+    "window.admitted": _admitted,
+    "hold.opened": _hold_opened,
+    "hold.closed": _hold_closed,
+    "production.snapshot": _snapshot,
+    "production.state": _production,
+    "host.action": _host_action,
+    "start.began": _start_began,
+    "warmup.done": _warmup,
+    "start.ended": _start_ended,
+    "wave.measured": _wave,
+    "thermal.event": _thermal,
+    "measurement.ended": _measurement_ended,
+    "budget.decision": _budget,
+    "placeholder.up": _placeholder_up,
+    "placeholder.down": _placeholder_down,
+    "chain.marker.set": _marker_set,
+    "chain.marker.cleared": _marker_cleared,
+    "chain.aborted": _chain_aborted,
+    "restore.finished": _restore,
+    "watch.result": _watch,
+    "window.interrupted": _interrupted,
+    "window.closed": _closed,
+    "decision.recorded": _decision,
+    "archive.control_start": _archive,
+}
+
+
+def fold(state: State | None, events: Iterable[Event]) -> State:
+    """A new state: ``state`` (or the empty state) with ``events`` applied in order."""
+    new = State() if state is None else state.copy()
+    apply = new.apply
+    for event in events:
+        apply(event)
+    return new
+
+
+def admission_blockers(state: State, window_id: str) -> list[str]:
+    """Why ``window_id`` cannot be admitted now (empty: it can).
+
+    Every required gate (and ``chain_prev_ok`` while the chain marker is set) must have
+    its latest result PASS at the plan's commit; ``standard_spec`` needs a PASS for every
+    start. An empty required list is refused (fail closed).
+    """
+    ws = state.windows.get(window_id)
+    if ws is None or ws.registered_seq is None:
+        return [f"window {window_id} is not registered"]
+    if ws.ending is not None:
+        return [f"window {window_id} is closed ({ws.ending})"]
+    required = list(ws.required_gates)
+    if not required:
+        return ["the plan requires no gate: refused (fail closed)"]
+    if state.marker is not None and state.marker.get("window") != window_id and "chain_prev_ok" not in required:
+        required.append("chain_prev_ok")
+    blockers = []
+    for name in required:
+        gate = ws.gates.get(name)
+        if gate is None:
+            blockers.append(f"{name}: no result")
+        elif gate.get("verdict") != "PASS":
+            blockers.append(f"{name}: {gate.get('verdict')} (seq {gate.get('seq')})")
+        elif gate.get("commit") != ws.commit:
+            blockers.append(f"{name}: PASS at commit {str(gate.get('commit'))[:12]}, not the plan's "
+                            f"{str(ws.commit)[:12]}")
+    return blockers

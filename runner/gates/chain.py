@@ -1,0 +1,131 @@
+"""The chain_prev_ok gate (SPEC 5.6): did the previous window leave a consistent chain?
+
+From replayed state only. With the chain marker present, the previous window is the one
+that set it: it must have closed ``chained`` with its placeholders still up on every
+host it raised them on, production down, no HOLD held, and a production snapshot in the
+marker; the window being gated must be a chain member (``chain = "chained"`` or
+``"last"``). Without a marker, the latest closed window must have restored (restore ok,
+watch PASS), and nothing may be held: no HOLD, no placeholders, production not down.
+
+``check_prev_ok`` is pure. ``run_prev_ok`` records the ``gate.result`` and, on a refusal
+while the marker is present, the chain's abort (``chain.aborted``); the restore that
+follows belongs to window execution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ledger.errors import PolicyError
+
+from ..fold import State
+
+if TYPE_CHECKING:
+    from ledger.event import Event
+    from ledger.keys import Signer
+    from ledger.store import Ledger
+
+__all__ = ["PrevOk", "check_prev_ok", "run_prev_ok"]
+
+
+@dataclass(frozen=True)
+class PrevOk:
+    verdict: Literal["PASS", "FAIL"]
+    marker_present: bool
+    previous: str | None
+    evidence: dict[str, Any]
+    failures: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        where = f"previous window {self.previous}" if self.previous else "no previous window"
+        marker = "marker set" if self.marker_present else "no marker"
+        tail = f"; {'; '.join(self.failures)}" if self.failures else ""
+        return f"{self.verdict}: {marker}, {where}{tail}"
+
+
+def check_prev_ok(state: State, window_id: str) -> PrevOk:
+    ws = state.windows.get(window_id)
+    if ws is None or ws.registered_seq is None:
+        raise PolicyError(f"window {window_id} is not registered")
+    failures: list[str] = []
+    marker = state.marker
+    previous: str | None = None
+    if marker is not None:
+        previous = str(marker.get("window"))
+        prev = state.windows.get(previous)
+        if previous == window_id:
+            failures.append("the marker was set by this very window")
+        if prev is None:
+            failures.append(f"the marker names window {previous}, which is not in the ledger")
+        else:
+            if prev.ending != "chained":
+                failures.append(f"window {previous} set the marker but its ending is {prev.ending or 'none yet'}, "
+                                f"not chained")
+            missing = [host for host in prev.placeholders_raised if host not in state.placeholders]
+            if not state.placeholders:
+                failures.append("no placeholder is up while production is left down")
+            elif missing:
+                failures.append(f"placeholder(s) down on {', '.join(missing)}")
+        if not marker.get("production_snapshot_sha256"):
+            failures.append("the marker carries no production snapshot")
+        if state.production != "down":
+            failures.append(f"production is {state.production}, not down as the chain left it")
+        if state.hold is not None:
+            failures.append(f"the HOLD is held by {state.hold.get('owner')}")
+        if ws.chain not in ("chained", "last"):
+            failures.append(f"window {window_id} is not a chain member (chain = {ws.chain}) but the marker is set")
+    else:
+        closed = [w for w in state.windows.values() if w.id != window_id and w.closed_seq is not None]
+        if closed:
+            prev = max(closed, key=lambda w: w.closed_seq or 0)
+            previous = prev.id
+            if prev.ending == "chained":
+                failures.append(f"window {previous} closed chained but no marker is present")
+            if (prev.restore or {}).get("status") != "ok":
+                failures.append(f"window {previous} has no successful restore")
+            if (prev.watch or {}).get("verdict") != "PASS":
+                failures.append(f"window {previous} has no watch PASS")
+        if state.hold is not None:
+            failures.append(f"the HOLD is held by {state.hold.get('owner')}")
+        if state.placeholders:
+            failures.append(f"placeholder(s) up on {', '.join(sorted(state.placeholders))} without a marker")
+        if state.production == "down":
+            failures.append("production is down without a marker")
+    evidence = {
+        "marker": dict(marker) if marker else None,
+        "previous_window": previous,
+        "production": state.production,
+        "hold": dict(state.hold) if state.hold else None,
+        "placeholders": sorted(state.placeholders),
+        "ledger_size": state.size,
+        "failures": failures,
+    }
+    return PrevOk("FAIL" if failures else "PASS", marker is not None, previous, evidence, tuple(failures))
+
+
+@dataclass(frozen=True)
+class PrevOkRecord:
+    result: PrevOk
+    gate_event: Event
+    aborted_event: Event | None
+
+
+def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
+    """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal."""
+    from ..admission import record_gate, replay
+    from ..catalogue import append_window_event
+
+    state = replay(ledger)
+    result = check_prev_ok(state, window_id)
+    ws = state.windows[window_id]
+    record = record_gate(ledger, signer, window_id, "chain_prev_ok", result.verdict, result.evidence,
+                         commit=ws.commit, summary=result.summary)
+    aborted = None
+    if result.verdict == "FAIL" and result.marker_present and ws.chain_aborted is None:
+        aborted = append_window_event(ledger, signer, window_id, str(ws.plan_sha256), "chain.aborted", {
+            "reason": "chain_prev_ok refused: " + "; ".join(result.failures),
+            "marker_window": result.previous,
+        })
+    return PrevOkRecord(result, record.event, aborted)

@@ -1,0 +1,46 @@
+"""The RNG gate (SPEC 8): a PASS RNG receipt at HEAD whose kernel matches the admission's verifier.
+
+PASS only if the RNG receipt says PASS, was produced at the plan's commit (HEAD), every
+test it lists passed, and its ``kernel_sha256`` equals the admission receipt's
+``prepared_verifier_sha256``. Receipt formats: ``runner.gates.receipts`` / docs/gates.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .receipts import AdmissionReceipt, RngReceipt
+
+__all__ = ["RngResult", "check_rng"]
+
+
+@dataclass(frozen=True)
+class RngResult:
+    verdict: Literal["PASS", "FAIL"]
+    evidence: dict[str, Any]
+    failures: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        kernel = self.evidence["rng"]["kernel_sha256"][:16]
+        return f"{self.verdict}: kernel {kernel}..." + (f"; {'; '.join(self.failures)}" if self.failures else "")
+
+
+def check_rng(receipt: RngReceipt, admission: AdmissionReceipt, head: str) -> RngResult:
+    failures = []
+    if receipt.verdict != "PASS":
+        failures.append(f"RNG receipt says {receipt.verdict}, not PASS")
+    if receipt.commit != head:
+        failures.append(f"RNG receipt is for {receipt.commit[:12]}, not HEAD {head[:12]}")
+    failed = [name for name, outcome in receipt.tests if outcome != "passed"]
+    if failed:
+        failures.append(f"tests not passed: {', '.join(failed)}")
+    prepared = admission.prepared_verifier_sha256
+    if prepared is None:
+        failures.append("the admission receipt names no prepared_verifier_sha256")
+    elif receipt.kernel_sha256 != prepared:
+        failures.append(f"kernel {receipt.kernel_sha256[:16]}... differs from the admission's prepared verifier "
+                        f"{prepared[:16]}...")
+    evidence = {"rng": receipt.to_json(), "admission": admission.to_json(), "head": head, "failures": failures}
+    return RngResult("FAIL" if failures else "PASS", evidence, tuple(failures))

@@ -1,0 +1,382 @@
+"""Typed payloads of the window event catalogue (SPEC 5.2; one example each in docs/events.md).
+
+One frozen, keyword-only dataclass per event type. Fields without a default are
+required; ``X | None`` members may be null; ``Sha256``/``Commit``/``Time`` are strings
+with a checked shape. Every window event carries ``window`` and ``plan_sha256``
+(``WindowPayload``). ``runner.catalogue`` compiles these classes into validators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+__all__ = [
+    "ArchiveControlStart",
+    "BlobRef",
+    "BudgetDecision",
+    "ChainAborted",
+    "ChainMarkerCleared",
+    "ChainMarkerSet",
+    "ChunkIntervals",
+    "ClientFigures",
+    "Counters",
+    "DecisionRecorded",
+    "GateResult",
+    "HoldClosed",
+    "HoldOpened",
+    "HostAction",
+    "MeasurementEnded",
+    "Placeholder",
+    "ProductionSnapshot",
+    "ProductionState",
+    "RequestRecord",
+    "RestoreFinished",
+    "StartBegan",
+    "StartEnded",
+    "ThermalEvent",
+    "WarmupDone",
+    "WatchResult",
+    "WaveMeasured",
+    "WindowAdmitted",
+    "WindowClosed",
+    "WindowInterrupted",
+    "WindowPayload",
+    "WindowRegistered",
+]
+
+# Shapes checked by the catalogue (the metadata is the regular expression).
+Sha256 = Annotated[str, r"[0-9a-f]{64}"]
+Commit = Annotated[str, r"[0-9a-f]{40}|[0-9a-f]{64}"]
+Time = Annotated[str, r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"]
+BlobName = Annotated[str, r"sha256:[0-9a-f]{64}"]
+Name = Annotated[str, r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"]
+
+Verdict = Literal["PASS", "FAIL"]
+Role = Literal["A", "B", "P"]
+GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok"]
+RequestStatus = Literal["ok", "failed", "timeout", "cancelled", "censored"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlobRef:
+    """``{"blob": "sha256:<hex>", "size": n, "media_type": "..."}`` (SPEC 3.5)."""
+
+    blob: BlobName
+    size: int
+    media_type: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowPayload:
+    """Members every window event carries."""
+
+    window: Name
+    plan_sha256: Sha256
+
+
+# ---------------------------------------------------------------------- registration and gates
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowRegistered(WindowPayload):
+    plan: dict[str, Any]
+    source: BlobRef | None = None
+    family_files: dict[str, BlobRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateResult(WindowPayload):
+    gate: GateName
+    verdict: Verdict
+    evidence: dict[str, Any]
+    summary: str = ""
+    commit: Commit | None = None
+    start: Name | None = None
+    receipt: BlobRef | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowAdmitted(WindowPayload):
+    commit: Commit
+    gates: dict[str, int]
+    under_marker: bool = False
+
+
+# ---------------------------------------------------------------------- HOLD, production, hosts
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldOpened(WindowPayload):
+    owner: Name
+    hosts: list[str] = field(default_factory=list)
+    allow_unreachable: list[str] = field(default_factory=list)
+    from_marker: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldClosed(WindowPayload):
+    owner: Name
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductionSnapshot(WindowPayload):
+    sha256: Sha256
+    source: Literal["drain", "marker", "capture"]
+    identity: dict[str, Any] = field(default_factory=dict)
+    blob: BlobRef | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductionState(WindowPayload):
+    state: Literal["up", "down"]
+    proof: dict[str, Any]
+    host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostAction(WindowPayload):
+    """One half of a host action; ``action_id`` pairs ``started`` with ``finished``."""
+
+    host: str
+    action: str
+    phase: Literal["started", "finished"]
+    action_id: str
+    exit_code: int | None = None
+    output: BlobRef | None = None
+    ok: bool | None = None
+    duration_s: float | None = None
+    command: str | None = None
+    probe_of: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if self.phase == "started":
+            for name in ("exit_code", "ok", "duration_s", "output"):
+                if getattr(self, name) is not None:
+                    problems.append((name, "belongs to the finished half of the action"))
+        else:
+            if self.ok is None:
+                problems.append(("ok", "required when phase is finished"))
+            if self.duration_s is None:
+                problems.append(("duration_s", "required when phase is finished"))
+        return problems
+
+
+# ---------------------------------------------------------------------- starts and waves
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartBegan(WindowPayload):
+    start: Name
+    role: Role
+    clock_cap_mhz: int | None
+    spec_config_sha256: Sha256
+    spec_config: dict[str, Any] | None = None
+    config_digest: Sha256 | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    log: BlobRef | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmupDone(WindowPayload):
+    start: Name
+    cold_ttft_s: float | None
+    warm_ttft_s: float | None
+    requests: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartEnded(WindowPayload):
+    start: Name
+    role: Role
+    ok: bool = True
+    truncated: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counters:
+    rounds: int | None
+    accepted: int | None
+    draft_tokens: int | None
+    accepted_per_pos: list[int] | None
+    decode_s: float | None
+    generation_tokens: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkIntervals:
+    p50: float
+    p95: float
+    p99: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientFigures:
+    requests: int
+    ok: int
+    failed: int
+    timed_out: int
+    cancelled: int
+    censored: int
+    delivered_tokens: int
+    tokens_after_first: int
+    decode_s: float
+    decode_tps: float | None
+    ttft_s: list[float]
+    chunk_interval_ms: ChunkIntervals | None
+    tokens_per_chunk: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRecord:
+    index: int
+    prompt_id: str
+    status: RequestStatus
+    delivered_tokens: int
+    decode_s: float | None
+    ttft_s: float | None
+    round_ms_p95: float | None
+    finish_reason: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaveMeasured(WindowPayload):
+    """One wave (start x cell x wave), exactly as .notes/CONTRACTS.md fixes it."""
+
+    start: Name
+    cell: Name
+    repeat: int
+    wave: int
+    family: Name
+    seed: int
+    max_tokens: int
+    concurrency: int
+    started_at: Time
+    ended_at: Time
+    counters: Counters
+    counters_missing: list[str]
+    complete: bool
+    incomplete_reasons: list[str]
+    client: ClientFigures
+    requests: list[RequestRecord]
+    records: BlobRef
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        c = self.client
+        if c.requests != len(self.requests):
+            problems.append(("client.requests", f"{c.requests} but {len(self.requests)} request records"))
+        if c.ok + c.failed + c.timed_out + c.cancelled + c.censored != c.requests:
+            problems.append(("client", "ok + failed + timed_out + cancelled + censored != requests"))
+        if self.ended_at < self.started_at:
+            problems.append(("ended_at", "before started_at"))
+        return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThermalEvent(WindowPayload):
+    host: str
+    kind: Literal["dial_back", "recovered"]
+    clock_cap_mhz: int | None = None
+    at: Time | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasurementEnded(WindowPayload):
+    reason: Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed"]
+    waves: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetDecision(WindowPayload):
+    """A decision of the budget clock, with its reason (issue 7)."""
+
+    action: Literal["stop_admitting", "truncate_block", "begin_restore"]
+    reason: str
+    elapsed_min: float
+    limit_min: float
+    start: Name | None = None
+    cell: Name | None = None
+
+
+# ---------------------------------------------------------------------- endings and chain
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placeholder(WindowPayload):
+    host: str
+    proof: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainMarkerSet(WindowPayload):
+    production_snapshot_sha256: Sha256
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainMarkerCleared(WindowPayload):
+    production_snapshot_sha256: Sha256 | None = None
+    watch_seq: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainAborted(WindowPayload):
+    reason: str
+    marker_window: Name | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreFinished(WindowPayload):
+    status: Literal["ok", "failed"]
+    attempts: int = 1
+    production_snapshot_sha256: Sha256 | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchResult(WindowPayload):
+    verdict: Verdict
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowInterrupted(WindowPayload):
+    reason: Literal["signal", "crash", "abort"]
+    signal: str | None = None
+    phase: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowClosed(WindowPayload):
+    ending: Literal["restored", "chained", "aborted"]
+    summary: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionRecorded(WindowPayload):
+    rule: Literal["win2-v1", "pp3-v1"]
+    params: dict[str, Any]
+    inputs_digest: Sha256
+    input: dict[str, Any]
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveControlStart(WindowPayload):
+    """A finished control start, for the archive's day-to-day spread (stream ``archive``)."""
+
+    start: Name
+    role: Role
+    cell: Name
+    max_tokens: int
+    commit: Commit
+    clock_cap_mhz: int | None
+    figures: dict[str, Any]

@@ -1,0 +1,408 @@
+"""A window's registered plan (SPEC 5.1): frozen values, the wave schedule, its digest.
+
+A plan is written as TOML (``docs/plan.md``), validated by ``runner.plan_schema`` and
+held as a frozen ``Plan``. Its JSON form (``Plan.to_json()``) is what
+``window.registered`` carries; ``plan_sha256`` is the SHA-256 of that form's JCS bytes.
+``Plan.from_json`` reads the JSON form back (through the same validator), so the
+registered plan and the file agree member for member.
+
+Everything window execution needs is here: arms and their declared configs, starts in
+order, cells, families with their frozen prompt orders, the wave schedule
+(``Plan.waves``: start x cell x wave with repeat, family, seed 42+wave and prompt ids),
+sampling, deadlines, decision parameters (SPEC defaults), the time budget, the
+required gates, the expected production clock cap, the chain mode and the
+qualification carry lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from ledger.canonical import canonical
+
+__all__ = [
+    "CHAIN_MODES",
+    "CONTEXTS",
+    "CONTROL_ROLE",
+    "GATES",
+    "MODES",
+    "PP3_DEFAULTS",
+    "PROTOCOLS",
+    "STAGE_KINDS",
+    "WAVE_ORDERS",
+    "WIN2_DEFAULTS",
+    "Arm",
+    "Budget",
+    "Carry",
+    "Cell",
+    "Family",
+    "Measurement",
+    "Plan",
+    "Sampling",
+    "Stage",
+    "Start",
+    "WaveSpec",
+    "load_plan",
+    "plan_sha256",
+]
+
+Protocol = Literal["win2-v1", "pp3-v1"]
+Role = Literal["A", "B", "P"]
+ChainMode = Literal["none", "chained", "last"]
+GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok"]
+StageKind = Literal["setup", "measure", "restore", "close"]
+WaveOrder = Literal["cell-major", "repeat-major"]
+
+PROTOCOLS: tuple[str, ...] = ("win2-v1", "pp3-v1")
+MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-policy"), "pp3-v1": ("abba",)}
+CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
+ROLES: tuple[str, ...] = ("A", "B", "P")
+CHAIN_MODES: tuple[str, ...] = ("none", "chained", "last")
+GATES: tuple[str, ...] = ("qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok")
+CONTEXTS: tuple[str, ...] = ("short", "8k", "32k", "64k", "128k", "150k")
+STAGE_KINDS: tuple[str, ...] = ("setup", "measure", "restore", "close")
+WAVE_ORDERS: tuple[str, ...] = ("cell-major", "repeat-major")
+WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
+PP3_DEFAULTS: Mapping[str, float | int] = {
+    "min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A server configuration: role A (control), B (candidate) or P (production policy)."""
+
+    role: Role
+    name: str
+    config_digest: str
+    speculative: dict[str, Any]
+    sim: dict[str, Any]
+    description: str = ""
+
+    @cached_property
+    def speculative_sha256(self) -> str:
+        """SHA-256 of the JCS of the declared speculative config."""
+        return hashlib.sha256(canonical(self.speculative)).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role, "name": self.name, "config_digest": self.config_digest,
+            "speculative": self.speculative, "sim": self.sim, "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class Start:
+    """One engine session of one arm, in registered order (``s1``/``s2``/``s3`` or ``A1``...)."""
+
+    id: str
+    role: Role
+    greedy_check: bool = False
+
+    @property
+    def label(self) -> str:
+        """``s1-P`` for win2 starts, the block id (``A1``) when it already names the role."""
+        return self.id if self.id.startswith(self.role) else f"{self.id}-{self.role}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "arm": self.role, "greedy_check": self.greedy_check}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A context/batch condition; ``decision`` cells feed the verdict."""
+
+    name: str
+    context: str
+    concurrency: int
+    decision: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "context": self.context, "concurrency": self.concurrency,
+                "decision": self.decision}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A source family: its prompts file, the file's sha256, frozen prompt orders per context."""
+
+    name: str
+    prompts: str
+    sha256: str
+    orders: dict[str, tuple[str, ...]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "prompts": self.prompts, "sha256": self.sha256,
+                "orders": {ctx: list(ids) for ctx, ids in self.orders.items()}}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    ignore_eos: bool = True
+    seed_base: int = 42
+    priority: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "ignore_eos": self.ignore_eos, "seed_base": self.seed_base, "priority": self.priority}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    repeats: int
+    order: WaveOrder = "cell-major"
+    rotate_families: bool = False
+    request_deadline_s: float = 120.0
+    wave_deadline_s: float = 600.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repeats": self.repeats, "order": self.order, "rotate_families": self.rotate_families,
+                "request_deadline_s": self.request_deadline_s, "wave_deadline_s": self.wave_deadline_s}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A budget stage. ``reserve`` stages take their length from the budget's pair reserve."""
+
+    name: str
+    kind: StageKind
+    minutes: float | None
+    start: str | None = None
+    reserve: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "minutes": self.minutes, "start": self.start,
+                "reserve": self.reserve}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The registered time budget; minutes are elapsed from the window's first host action."""
+
+    stages: tuple[Stage, ...]
+    hard_ceiling_min: float
+    measurement_end_limit_min: float
+    stop_admitting_min: float
+    restore_reserve_min: float
+    per_block_limit_min: float | None = None
+    pair_reserve_s: float | None = None
+    dry_bound_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hard_ceiling_min": self.hard_ceiling_min,
+            "measurement_end_limit_min": self.measurement_end_limit_min,
+            "stop_admitting_min": self.stop_admitting_min,
+            "restore_reserve_min": self.restore_reserve_min,
+            "per_block_limit_min": self.per_block_limit_min,
+            "pair_reserve_s": self.pair_reserve_s,
+            "dry_bound_s": self.dry_bound_s,
+            "stages": [stage.to_json() for stage in self.stages],
+        }
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What a qualified admission carries to HEAD: files, path prefixes, AST units."""
+
+    files: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    units: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": list(self.files), "prefixes": list(self.prefixes), "units": list(self.units)}
+
+
+@dataclass(frozen=True)
+class WaveSpec:
+    """One planned wave: what ``wave.measured`` for (start, cell, wave) must say."""
+
+    index: int
+    start: str
+    role: Role
+    cell: str
+    repeat: int
+    wave: int
+    family: str
+    seed: int
+    prompt_ids: tuple[str, ...]
+    concurrency: int
+    max_tokens: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.start, self.cell, self.wave)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan. Build it with ``load_plan`` or ``Plan.from_json``."""
+
+    window_id: str
+    protocol: Protocol
+    mode: str
+    commit: str
+    chain: ChainMode
+    production_clock_cap_mhz: int
+    sampling: Sampling
+    arms: tuple[Arm, ...]
+    starts: tuple[Start, ...]
+    cells: tuple[Cell, ...]
+    families: tuple[Family, ...]
+    measurement: Measurement
+    decision: dict[str, float | int]
+    budget: Budget
+    required_gates: tuple[GateName, ...]
+    qualification: Carry = field(default_factory=Carry)
+    description: str = ""
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as registered (every default filled in)."""
+        return {
+            "window_id": self.window_id,
+            "protocol": self.protocol,
+            "mode": self.mode,
+            "commit": self.commit,
+            "chain": self.chain,
+            "description": self.description,
+            "production_clock_cap_mhz": self.production_clock_cap_mhz,
+            "sampling": self.sampling.to_json(),
+            "arms": [arm.to_json() for arm in self.arms],
+            "starts": [start.to_json() for start in self.starts],
+            "cells": [cell.to_json() for cell in self.cells],
+            "families": [family.to_json() for family in self.families],
+            "measurement": self.measurement.to_json(),
+            "decision": dict(self.decision),
+            "budget": self.budget.to_json(),
+            "gates": {"required": list(self.required_gates)},
+            "qualification": self.qualification.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, path: str = "plan") -> Plan:
+        """Read a registered plan back (no file access)."""
+        from .plan_schema import parse_plan
+
+        return parse_plan(data, path=path)
+
+    @cached_property
+    def sha256(self) -> str:
+        return plan_sha256(self.to_json())
+
+    # ------------------------------------------------------------------ lookups
+
+    def arm(self, role: str) -> Arm:
+        for arm in self.arms:
+            if arm.role == role:
+                return arm
+        raise KeyError(role)
+
+    def start(self, start_id: str) -> Start:
+        for start in self.starts:
+            if start.id == start_id:
+                return start
+        raise KeyError(start_id)
+
+    def cell(self, name: str) -> Cell:
+        for cell in self.cells:
+            if cell.name == name:
+                return cell
+        raise KeyError(name)
+
+    def family(self, name: str) -> Family:
+        for family in self.families:
+            if family.name == name:
+                return family
+        raise KeyError(name)
+
+    @property
+    def start_ids(self) -> tuple[str, ...]:
+        return tuple(start.id for start in self.starts)
+
+    @property
+    def decision_cells(self) -> tuple[str, ...]:
+        return tuple(cell.name for cell in self.cells if cell.decision)
+
+    @property
+    def control_role(self) -> str:
+        return CONTROL_ROLE[self.mode]
+
+    @property
+    def decision_params(self) -> dict[str, float | int]:
+        """The rule's ``params`` exactly as the decision input takes them (issue 5)."""
+        return dict(self.decision)
+
+    # ------------------------------------------------------------------ schedule
+
+    def _families_for(self, cell_index: int) -> tuple[Family, ...]:
+        families = self.families
+        if self.measurement.rotate_families and families:
+            shift = cell_index % len(families)
+            families = families[shift:] + families[:shift]
+        return families
+
+    @cached_property
+    def waves(self) -> tuple[WaveSpec, ...]:
+        """Every planned wave in execution order (starts in order; within a start per ``order``).
+
+        Wave numbers run 1..repeats x families per (start, cell): wave = (repeat-1) x F + i + 1
+        for the i-th family of that cell; seed = seed_base + wave, the same for every start.
+        """
+        per_start: list[tuple[Cell, int, int, Family]] = []
+        count = len(self.families)
+        repeats = range(1, self.measurement.repeats + 1)
+        cells = list(enumerate(self.cells))
+        if self.measurement.order == "cell-major":
+            for ci, cell in cells:
+                for repeat in repeats:
+                    for fi, family in enumerate(self._families_for(ci)):
+                        per_start.append((cell, repeat, (repeat - 1) * count + fi + 1, family))
+        else:
+            for repeat in repeats:
+                for ci, cell in cells:
+                    for fi, family in enumerate(self._families_for(ci)):
+                        per_start.append((cell, repeat, (repeat - 1) * count + fi + 1, family))
+        out: list[WaveSpec] = []
+        for start in self.starts:
+            for cell, repeat, wave, family in per_start:
+                out.append(WaveSpec(
+                    index=len(out), start=start.id, role=start.role, cell=cell.name, repeat=repeat,
+                    wave=wave, family=family.name, seed=self.sampling.seed_base + wave,
+                    prompt_ids=family.orders.get(cell.context, ()), concurrency=cell.concurrency,
+                    max_tokens=self.sampling.max_tokens,
+                ))
+        return tuple(out)
+
+    def waves_of(self, start_id: str) -> tuple[WaveSpec, ...]:
+        return tuple(w for w in self.waves if w.start == start_id)
+
+    @cached_property
+    def wave_index(self) -> dict[tuple[str, str, int], WaveSpec]:
+        """(start, cell, wave) -> planned wave."""
+        return {w.key: w for w in self.waves}
+
+
+def plan_sha256(plan_json: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the JCS bytes of a plan's JSON form."""
+    return hashlib.sha256(canonical(dict(plan_json), "plan")).hexdigest()
+
+
+def load_plan(path: Path | str, *, overrides: Mapping[str, Any] | None = None) -> Plan:
+    """Read, validate and freeze a TOML plan; family files are checked against their sha256.
+
+    ``overrides`` replaces top-level members before validation (e.g. ``commit`` or
+    ``window_id`` when a demo registers an example under its own repository's HEAD).
+    """
+    from .plan_schema import read_plan_file
+
+    return read_plan_file(Path(path), overrides=overrides).plan

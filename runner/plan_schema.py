@@ -1,0 +1,406 @@
+"""Validation of a plan document (TOML file or registered JSON) into a frozen ``Plan``.
+
+Every refusal is a ``FieldError`` naming the member (``plan.cells[1].context: expected
+one of short, 8k, 32k, 64k, 128k, 150k, got '33k'``); array indexes are 0-based. The
+rules are listed in ``docs/plan.md``; each has a test in ``tests/runner/test_plan.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, cast
+
+from ledger.errors import FormatError
+
+from .fields import FieldError, Fields
+from .plan import (
+    CHAIN_MODES,
+    CONTEXTS,
+    CONTROL_ROLE,
+    GATES,
+    MODES,
+    PP3_DEFAULTS,
+    PROTOCOLS,
+    ROLES,
+    STAGE_KINDS,
+    WAVE_ORDERS,
+    WIN2_DEFAULTS,
+    Arm,
+    Budget,
+    Carry,
+    Cell,
+    Family,
+    Measurement,
+    Plan,
+    Sampling,
+    Stage,
+    Start,
+)
+
+__all__ = ["LoadedPlan", "parse_plan", "read_family_file", "read_plan_file"]
+
+WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+UNIT = re.compile(r"[^:\s]+\.py:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+PP3_BLOCKS = (("A1", "A"), ("B1", "B"), ("B2", "B"), ("A2", "A"))
+
+
+def _relative_path(fields: Fields, key: str, value: str, index: int | None = None) -> None:
+    where = fields.at(key) + ("" if index is None else f"[{index}]")
+    parts = PurePosixPath(value).parts
+    if not value or value.startswith("/") or ".." in parts or "\\" in value:
+        raise FieldError(where, f"{value!r} must be a relative path inside the repository (no '..')")
+
+
+def _sampling(f: Fields, protocol: str) -> Sampling:
+    temperature = f.number("temperature", 1.0)
+    if temperature != 1.0:
+        raise f.fail("temperature", f"{protocol} measures at T=1 (got {temperature:g})")
+    top_p = f.number("top_p", 1.0)
+    if top_p != 1.0:
+        raise f.fail("top_p", f"{protocol} measures at top_p=1 (got {top_p:g})")
+    max_tokens = f.integer("max_tokens", 512, low=1, high=1 << 20)
+    ignore_eos = f.boolean("ignore_eos", True)
+    if protocol == "win2-v1" and not ignore_eos:
+        raise f.fail("ignore_eos", "win2-v1 forces the length (max_tokens with ignore_eos = true)")
+    seed_base = f.integer("seed_base", 42, low=0, high=2**31)
+    priority = f.integer("priority", 0, low=-(2**31), high=2**31 - 1)
+    f.done()
+    return Sampling(temperature, top_p, max_tokens, ignore_eos, seed_base, priority)
+
+
+def _arms(f: Fields, protocol: str, mode: str) -> tuple[Arm, ...]:
+    needed = {CONTROL_ROLE[mode], "B"}
+    arms: list[Arm] = []
+    for t in f.tables("arms"):
+        role = t.string("role", choices=ROLES)
+        if role in {a.role for a in arms}:
+            raise t.fail("role", f"arm {role} is declared twice")
+        if role not in needed:
+            expected = ", ".join(sorted(needed))
+            raise t.fail("role", f"{role} is not an arm of {protocol} mode {mode} (expected {expected})")
+        arm = Arm(
+            role=role,
+            name=t.string("name", role, pattern=NAME, what="a name (letters, digits, . _ -)"),
+            config_digest=t.string("config_digest", pattern=SHA256, what="a sha256 (64 lowercase hex)"),
+            speculative=t.json("speculative"),
+            sim=t.json("sim", {}),
+            description=t.string("description", ""),
+        )
+        if not isinstance(arm.speculative, dict) or not arm.speculative:
+            raise t.fail("speculative", "expected a non-empty table (the arm's declared speculative config)")
+        if not isinstance(arm.sim, dict):
+            raise t.fail("sim", "expected a table")
+        t.done()
+        arms.append(arm)
+    missing = needed - {a.role for a in arms}
+    if missing:
+        raise f.fail("arms", f"{protocol} mode {mode} needs arm(s) {', '.join(sorted(missing))}")
+    return tuple(arms)
+
+
+def _starts(f: Fields, protocol: str, mode: str, roles: set[str]) -> tuple[Start, ...]:
+    starts: list[Start] = []
+    for t in f.tables("starts"):
+        start_id = t.string("id", pattern=NAME, what="a start id (letters, digits, . _ -)")
+        if start_id in {s.id for s in starts}:
+            raise t.fail("id", f"start {start_id} appears twice")
+        role = t.string("arm", choices=sorted(roles))
+        starts.append(Start(start_id, cast(Any, role), t.boolean("greedy_check", False)))
+        t.done()
+    got = ", ".join(f"{s.id}:{s.role}" for s in starts) or "none"
+    if protocol == "win2-v1":
+        control = CONTROL_ROLE[mode]
+        if [s.role for s in starts] != [control, "B", control]:
+            raise f.fail("starts", f"win2-v1 mode {mode} expects three starts {control}, B, {control} "
+                                   f"(control, candidate, control); got {got}")
+    else:
+        if [(s.id, s.role) for s in starts] != list(PP3_BLOCKS):
+            raise f.fail("starts", f"pp3-v1 expects blocks A1:A, B1:B, B2:B, A2:A in this order; got {got}")
+    return tuple(starts)
+
+
+def _cells(f: Fields) -> tuple[Cell, ...]:
+    cells: list[Cell] = []
+    for t in f.tables("cells"):
+        name = t.string("name", pattern=NAME, what="a cell name (letters, digits, . _ -)")
+        if name in {c.name for c in cells}:
+            raise t.fail("name", f"cell {name} appears twice")
+        cells.append(Cell(name, t.string("context", choices=CONTEXTS), t.integer("concurrency", 1, low=1, high=1024),
+                          t.boolean("decision", True)))
+        t.done()
+    if not cells:
+        raise f.fail("cells", "at least one cell is needed")
+    if not any(c.decision for c in cells):
+        raise f.fail("cells", "no decision cell (set decision = true on at least one)")
+    return tuple(cells)
+
+
+def _families(f: Fields, cells: tuple[Cell, ...]) -> tuple[Family, ...]:
+    families: list[Family] = []
+    for t in f.tables("families"):
+        name = t.string("name", pattern=NAME, what="a family name (letters, digits, . _ -)")
+        if name in {x.name for x in families}:
+            raise t.fail("name", f"family {name} appears twice")
+        prompts = t.string("prompts")
+        _relative_path(t, "prompts", prompts)
+        sha = t.string("sha256", pattern=SHA256, what="a sha256 (64 lowercase hex)")
+        orders_t = t.table("orders", required=True)
+        orders: dict[str, tuple[str, ...]] = {}
+        for context in orders_t.data:
+            if context not in CONTEXTS:
+                raise orders_t.fail(context, f"expected a context, one of {', '.join(CONTEXTS)}")
+            ids = orders_t.strings(context, pattern=NAME, what="a prompt id")
+            if not ids:
+                raise orders_t.fail(context, "a frozen order needs at least one prompt id")
+            orders[context] = ids
+        for cell in cells:
+            if cell.context not in orders:
+                raise t.fail("orders", f"no frozen order for context {cell.context} (cell {cell.name})")
+        t.done()
+        families.append(Family(name, prompts, sha, orders))
+    if not families:
+        raise f.fail("families", "at least one source family is needed")
+    return tuple(families)
+
+
+def _measurement(f: Fields, protocol: str) -> Measurement:
+    repeats = f.integer("repeats", low=1, high=100)
+    if protocol == "win2-v1" and repeats < 2:
+        raise f.fail("repeats", "win2-v1 needs at least 2 repeats (the paired-t interval needs n-1 >= 1)")
+    if protocol == "pp3-v1" and repeats != 1:
+        raise f.fail("repeats", "pp3-v1 runs each block once (repeats = 1)")
+    m = Measurement(
+        repeats=repeats,
+        order=f.string("order", "cell-major", choices=WAVE_ORDERS),
+        rotate_families=f.boolean("rotate_families", False),
+        request_deadline_s=f.number("request_deadline_s", 120.0, low=0.0, low_open=True),
+        wave_deadline_s=f.number("wave_deadline_s", 600.0, low=0.0, low_open=True),
+    )
+    if m.wave_deadline_s < m.request_deadline_s:
+        raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
+    f.done()
+    return m
+
+
+def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int]:
+    params: dict[str, float | int] = {}
+    if protocol == "win2-v1":
+        params["bar"] = f.number("bar", WIN2_DEFAULTS["bar"], low=0.0, high=1.0, high_open=True)
+        params["confidence"] = f.number("confidence", WIN2_DEFAULTS["confidence"], low=0.0, high=1.0,
+                                        low_open=True, high_open=True)
+        params["guard_min_repeats"] = f.integer("guard_min_repeats", WIN2_DEFAULTS["guard_min_repeats"], low=1)
+        if params["guard_min_repeats"] > repeats:
+            raise f.fail("guard_min_repeats", f"more than the {repeats} registered repeats")
+    else:
+        params["min_gain"] = f.number("min_gain", PP3_DEFAULTS["min_gain"], low=0.0)
+        params["bootstrap"] = f.integer("bootstrap", PP3_DEFAULTS["bootstrap"], low=100, high=1_000_000)
+        params["seed"] = f.integer("seed", PP3_DEFAULTS["seed"], low=0, high=2**53 - 1)
+        params["interval"] = f.number("interval", PP3_DEFAULTS["interval"], low=0.0, high=1.0,
+                                      low_open=True, high_open=True)
+        params["max_regression"] = f.number("max_regression", PP3_DEFAULTS["max_regression"], low=0.0)
+    f.done()
+    return params
+
+
+def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
+    hard = f.number("hard_ceiling_min", low=0.0, low_open=True)
+    reserve = f.number("restore_reserve_min", low=0.0)
+    if reserve >= hard:
+        raise f.fail("restore_reserve_min", f"must be below the hard ceiling ({hard:g} min)")
+    mend = f.number("measurement_end_limit_min", hard - reserve, low=0.0, low_open=True)
+    if mend > hard:
+        raise f.fail("measurement_end_limit_min", f"after the hard ceiling ({hard:g} min)")
+    stop = f.number("stop_admitting_min", mend, low=0.0, low_open=True)
+    if stop > mend:
+        raise f.fail("stop_admitting_min", f"after the measurement-end limit ({mend:g} min)")
+    per_block = f.number("per_block_limit_min", None, low=0.0, low_open=True)
+    pair = f.number("pair_reserve_s", None, low=0.0)
+    dry = f.number("dry_bound_s", None, low=0.0)
+    if dry is not None and pair is None:
+        raise f.fail("dry_bound_s", "a dry bound needs pair_reserve_s (the estimated reserve it bounds)")
+    if dry is not None and pair is not None and dry < pair:
+        raise f.fail("dry_bound_s", f"below the estimated pair reserve ({pair:g} s)")
+    stages: list[Stage] = []
+    start_ids = [s.id for s in starts]
+    last_kind = 0
+    for t in f.tables("stages"):
+        name = t.string("name")
+        kind = t.string("kind", choices=STAGE_KINDS)
+        rank = STAGE_KINDS.index(kind)
+        if rank < last_kind:
+            raise t.fail("kind", f"a {kind} stage cannot follow a {STAGE_KINDS[last_kind]} stage "
+                                 f"(order: {', '.join(STAGE_KINDS)})")
+        last_kind = rank
+        is_reserve = t.boolean("reserve", False)
+        if is_reserve:
+            if t.has("minutes"):
+                raise t.fail("minutes", "a reserve stage takes its length from budget.pair_reserve_s")
+            if pair is None:
+                raise t.fail("reserve", "a reserve stage needs budget.pair_reserve_s")
+            if any(s.reserve for s in stages):
+                raise t.fail("reserve", "only one reserve stage is allowed")
+            minutes = None
+        else:
+            minutes = t.number("minutes", low=0.0, low_open=True)
+        start = t.string("start", None, choices=start_ids)
+        t.done()
+        stages.append(Stage(name, cast(Any, kind), minutes, start, is_reserve))
+    if not stages:
+        raise f.fail("stages", "at least one stage is needed")
+    if not any(s.kind == "measure" for s in stages):
+        raise f.fail("stages", "no measure stage")
+    if pair is not None and not any(s.reserve for s in stages):
+        raise f.fail("pair_reserve_s", "declared but no stage has reserve = true")
+    f.done()
+    return Budget(tuple(stages), hard, mend, stop, reserve, per_block, pair, dry)
+
+
+def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
+    files = f.strings("files", ())
+    for i, value in enumerate(files):
+        _relative_path(f, "files", value, i)
+    prefixes = f.strings("prefixes", ())
+    for i, value in enumerate(prefixes):
+        _relative_path(f, "prefixes", value, i)
+    units = f.strings("units", (), pattern=UNIT, what="a unit path.py:Qualified.name")
+    f.done()
+    if "qualification" in required and not (files or prefixes or units):
+        raise FieldError(f.path, "the qualification gate is required but nothing is carried "
+                                 "(list files, prefixes or units)")
+    return Carry(files, prefixes, units)
+
+
+def parse_plan(data: Any, *, path: str = "plan") -> Plan:
+    """Validate a plan document (parsed TOML or the registered JSON) into a ``Plan``."""
+    f = Fields(data, path)
+    window_id = f.string("window_id", pattern=WINDOW_ID, what="a window id (letters, digits, . _ -; at most 100)")
+    protocol = f.string("protocol", choices=PROTOCOLS)
+    mode = f.string("mode", choices=MODES[protocol])
+    commit = f.string("commit", pattern=COMMIT, what="a full commit id (40 or 64 lowercase hex)")
+    chain = f.string("chain", "none", choices=CHAIN_MODES)
+    description = f.string("description", "")
+    cap = f.integer("production_clock_cap_mhz", low=1, high=100_000)
+    sampling = _sampling(f.table("sampling"), protocol)
+    arms = _arms(f, protocol, mode)
+    starts = _starts(f, protocol, mode, {a.role for a in arms})
+    cells = _cells(f)
+    families = _families(f, cells)
+    measurement = _measurement(f.table("measurement", required=True), protocol)
+    decision = _decision(f.table("decision"), protocol, measurement.repeats)
+    budget = _budget(f.table("budget", required=True), starts)
+    gates = f.table("gates", required=True)
+    required = gates.strings("required", choices=GATES)
+    if not required:
+        raise gates.fail("required", "an empty list of required gates is refused (fail closed)")
+    gates.done()
+    carry = _carry(f.table("qualification"), required)
+    f.done()
+    return Plan(
+        window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
+        production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
+        families=families, measurement=measurement, decision=decision, budget=budget,
+        required_gates=cast(Any, required), qualification=carry, description=description,
+    )
+
+
+# ---------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    context: str
+    line: int
+
+
+def read_family_file(data: bytes, where: str) -> dict[str, Prompt]:
+    """Parse a family file (JSONL: one object per line with ``id``, ``context``, ``prompt``)."""
+    prompts: dict[str, Prompt] = {}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FieldError(where, "the prompts file is not UTF-8") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FieldError(where, f"line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise FieldError(where, f"line {number}: expected a JSON object")
+        pid, context, prompt = obj.get("id"), obj.get("context"), obj.get("prompt", obj.get("messages"))
+        if not isinstance(pid, str) or not NAME.fullmatch(pid):
+            raise FieldError(where, f"line {number}: id must be a prompt id string")
+        if context not in CONTEXTS:
+            raise FieldError(where, f"line {number}: context must be one of {', '.join(CONTEXTS)}")
+        if not isinstance(prompt, str | list) or not prompt:
+            raise FieldError(where, f"line {number}: needs a non-empty prompt (or messages)")
+        if pid in prompts:
+            raise FieldError(where, f"line {number}: prompt id {pid!r} appears twice")
+        prompts[pid] = Prompt(pid, str(context), number)
+    return prompts
+
+
+def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, bytes]:
+    """Check every family file against the plan (sha256, ids, contexts); return their bytes."""
+    out: dict[str, bytes] = {}
+    for index, family in enumerate(plan.families):
+        where = f"{path}.families[{index}]"
+        file = base / family.prompts
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise FieldError(f"{where}.prompts", f"cannot read {file}: {exc.strerror or exc}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != family.sha256:
+            raise FieldError(f"{where}.sha256", f"does not match {family.prompts} (the file has {digest})")
+        prompts = read_family_file(data, f"{where}.prompts")
+        for context, ids in family.orders.items():
+            for i, pid in enumerate(ids):
+                prompt = prompts.get(pid)
+                if prompt is None:
+                    raise FieldError(f"{where}.orders.{context}[{i}]", f"prompt {pid!r} is not in {family.prompts}")
+                if prompt.context != context:
+                    raise FieldError(f"{where}.orders.{context}[{i}]",
+                                     f"prompt {pid!r} has context {prompt.context}, not {context}")
+        out[family.name] = data
+    return out
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    """A plan read from a file: the plan, the file's bytes and its family files' bytes."""
+
+    plan: Plan
+    path: Path
+    source: bytes
+    family_files: Mapping[str, bytes]
+
+
+def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) -> LoadedPlan:
+    """Read a TOML plan, apply top-level ``overrides``, validate it and check its family files."""
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise FormatError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(source.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FormatError(f"{path}: not UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(f"{path}: not valid TOML: {exc}") from None
+    for key, value in (overrides or {}).items():
+        data[key] = value
+    plan = parse_plan(data)
+    family_files = check_family_files(plan, path.parent)
+    return LoadedPlan(plan, path, source, family_files)

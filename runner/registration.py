@@ -1,0 +1,82 @@
+"""Registering a plan (``window.registered``) and reading a registered plan back.
+
+The plan's JSON form and its ``plan_sha256`` go into the payload; the TOML source and
+the family files travel as blobs (their digests are in the payload and in the plan), so
+a window can be re-run or audited from the ledger alone. A window id is registered at
+most once: the same plan again is a no-op, a different plan is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ledger.errors import PolicyError
+
+from .catalogue import WINDOW_STREAM_PREFIX, append_window_event
+from .plan import Plan
+from .plan_schema import LoadedPlan
+
+if TYPE_CHECKING:
+    from ledger.event import Event
+    from ledger.keys import Signer
+    from ledger.store import Ledger
+
+__all__ = ["Registration", "register_plan", "registered", "registered_plan"]
+
+PLAN_MEDIA_TYPE = "application/toml"
+FAMILY_MEDIA_TYPE = "application/x-ndjson"
+
+
+@dataclass(frozen=True)
+class Registration:
+    window: str
+    plan_sha256: str
+    plan: Plan
+    seq: int
+    already: bool = False
+
+
+def registered(ledger: Ledger, window: str) -> Registration | None:
+    """The window's registration (its first ``window.registered``), or None."""
+    for event in ledger.events(stream=WINDOW_STREAM_PREFIX + window, types=["window.registered"]):
+        payload = event.payload
+        plan = Plan.from_json(payload["plan"], path=f"seq {event.seq} plan")
+        return Registration(window, payload["plan_sha256"], plan, event.seq, already=True)
+    return None
+
+
+def registered_plan(ledger: Ledger, window: str) -> Registration:
+    """Like ``registered`` but refuses an unknown window (``PolicyError``)."""
+    reg = registered(ledger, window)
+    if reg is None:
+        raise PolicyError(f"window {window} is not registered (run `tally window register PLAN.toml`)")
+    return reg
+
+
+def register_plan(ledger: Ledger, signer: Signer, loaded: LoadedPlan) -> Registration:
+    """Append ``window.registered``; the same plan again returns the existing registration."""
+    from ledger.store import Blob
+
+    plan = loaded.plan
+    sha = plan.sha256
+    existing = registered(ledger, plan.window_id)
+    if existing is not None:
+        if existing.plan_sha256 == sha:
+            return existing
+        raise PolicyError(
+            f"window {plan.window_id} is already registered (seq {existing.seq}) with plan "
+            f"{existing.plan_sha256[:16]}...; this plan is {sha[:16]}... — a changed plan is a new "
+            f"registration under a new window_id"
+        )
+    source = Blob(loaded.source, PLAN_MEDIA_TYPE)
+    families = {name: Blob(data, FAMILY_MEDIA_TYPE) for name, data in loaded.family_files.items()}
+    payload = {
+        "plan": plan.to_json(),
+        "source": source.ref(),
+        "family_files": {name: blob.ref() for name, blob in families.items()},
+    }
+    event: Event = append_window_event(
+        ledger, signer, plan.window_id, sha, "window.registered", payload, [source, *families.values()]
+    )
+    return Registration(plan.window_id, sha, plan, event.seq)
