@@ -28,6 +28,7 @@ import binascii
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import merkle
@@ -38,6 +39,7 @@ from .keys import KeyRing, Signer
 
 if TYPE_CHECKING:
     from .store import Ledger
+    from .verify import VerifyStart
 
 __all__ = [
     "LOG_ROLES",
@@ -56,6 +58,7 @@ __all__ = [
     "prove_since",
     "rule8_hook",
     "sign_checkpoint",
+    "since_start",
     "stored_checkpoints",
     "verify_checkpoint",
     "verify_ledger_checkpoint",
@@ -67,6 +70,11 @@ MAX_SIZE = (1 << 63) - 1
 MAX_PROOF_HASHES = 128
 
 KeySpec = str | bytes | notes.Verifier  # a vkey, a raw 32-byte Ed25519 public key, or a parsed verifier
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's own message, without the ``seq``/``rule`` prefix ``VerificationError`` adds."""
+    return str(exc.args[0]) if exc.args else str(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +286,7 @@ def verify_ledger_checkpoint(
     try:
         verified = open_checkpoint(message, log, witnesses=witness_verifiers(keys), threshold=0, origin=origin)
     except TallyError as exc:
-        raise fail(str(exc)) from None
+        raise fail(_reason(exc)) from None
     if verified.size != size:
         raise fail(f"the note says size {verified.size}")
     if verified.root != root:
@@ -286,11 +294,28 @@ def verify_ledger_checkpoint(
     return verified
 
 
-def rule8_hook(notes: Mapping[int, str], origin: str) -> Callable[[int, merkle.Frontier, KeyRing], None]:
-    """An ``on_size`` hook for ``verify_events``: rule 8 for every stored checkpoint note."""
+def rule8_hook(
+    checkpoint_notes: Mapping[int, str], origin: str | None = None
+) -> Callable[[int, merkle.Frontier, KeyRing], None]:
+    """An ``on_size`` hook for ``verify_events``: rule 8 for every note in ``checkpoint_notes`` (size -> note).
+
+    Pass the ledger's ``origin`` (the genesis payload's): without it, the origin a note
+    names is taken, and all notes must name the same one.
+    """
+    seen: list[str] = []
 
     def hook(size: int, frontier: merkle.Frontier, ring: KeyRing) -> None:
-        verify_ledger_checkpoint(notes[size], origin=origin, keys=ring, root=frontier.root(), size=size)
+        claimed = origin
+        if claimed is None:
+            try:
+                claimed = parse_checkpoint(notes.parse_note(checkpoint_notes[size]).text).origin
+            except FormatError as exc:
+                raise VerificationError(f"checkpoint at size {size} is malformed: {exc}", seq=size, rule=8) from None
+            if seen and claimed != seen[0]:
+                raise VerificationError(f"checkpoint at size {size} names origin {claimed!r}, not {seen[0]!r}",
+                                        seq=size, rule=8)
+            seen.append(claimed)
+        verify_ledger_checkpoint(checkpoint_notes[size], origin=claimed, keys=ring, root=frontier.root(), size=size)
 
     return hook
 
@@ -461,8 +486,67 @@ def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = Non
             merkle.verify_consistency(size, current, root, ledger.root(current),
                                       ledger.consistency_proof(size, current))
     except (VerificationError, StorageError) as exc:
-        raise rewritten(str(exc)) from None
+        raise rewritten(_reason(exc)) from None
     return SincePoint(size, root, last.hash, frontier, saved_cp, current)
+
+
+def _key_ring_until(ledger: Ledger, point: SincePoint) -> KeyRing:
+    """The key ring after event ``point.size``, from key events proven to be in the saved tree.
+
+    Each key event must be included under the saved root (leaf from its stored hash),
+    hash to its hash, and be signed by a root key known (and not revoked) before it.
+    """
+    from .event import signing_message
+    from .keys import KEY_EVENT_TYPES, verify_signature
+
+    ring = KeyRing()
+    for event in ledger.events(types=sorted(KEY_EVENT_TYPES), until=point.size):
+        seq = event.seq
+        try:
+            merkle.verify_inclusion(seq - 1, point.size, merkle.hash_leaf(event.raw_hash),
+                                    ledger.inclusion_proof(seq - 1, point.size), point.root)
+        except (VerificationError, StorageError, ValueError) as exc:
+            raise VerificationError(f"history rewritten: key event {seq} is not in the saved tree ({_reason(exc)})",
+                                    seq=seq, rule=8) from None
+        if event.computed_hash() != event.hash:
+            raise VerificationError("recomputed hash differs from the stored hash", seq=seq, rule=4)
+        try:
+            if seq == 1:
+                ring.apply(1, event.type, event.payload)
+            key = ring.keys.get(event.actor)
+            if key is None or (key.revoked_at_seq is not None and key.revoked_at_seq < seq):
+                raise VerificationError(f"actor {event.actor[:16]} is not a key known at this seq", seq=seq, rule=5)
+            if not verify_signature(key.public_raw, event.raw_sig, signing_message(event.hash)):
+                raise VerificationError("signature does not verify under the actor's key", seq=seq, rule=6)
+            if "root" not in key.roles:
+                raise VerificationError(f"{event.type} signed by {key.name}, which is not a root key", seq=seq, rule=7)
+            if seq > 1:
+                ring.apply(seq, event.type, event.payload)
+        except (FormatError, ValueError) as exc:
+            raise VerificationError(f"malformed key event: {_reason(exc)}", seq=seq, rule=7) from None
+    return ring
+
+
+def since_start(ledger: Ledger, saved: str | Path, keys: Iterable[KeySpec] | None = None) -> VerifyStart:
+    """``verify --since``: where ``verify_events`` resumes after an auditor's saved checkpoint.
+
+    ``saved`` is the checkpoint note (or a path to it). Runs ``prove_since`` (raising
+    "truncated" or "rewritten" history), then rebuilds the key ring of the first
+    ``size`` events from their key events, each proven to be in the saved tree.
+    """
+    from .verify import VerifyStart
+
+    if isinstance(saved, Path):
+        try:
+            saved = saved.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FormatError(f"cannot read the saved checkpoint: {exc}") from None
+    point = prove_since(ledger, saved, keys)
+    info = ledger.info
+    if point.size == 0:
+        return VerifyStart(0, GENESIS_PREV, info.ledger_id, info.origin, KeyRing(), merkle.Frontier())
+    ring = _key_ring_until(ledger, point)
+    return VerifyStart(point.size, point.head, info.ledger_id, info.origin, ring, point.frontier)
 
 
 # ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import merkle
 from .canonical import canonical
-from .checkpoint import KeySpec, SignedCheckpoint, VerifiedCheckpoint, checkpoint_covering, open_checkpoint
+from .checkpoint import KeySpec, SignedCheckpoint, VerifiedCheckpoint, _reason, checkpoint_covering, open_checkpoint
 from .checkpoint import sign_checkpoint as _sign_checkpoint
 from .dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign_envelope, verify_envelope
 from .errors import FormatError, TallyError, VerificationError
@@ -240,7 +240,7 @@ def verify_tlog_proof(
     try:
         merkle.verify_inclusion(proof.index, verified.size, merkle.hash_leaf(leaf_data), proof.hashes, verified.root)
     except VerificationError as exc:
-        raise _fail(f"inclusion proof: {exc}") from None
+        raise _fail(f"inclusion proof: {_reason(exc)}") from None
     return verified
 
 
@@ -285,7 +285,7 @@ def verify_inclusion_record(record: Any, event_hash: str, checkpoint: Any) -> No
         merkle.verify_inclusion(seq - 1, checkpoint.size, merkle.hash_leaf(bytes.fromhex(event_hash)),
                                 [bytes.fromhex(h) for h in hashes], checkpoint.root)
     except VerificationError as exc:
-        raise VerificationError(f"not included in the checkpoint: {exc}", seq=seq, rule="proof") from None
+        raise VerificationError(f"not included in the checkpoint: {_reason(exc)}", seq=seq, rule="proof") from None
 
 
 # ---------------------------------------------------------------------------
@@ -434,7 +434,7 @@ def verify_receipt(
         checkpoint = verify_tlog_proof(proof, bytes.fromhex(event_hash), log_keys, witnesses=witnesses,
                                        threshold=threshold, origin=origin)
     except VerificationError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(_reason(exc)) from None
     event = None
     if event_text is not None:
         event = _check_event(event_text, statement, origin, seq, event_hash)
@@ -453,7 +453,7 @@ def _check_event(text: str, statement: dict[str, Any], origin: str, seq: int, ev
     try:
         expected = statement_for(event, origin)
     except FormatError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(_reason(exc)) from None
     if expected != statement:
         raise _fail("the Statement is not the one derived from the event")
     return event

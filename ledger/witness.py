@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import merkle
 from . import note as notes
-from .checkpoint import Checkpoint, ConsistencyProof, open_checkpoint, parse_checkpoint
+from .checkpoint import Checkpoint, ConsistencyProof, _reason, open_checkpoint, parse_checkpoint
 from .errors import FormatError, PolicyError, StorageError, VerificationError
 from .keys import Signer
 
@@ -212,7 +212,7 @@ class Witness:
         except VerificationError as exc:
             raise VerificationError(
                 f"fork: checkpoint size {new.size} is not consistent with size {old.size} this witness cosigned "
-                f"({exc})",
+                f"({_reason(exc)})",
                 rule="witness",
             ) from None
 
