@@ -66,7 +66,7 @@ def exit_code(error: BaseException) -> int:
 
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     """Print one line on stderr and return the ``typer.Exit`` to raise."""
-    print(f"tally: {message}", file=sys.stderr)
+    print("tally: " + " ".join(message.split()), file=sys.stderr)
     return typer.Exit(code)
 
 

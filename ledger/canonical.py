@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import rfc8785
@@ -29,51 +30,91 @@ MAX_BODY_BYTES = 1 << 20
 # points, so keys containing them go through rfc8785.
 _UTF16_SAFE_LIMIT = "\ud800"
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 _encode_fast = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 ).encode
-_encode_str = json.JSONEncoder(ensure_ascii=False).encode
+_encode_str = json.encoder.encode_basestring
 
 
 def json_string(s: str) -> str:
     """The JCS form of a JSON string (quotes included)."""
-    return _encode_str(s)
+    result: str = _encode_str(s)
+    return result
 
 
-def _walk(value: Any, path: str) -> bool:
-    """Validate ``value``; return True if the fast encoder gives JCS bytes for it."""
+class _Refused(Exception):
+    """Raised by the fast walk; the slow walk then finds and names the path."""
+
+
+def _scan(value: Any) -> bool:
+    """Validate ``value`` quickly; True if the fast encoder gives JCS bytes for it."""
     kind = type(value)
-    if kind is str:
+    if kind is str or kind is bool or value is None:
         return True
+    if kind is int:
+        if -MAX_INT <= value <= MAX_INT:
+            return True
+        raise _Refused
     if kind is dict:
         fast = True
         for key, item in value.items():
             if type(key) is not str:
-                raise PayloadError(path, f"object key {key!r} is not a string")
-            if key and max(key) >= _UTF16_SAFE_LIMIT:
+                raise _Refused
+            if not key.isascii() and max(key) >= _UTF16_SAFE_LIMIT:
                 fast = False
-            if not _walk(item, f"{path}.{key}"):
+            if not _scan(item):
                 fast = False
         return fast
     if kind is list or kind is tuple:
         fast = True
-        for index, item in enumerate(value):
-            if not _walk(item, f"{path}[{index}]"):
+        for item in value:
+            if not _scan(item):
                 fast = False
         return fast
-    if kind is int:
-        if -MAX_INT <= value <= MAX_INT:
-            return True
-        raise PayloadError(path, f"integer {value} is outside +/-(2^53-1)")
-    if kind is bool or value is None:
-        return True
     if kind is float:
+        if math.isnan(value) or math.isinf(value) or (MAX_INT < abs(value) < 1e21 and value.is_integer()):
+            raise _Refused
+        return False
+    raise _Refused
+
+
+def _key_path(path: str, key: str) -> str:
+    return path + (f".{key}" if _PLAIN_KEY.match(key) else f"[{json.dumps(key)}]")
+
+
+def _explain(value: Any, path: str) -> None:
+    """Walk again, slowly, and raise a ``PayloadError`` naming the first refused path."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise PayloadError(path, f"object key {key!r} is not a string")
+            _explain(item, _key_path(path, key))
+    elif kind is list or kind is tuple:
+        for index, item in enumerate(value):
+            _explain(item, f"{path}[{index}]")
+    elif kind is int:
+        if not -MAX_INT <= value <= MAX_INT:
+            raise PayloadError(path, f"integer {value} is outside +/-(2^53-1)")
+    elif kind is float:
         if math.isnan(value):
             raise PayloadError(path, "NaN is not allowed")
         if math.isinf(value):
             raise PayloadError(path, "Infinity is not allowed")
-        return False
-    raise PayloadError(path, f"{kind.__name__} is not a JSON value")
+        if MAX_INT < abs(value) < 1e21 and value.is_integer():
+            # JCS writes it as integer digits, which read back as an integer out of range.
+            raise PayloadError(path, f"number {value!r} reads back as an integer outside +/-(2^53-1)")
+    elif not (kind is str or kind is bool or value is None):
+        raise PayloadError(path, f"{kind.__name__} is not a JSON value")
+
+
+def _walk(value: Any, path: str) -> bool:
+    try:
+        return _scan(value)
+    except _Refused:
+        _explain(value, path)
+        raise AssertionError("the fast and slow payload walks disagree") from None
 
 
 def _encode(value: Any, fast: bool, path: str) -> bytes:

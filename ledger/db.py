@@ -9,23 +9,25 @@ with a transaction-scoped advisory lock.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from .errors import FormatError, StorageError
+from .errors import ExternalError, FormatError, StorageError
 
 __all__ = [
     "APPEND_LOCK_KEY",
     "DEFAULT_DB",
     "HEAD_REVISION",
+    "RawTx",
     "append_transaction",
+    "dbapi_errors",
     "make_engine",
     "normalise_url",
     "schema_revision",
@@ -100,21 +102,67 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
     return engine
 
 
+class RawTx:
+    """The append transaction on the raw DB-API connection (the hot path skips SQLAlchemy).
+
+    SQL is written with ``?`` placeholders and rewritten for psycopg's ``%s``.
+    """
+
+    def __init__(self, cursor: Any, qmark: bool, dialect: str) -> None:
+        self.cursor = cursor
+        self.qmark = qmark
+        self.dialect = dialect
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.qmark else sql.replace("?", "%s")
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        self.cursor.execute(self._sql(sql), params)
+        row = self.cursor.fetchone()
+        return tuple(row) if row is not None else None
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.cursor.execute(self._sql(sql), params)
+        return [tuple(row) for row in self.cursor.fetchall()]
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.cursor.execute(self._sql(sql), params)
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.cursor.executemany(self._sql(sql), rows)
+
+
 @contextmanager
-def append_transaction(engine: Engine) -> Iterator[Connection]:
+def append_transaction(engine: Engine) -> Iterator[RawTx]:
     """One transaction in which this process is the only appender to the ledger.
 
     SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock (waiting up to the busy
     timeout). PostgreSQL: a transaction-scoped advisory lock; every statement after it
-    sees what the previous holder committed (READ COMMITTED).
+    sees what the previous holder committed (READ COMMITTED). Commits on success, rolls
+    back on any exception. DB-API errors propagate as the driver raised them.
     """
-    with engine.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            conn.execution_options(sqlite_begin="IMMEDIATE")
-        with conn.begin():
-            if conn.dialect.name == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
-            yield conn
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            cursor.execute("BEGIN IMMEDIATE")
+        else:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK_KEY,))
+        yield RawTx(cursor, engine.dialect.paramstyle == "qmark", engine.dialect.name)
+        raw.commit()
+    except BaseException:
+        with suppress(Exception):  # the original error matters more
+            raw.rollback()
+        raise
+    finally:
+        raw.close()
+
+
+def dbapi_errors(engine: Engine) -> tuple[type[Exception], type[Exception], type[Exception]]:
+    """The driver's (IntegrityError, OperationalError, Error) classes."""
+    dbapi = engine.dialect.loaded_dbapi
+    return dbapi.IntegrityError, dbapi.OperationalError, dbapi.Error
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -125,6 +173,8 @@ def schema_revision(engine: Engine) -> str | None:
                 return None
             row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
             return row[0] if row else None
+    except OperationalError as exc:
+        raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
     except SQLAlchemyError as exc:
         raise StorageError(f"cannot open the database: {_first_line(exc)}") from None
 

@@ -53,17 +53,15 @@ def body_bytes(
     v: int = 1,
 ) -> bytes:
     """JCS bytes of an event body, the payload given as its JCS text."""
-    return (
-        '{"actor":' + json_string(actor)
-        + ',"ledger":' + json_string(ledger)
-        + ',"payload":' + payload_json
-        + ',"prev":' + json_string(prev)
-        + ',"seq":' + str(seq)
-        + ',"stream":' + json_string(stream)
-        + ',"time":' + json_string(time)
-        + ',"type":' + json_string(type)
-        + ',"v":' + str(v) + "}"
-    ).encode("utf-8")
+    js = json_string
+    return (BODY_TEMPLATE % (js(actor), js(ledger), payload_json, js(prev), seq, js(stream), js(time), js(type), v)
+            ).encode("utf-8")
+
+
+# The body's JCS bytes with every string member JCS-encoded (%s) and integers as %d.
+BODY_TEMPLATE = (
+    '{"actor":%s,"ledger":%s,"payload":%s,"prev":%s,"seq":%d,"stream":%s,"time":%s,"type":%s,"v":%d}'
+)
 
 
 def signing_message(hash_hex: str) -> bytes:

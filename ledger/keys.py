@@ -128,17 +128,15 @@ def load_signer(path: Path | str, name: str = "") -> Signer:
     except OSError as exc:
         raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
     passphrase = _passphrase()
+    encrypted = b"ENCRYPTED PRIVATE KEY" in data
+    if encrypted and not passphrase:
+        raise FormatError(f"key {path} is encrypted; set TALLY_KEY_PASSPHRASE")
     try:
         private = serialization.load_pem_private_key(
-            data, password=passphrase.encode("utf-8") if passphrase else None
+            data, password=passphrase.encode("utf-8") if encrypted and passphrase else None
         )
-    except TypeError:
-        raise FormatError(
-            f"key {path} is encrypted; set TALLY_KEY_PASSPHRASE" if not passphrase
-            else f"key {path} is not encrypted but TALLY_KEY_PASSPHRASE is set"
-        ) from None
-    except ValueError:
-        raise FormatError(f"key {path} is not a PEM private key (or the passphrase is wrong)") from None
+    except (TypeError, ValueError):
+        raise FormatError(f"key {path} is not a PEM private key, or the passphrase is wrong") from None
     if not isinstance(private, Ed25519PrivateKey):
         raise FormatError(f"key {path} is not an Ed25519 key")
     return Signer.from_private(private, name or path.stem)
@@ -251,7 +249,7 @@ class KeyRing:
             if info is None:
                 raise FormatError(f"{where}: revokes unknown key {kid!r}")
             if info.revoked_at_seq is None:
-                self.keys[kid] = replace(info, revoked_at_seq=seq)
+                self.keys[info.id] = replace(info, revoked_at_seq=seq)
 
     def _add(self, seq: int, entry: Any, where: str) -> None:
         kid, name, public_raw, roles = parse_key_entry(entry, where)

@@ -15,17 +15,24 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, select, text, tuple_
+from sqlalchemy import Engine, Table, select, tuple_
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from . import merkle
 from .canonical import check_payload, json_string
-from .db import HEAD_REVISION, append_transaction, make_engine, normalise_url, schema_revision
+from .db import (
+    HEAD_REVISION,
+    RawTx,
+    append_transaction,
+    dbapi_errors,
+    make_engine,
+    normalise_url,
+    schema_revision,
+    sqlite_path,
+)
 from .errors import ExternalError, FormatError, PolicyError, StorageError, TallyError
 from .event import GENESIS_PREV, Event, check_body_size, format_time
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
@@ -34,16 +41,20 @@ from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
 __all__ = ["Blob", "Ledger", "LedgerInfo", "NewEvent", "blob_ref"]
 
 _TYPE_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
-_EVENTS = EventRow.__table__
-_NODES = MerkleNodeRow.__table__
-_BLOBS = BlobRow.__table__
-_KEYS = KeyRow.__table__
-_CHECKPOINTS = CheckpointRow.__table__
+_EVENTS = cast(Table, EventRow.__table__)
+_NODES = cast(Table, MerkleNodeRow.__table__)
+_BLOBS = cast(Table, BlobRow.__table__)
+_KEYS = cast(Table, KeyRow.__table__)
+_CHECKPOINTS = cast(Table, CheckpointRow.__table__)
 _EVENT_COLUMNS = (
     _EVENTS.c.ledger, _EVENTS.c.seq, _EVENTS.c.prev, _EVENTS.c.stream, _EVENTS.c.type,
     _EVENTS.c.time, _EVENTS.c.actor, _EVENTS.c.payload, _EVENTS.c.hash, _EVENTS.c.sig, _EVENTS.c.v,
 )
 APPEND_ROLES = ("root", "signer")
+_ROW_COLUMNS = "ledger, seq, prev, stream, type, time, actor, payload, hash, sig, v"
+_INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, actor, payload, hash, sig, v) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_NODE = 'INSERT INTO merkle_nodes (level, "index", hash) VALUES (?, ?, ?)'
 APPEND_RETRIES = 20
 
 
@@ -84,10 +95,13 @@ class LedgerInfo:
     genesis: Event
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f]")
+
+
 def _check_name(kind: str, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise FormatError(f"{kind} must be a non-empty string")
-    if any(ord(ch) < 0x20 for ch in value):
+    if _CONTROL_RE.search(value):
         raise FormatError(f"{kind} {value!r} contains control characters")
     if kind == "type" and not _TYPE_RE.match(value):
         raise FormatError(f"type {value!r} must be dotted lowercase words, e.g. gate.result")
@@ -95,6 +109,23 @@ def _check_name(kind: str, value: Any) -> None:
 
 def _row_event(row: Sequence[Any]) -> Event:
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10])
+
+
+def _fetch_raw(tx: RawTx, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    found: dict[tuple[int, int], bytes] = {}
+    for level, index in nodes:
+        if level == 0:
+            row = tx.one("SELECT hash FROM events WHERE seq = ?", (index + 1,))
+            if row:
+                found[(0, index)] = merkle.hash_leaf(bytes.fromhex(row[0]))
+        else:
+            row = tx.one('SELECT hash FROM merkle_nodes WHERE level = ? AND "index" = ?', (level, index))
+            if row:
+                found[(level, index)] = bytes(row[0])
+    missing = [node for node in nodes if node not in found]
+    if missing:
+        raise StorageError(f"Merkle node(s) missing from storage: {missing[:3]}")
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -120,7 +151,10 @@ class Ledger:
     def open(cls, url: str | None = None, **kwargs: Any) -> Ledger:
         """Open an existing ledger; refuses a database without tally's current schema."""
         ledger = cls(url, **kwargs)
-        revision = ledger._revision()
+        path = sqlite_path(ledger.url)
+        if path is not None and not path.exists():
+            raise FormatError(f"no tally ledger at {path}; run `tally init` first")
+        revision = schema_revision(ledger.engine)
         if revision is None:
             raise FormatError(f"no tally ledger at {ledger.display_url}; run `tally init` first")
         if revision != HEAD_REVISION:
@@ -132,12 +166,6 @@ class Ledger:
     @property
     def display_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
-
-    def _revision(self) -> str | None:
-        try:
-            return schema_revision(self.engine)
-        except StorageError as exc:
-            raise ExternalError(str(exc)) from None
 
     def upgrade(self) -> str:
         """Bring the schema to the newest revision (Alembic); returns it."""
@@ -203,41 +231,41 @@ class Ledger:
             if item.type == "ledger.created" and ledger_id is None:
                 raise PolicyError("ledger.created is written only by `tally init`")
             prepared.append((item, payload_json))
+        integrity, operational, db_error = dbapi_errors(self.engine)
         with self._lock:
             for _attempt in range(APPEND_RETRIES):
                 try:
-                    with append_transaction(self.engine) as conn:
-                        return self._append_locked(conn, prepared, signer, ledger_id)
-                except SAIntegrityError:
+                    with append_transaction(self.engine) as tx:
+                        return self._append_locked(tx, prepared, signer, ledger_id)
+                except integrity:
                     self._frontier = None
                     continue  # lost a race for a seq: retry on the new head
-                except OperationalError as exc:
+                except (operational, OperationalError) as exc:
                     raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
                 except TallyError:
+                    self._frontier = None
                     raise
-                except SQLAlchemyError as exc:
+                except (db_error, SQLAlchemyError) as exc:
                     raise StorageError(f"append failed: {_first_line(exc)}") from None
         raise StorageError(f"append lost the race {APPEND_RETRIES} times; giving up")
 
     def _append_locked(
-        self, conn: Connection, prepared: list[tuple[NewEvent, str]], signer: Signer, ledger_id: str | None
+        self, tx: RawTx, prepared: list[tuple[NewEvent, str]], signer: Signer, ledger_id: str | None
     ) -> list[Event]:
-        head = conn.execute(
-            select(_EVENTS.c.seq, _EVENTS.c.hash, _EVENTS.c.ledger).order_by(_EVENTS.c.seq.desc()).limit(1)
-        ).first()
+        head = tx.one("SELECT seq, hash, ledger FROM events ORDER BY seq DESC LIMIT 1")
         if ledger_id is None:
             if head is None:
                 raise FormatError("the ledger has no genesis; run `tally init`")
             size, prev, ledger_id = int(head[0]), head[1], head[2]
-            self._authorise(conn, signer, prepared)
+            self._authorise(tx, signer, prepared)
         else:
             if head is not None:
                 raise PolicyError("the ledger already has a genesis event")
             size, prev = 0, GENESIS_PREV
-        frontier = self._load_frontier(conn, size, prev) if self.tree else None
+        frontier = self._load_frontier(tx, size, prev) if self.tree else None
 
-        rows: list[dict[str, Any]] = []
-        nodes: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
+        nodes: list[tuple[int, int, bytes]] = []
         blobs: dict[str, Blob] = {}
         events: list[Event] = []
         actor = signer.id
@@ -246,9 +274,10 @@ class Ledger:
         sign = signer.private.sign
         sha256 = hashlib.sha256
         b64 = base64.b64encode
+        leaf = merkle.hash_leaf
+        now = format_time()  # one append, one time: the transaction's
         for item, payload_json in prepared:
             size += 1
-            now = format_time()
             body = (
                 '{"actor":' + actor_json + ',"ledger":' + ledger_json + ',"payload":' + payload_json
                 + ',"prev":"' + prev + '","seq":' + str(size) + ',"stream":' + json_string(item.stream)
@@ -258,34 +287,28 @@ class Ledger:
             digest = sha256(body).digest()
             hash_hex = digest.hex()
             sig = b64(sign(b"tally-event-v1\n" + digest)).decode("ascii")
-            rows.append({
-                "seq": size, "ledger": ledger_id, "prev": prev, "stream": item.stream, "type": item.type,
-                "time": now, "actor": actor, "payload": payload_json, "hash": hash_hex, "sig": sig, "v": 1,
-            })
+            rows.append((size, ledger_id, prev, item.stream, item.type, now, actor, payload_json, hash_hex, sig, 1))
             events.append(Event(ledger_id, size, prev, item.stream, item.type, now, actor,
                                 payload_json, hash_hex, sig))
             if frontier is not None:
-                for level, index, value in frontier.append(merkle.hash_leaf(digest)):
-                    nodes.append({"level": level, "index": index, "hash": value})
+                nodes.extend(frontier.append(leaf(digest)))
             for blob in item.blobs:
                 blobs[blob.sha256] = blob
             prev = hash_hex
-        conn.execute(_EVENTS.insert(), rows)
+        tx.many(_INSERT_EVENT, rows)
         if nodes:
-            conn.execute(_NODES.insert(), nodes)
+            tx.many(_INSERT_NODE, nodes)
         if blobs:
-            self._write_blobs(conn, blobs)
+            self._write_blobs(tx, blobs)
         for event in events:
             if event.type in KEY_EVENT_TYPES:
-                self._cache_key_event(conn, event)
+                self._cache_key_event(tx, event)
         if frontier is not None:
             self._frontier, self._frontier_head = frontier, prev
         return events
 
-    def _authorise(self, conn: Connection, signer: Signer, prepared: list[tuple[NewEvent, str]]) -> None:
-        row = conn.execute(
-            select(_KEYS.c.roles, _KEYS.c.revoked_at_seq, _KEYS.c.name).where(_KEYS.c.id == signer.id)
-        ).first()
+    def _authorise(self, tx: RawTx, signer: Signer, prepared: list[tuple[NewEvent, str]]) -> None:
+        row = tx.one("SELECT roles, revoked_at_seq, name FROM keys WHERE id = ?", (signer.id,))
         if row is None:
             raise PolicyError(f"key {signer.id[:16]} is not known to this ledger; add it with `tally keys add`")
         roles, revoked, name = row[0].split(","), row[1], row[2]
@@ -293,51 +316,48 @@ class Ledger:
             raise PolicyError(f"key {signer.id[:16]} ({name}) was revoked at seq {revoked}")
         if not set(roles) & set(APPEND_ROLES):
             raise PolicyError(f"key {signer.id[:16]} ({name}) has roles {roles}; appending needs root or signer")
-        if "root" not in roles and any(item.type in KEY_EVENT_TYPES for item, _ in prepared):
+        key_events = [item for item, _ in prepared if item.type in KEY_EVENT_TYPES]
+        if key_events and "root" not in roles:
             raise PolicyError(f"key events must be signed by a root key; {name} is not root")
-        ring = None
-        for item, _ in prepared:
+        for item in key_events:
             if item.type == "key.added":
                 parse_key_entry(item.payload, "key.added")
-                exists = conn.execute(select(_KEYS.c.id).where(_KEYS.c.id == item.payload["id"])).first()
-                if exists:
+                if tx.one("SELECT id FROM keys WHERE id = ?", (item.payload["id"],)):
                     raise PolicyError(f"key {item.payload['id'][:16]} is already in the ledger")
             elif item.type == "key.revoked":
-                ring = ring or self._key_ring(conn)
                 kid = item.payload.get("id")
-                if not isinstance(kid, str) or ring.keys.get(kid) is None:
+                if not isinstance(kid, str):
+                    raise FormatError(f"key.revoked: id must be a key id, not {kid!r}")
+                found = tx.one("SELECT revoked_at_seq FROM keys WHERE id = ?", (kid,))
+                if found is None:
                     raise FormatError(f"key.revoked: unknown key {kid!r}")
-                if ring.keys[kid].revoked_at_seq is not None:
+                if found[0] is not None:
                     raise PolicyError(f"key {kid[:16]} is already revoked")
 
-    def _cache_key_event(self, conn: Connection, event: Event) -> None:
+    def _cache_key_event(self, tx: RawTx, event: Event) -> None:
         payload = event.payload
         if event.type == "key.revoked":
-            conn.execute(_KEYS.update().where(_KEYS.c.id == payload["id"]).values(revoked_at_seq=event.seq))
+            tx.run("UPDATE keys SET revoked_at_seq = ? WHERE id = ?", (event.seq, payload["id"]))
             return
         entries = payload["keys"] if event.type == "ledger.created" else [payload]
         for entry in entries:
             kid, name, public_raw, roles = parse_key_entry(entry, f"seq {event.seq}")
-            conn.execute(_KEYS.insert().values(
-                id=kid, name=name, public_key=base64.b64encode(public_raw).decode("ascii"),
-                roles=",".join(roles), added_seq=event.seq, revoked_at_seq=None,
-            ))
+            tx.run("INSERT INTO keys (id, name, public_key, roles, added_seq, revoked_at_seq) "
+                   "VALUES (?, ?, ?, ?, ?, NULL)",
+                   (kid, name, base64.b64encode(public_raw).decode("ascii"), ",".join(roles), event.seq))
 
-    def _write_blobs(self, conn: Connection, blobs: Mapping[str, Blob]) -> None:
-        present = set(conn.execute(select(_BLOBS.c.sha256).where(_BLOBS.c.sha256.in_(list(blobs)))).scalars())
-        fresh = [
-            {"sha256": sha, "size": len(blob.data), "media_type": blob.media_type, "data": blob.data}
-            for sha, blob in blobs.items() if sha not in present
-        ]
-        if fresh:
-            conn.execute(_BLOBS.insert(), fresh)
+    def _write_blobs(self, tx: RawTx, blobs: Mapping[str, Blob]) -> None:
+        for sha, blob in blobs.items():
+            if tx.one("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)) is None:
+                tx.run("INSERT INTO blobs (sha256, size, media_type, data) VALUES (?, ?, ?, ?)",
+                       (sha, len(blob.data), blob.media_type, blob.data))
 
-    def _load_frontier(self, conn: Connection, size: int, head_hash: str) -> merkle.Frontier:
+    def _load_frontier(self, tx: RawTx, size: int, head_hash: str) -> merkle.Frontier:
         cached = self._frontier
         if cached is not None and cached.size == size and self._frontier_head == head_hash:
             return cached.copy()
         nodes = merkle.frontier_nodes(size)
-        hashes = self._fetch_nodes(conn, nodes)
+        hashes = _fetch_raw(tx, nodes)
         return merkle.Frontier(size, [(level, hashes[(level, index)]) for level, index in nodes])
 
     # ------------------------------------------------------------------ read
@@ -376,30 +396,51 @@ class Ledger:
         batch: int = 5000,
     ) -> Iterator[Event]:
         """Events with seq > ``after`` (and <= ``until``), in seq order, read in batches."""
-        query = select(*_EVENT_COLUMNS).order_by(_EVENTS.c.seq).limit(batch)
-        if stream is not None:
-            query = query.where(_EVENTS.c.stream == stream)
-        if types:
-            query = query.where(_EVENTS.c.type.in_(list(types)))
-        if until is not None:
-            query = query.where(_EVENTS.c.seq <= until)
-        last = after
-        while True:
-            with self._read() as conn:
-                rows = conn.execute(query.where(_EVENTS.c.seq > last)).all()
+        for rows in self.rows(after, until=until, stream=stream, types=types, batch=batch):
             for row in rows:
-                yield _row_event(row)
-            if len(rows) < batch:
-                return
-            last = int(rows[-1][1])
+                yield Event(*row)
 
-    def raw_rows(self, after: int = 0, batch: int = 20000) -> Iterator[list[Any]]:
-        """Batches of event rows as tuples in ``Event`` field order (for fast scans)."""
-        query = select(*_EVENT_COLUMNS).order_by(_EVENTS.c.seq).limit(batch)
+    def rows(
+        self,
+        after: int = 0,
+        *,
+        until: int | None = None,
+        stream: str | None = None,
+        types: Sequence[str] | None = None,
+        batch: int = 5000,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Batches of event rows as tuples in ``Event`` field order (the fast path for scans).
+
+        Keyset pagination on ``seq``: each batch is one short read on the raw DB-API
+        connection, so a long scan holds no transaction open.
+        """
+        where = ["seq > ?"]
+        params: list[Any] = []
+        if stream is not None:
+            where.append("stream = ?")
+            params.append(stream)
+        if types:
+            where.append("type IN (" + ", ".join("?" for _ in types) + ")")
+            params.extend(types)
+        if until is not None:
+            where.append("seq <= ?")
+            params.append(until)
+        sql = f"SELECT {_ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT {int(batch)}"
+        if self.engine.dialect.paramstyle != "qmark":
+            sql = sql.replace("?", "%s")
         last = after
         while True:
-            with self._read() as conn:
-                rows = conn.execute(query.where(_EVENTS.c.seq > last)).all()
+            try:
+                raw = self.engine.raw_connection()
+            except OperationalError as exc:
+                raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
+            try:
+                cursor = raw.cursor()
+                cursor.execute(sql, (last, *params))
+                rows = cast(list[tuple[Any, ...]], cursor.fetchall())
+                raw.rollback()
+            finally:
+                raw.close()
             if rows:
                 yield rows
             if len(rows) < batch:
@@ -447,12 +488,12 @@ class Ledger:
                 found[(0, int(seq) - 1)] = merkle.hash_leaf(bytes.fromhex(hash_hex))
         if inner:
             rows = conn.execute(
-                select(_NODES.c.level, _NODES.c.index, _NODES.c.hash).where(
-                    tuple_(_NODES.c.level, _NODES.c.index).in_(inner)
+                select(_NODES.c.level, _NODES.c["index"], _NODES.c.hash).where(
+                    tuple_(_NODES.c.level, _NODES.c["index"]).in_(inner)
                 )
             )
-            for level, index, value in rows:
-                found[(int(level), int(index))] = bytes(value)
+            for row in cast(Any, rows):
+                found[(int(row[0]), int(row[1]))] = bytes(row[2])
         missing = [node for node in nodes if node not in found]
         if missing:
             raise StorageError(f"Merkle node(s) missing from storage: {missing[:3]}")
@@ -483,13 +524,3 @@ class Ledger:
         with self.engine.begin() as conn:
             conn.execute(_CHECKPOINTS.insert().values(size=size, note=note))
 
-    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> None:
-        """Run raw SQL (tests use it to play an attacker with database access)."""
-        with self.engine.begin() as conn:
-            conn.execute(text(statement), dict(params or {}))
-
-
-def sqlite_file_of(ledger: Ledger) -> Path | None:
-    from .db import sqlite_path
-
-    return sqlite_path(ledger.url)

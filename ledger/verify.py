@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -27,12 +28,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from . import merkle
 from .errors import FormatError, VerificationError
-from .event import GENESIS_PREV, SIGNING_PREFIX, Event
+from .event import BODY_TEMPLATE, GENESIS_PREV, SIGNING_PREFIX, Event
 from .keys import KEY_EVENT_TYPES, KeyRing
 
-__all__ = ["VerifiedLedger", "VerifyStart", "verify_events"]
+__all__ = ["LedgerReport", "VerifiedLedger", "VerifyStart", "check_chain", "verify_events", "verify_ledger"]
 
-CHUNK = 4096
+CHUNK = 2048
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,6 @@ class _Walk:
     ring: KeyRing = field(default_factory=KeyRing)
     frontier: merkle.Frontier = field(default_factory=merkle.Frontier)
     pending: list[tuple[int, bytes, bytes, bytes]] = field(default_factory=list)
-    futures: list[Future[tuple[int, str] | None]] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     checked: list[int] = field(default_factory=list)
 
@@ -127,16 +127,19 @@ def verify_events(
         walk.ledger_id, walk.origin = start.ledger_id, start.origin
         walk.ring, walk.frontier = start.keys, start.frontier.copy()
     if walk.jobs > 1:
-        walk.pool = ThreadPoolExecutor(max_workers=walk.jobs)
+        walk.pool = ThreadPoolExecutor(max_workers=walk.jobs - 1)
     chain_error: VerificationError | None = None
+    sig_error: VerificationError | None = None
     try:
         try:
             for event in events:
                 _step(walk, event)
         except VerificationError as error:
             chain_error = error
-        _flush(walk, final=True)
-        sig_error = _collect(walk)
+        try:
+            _flush(walk)  # signatures of events before a chain failure still count
+        except VerificationError as error:
+            sig_error = error
     finally:
         if walk.pool is not None:
             walk.pool.shutdown(wait=True, cancel_futures=True)
@@ -213,11 +216,7 @@ def _step(walk: _Walk, event: Event) -> None:
     walk.expected = seq + 1
     walk.prev = event.hash
     if seq in walk.checkpoint_sizes and walk.on_size is not None:
-        if walk.pool is not None:  # a checkpoint is trusted only over verified signatures
-            _flush(walk)
-            failure = _collect(walk)
-            if failure:
-                raise failure
+        _flush(walk)  # a checkpoint is trusted only over verified signatures
         walk.on_size(seq, walk.frontier, walk.ring)
         walk.checked.append(seq)
 
@@ -247,27 +246,146 @@ def _payload(event: Event) -> dict[str, Any]:
         raise _fail(event.seq, 4, "payload is not a JSON object") from None
 
 
-def _flush(walk: _Walk, final: bool = False) -> None:
+def _flush(walk: _Walk) -> None:
+    """Check the pending signatures now: ``jobs - 1`` pool threads and this one share them.
+
+    The chain walk holds the GIL; the Ed25519 verifier releases it, so the threads run
+    in parallel while they verify. Results are checked in seq order, so the failure
+    raised is the lowest failing seq among everything walked so far.
+    """
     if walk.pool is None or not walk.pending:
         return
     batch, walk.pending = walk.pending, []
-    step = max(1, len(batch) // walk.jobs) if final else len(batch)
-    for offset in range(0, len(batch), step):
-        walk.futures.append(walk.pool.submit(_check_signatures, batch[offset:offset + step]))
-    # Keep memory bounded: wait for the oldest chunks once many are in flight. Chunks
-    # finish in seq order here, and every event up to now passed the chain rules, so a
-    # failure found this way is the first failure of the ledger.
-    while len(walk.futures) > 4 * walk.jobs:
-        failure = walk.futures.pop(0).result()
+    step = -(-len(batch) // walk.jobs)
+    parts = [batch[offset:offset + step] for offset in range(0, len(batch), step)]
+    futures = [walk.pool.submit(_check_signatures, part) for part in parts[1:]]
+    results = [_check_signatures(parts[0])] + [future.result() for future in futures]
+    for failure in results:
         if failure:
             raise _fail(failure[0], 6, failure[1])
 
 
-def _collect(walk: _Walk) -> VerificationError | None:
-    failures = [f.result() for f in walk.futures]
-    walk.futures = []
-    found = [f for f in failures if f is not None]
-    if not found:
-        return None
-    seq, reason = min(found)
-    return _fail(seq, 6, reason)
+# ---------------------------------------------------------------------------
+# Verifying a stored ledger: events, checkpoints (rule 8), blobs.
+
+_BLOB_MARK = '"blob":"sha256:'
+
+
+def _blob_refs(value: Any, out: set[str]) -> None:
+    if isinstance(value, dict):
+        ref = value.get("blob")
+        if isinstance(ref, str) and ref.startswith("sha256:"):
+            out.add(ref[len("sha256:"):])
+        for item in value.values():
+            _blob_refs(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _blob_refs(item, out)
+
+
+def referenced_blobs(event: Event) -> set[str]:
+    """The blob digests an event's payload refers to."""
+    refs: set[str] = set()
+    if _BLOB_MARK in event.payload_json:
+        _blob_refs(event.payload, refs)
+    return refs
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    """The outcome of ``verify_ledger``: what was verified, with figures for printing."""
+
+    verified: VerifiedLedger
+    blobs_checked: int
+    since: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.verified
+        return {
+            "size": v.size, "head": v.head, "ledger": v.ledger_id, "origin": v.origin,
+            "root": v.root.hex(), "checkpoints": list(v.checkpoints), "blobs": self.blobs_checked,
+            "verified_from": v.first_seq if self.since is None else self.since + 1,
+        }
+
+    def summary(self) -> str:
+        v = self.verified
+        scope = f"events {self.since + 1}..{v.size} (1..{self.since} consistent with the checkpoint)" \
+            if self.since is not None else f"{v.size} events"
+        return (f"OK {scope} of ledger {v.ledger_id} ({v.origin}); head {v.head[:16]}, root {v.root.hex()[:16]}, "
+                f"{len(v.checkpoints)} checkpoint(s), {self.blobs_checked} blob(s)")
+
+
+def verify_ledger(book: Any, *, root_key: str | None = None, jobs: int = 1, since: Any = None) -> LedgerReport:
+    """Verify a stored ledger (``ledger.store.Ledger``): events, checkpoints, blobs.
+
+    ``since`` (a checkpoint file an auditor kept) is handled by ``ledger.checkpoint``
+    once the transparency layer provides it.
+    """
+    checkpoints = dict(book.checkpoint_notes())
+    hook = None
+    if checkpoints:
+        from .checkpoint import rule8_hook
+
+        hook = rule8_hook(checkpoints)
+    since_size: int | None = None
+    start = None
+    if since is not None:
+        from .checkpoint import since_start
+
+        start = since_start(book, since)
+        since_size = start.size
+    references: list[tuple[int, set[str]]] = []
+
+    def tap(events: Iterable[Event]) -> Iterator[Event]:
+        for event in events:
+            if _BLOB_MARK in event.payload_json:
+                references.append((event.seq, referenced_blobs(event)))
+            yield event
+
+    verified = verify_events(tap(book.events(start.size if start else 0)), root_key=root_key, jobs=jobs,
+                             start=start, checkpoint_sizes=checkpoints, on_size=hook)
+    blobs = verify_stored_blobs(book, references)
+    return LedgerReport(verified, blobs, since_size)
+
+
+def verify_stored_blobs(book: Any, references: Iterable[tuple[int, set[str]]]) -> int:
+    """Check every stored blob against its digest and that every referenced blob is present."""
+    digests = book.blob_digests()
+    for sha in sorted(digests):
+        blob = book.blob(sha)
+        if blob is None or hashlib.sha256(blob.data).hexdigest() != sha:
+            raise VerificationError(f"blob {sha[:16]} does not match its digest", rule="blob")
+    for seq, refs in references:
+        missing = sorted(refs - digests)
+        if missing:
+            raise VerificationError(f"referenced blob {missing[0][:16]} is absent", seq=seq, rule="blob")
+    return len(digests)
+
+
+def check_chain(batches: Iterable[Sequence[tuple[Any, ...]]]) -> tuple[int, str]:
+    """Replay check without signatures (rules 1-4) over row batches from ``Ledger.rows``.
+
+    Returns (size, head). Works on raw row tuples, in ``Event`` field order.
+    """
+    expected, prev, ledger_id = 1, GENESIS_PREV, None
+    sha256 = hashlib.sha256
+    js = encode_basestring
+    template = BODY_TEMPLATE
+    for rows in batches:
+        for ledger, seq, prev_hash, stream, type_, time, actor, payload, hash_hex, _sig, v in rows:
+            if seq != expected:
+                raise _fail(expected, 1, f"expected seq {expected}, found {seq}")
+            if prev_hash != prev:
+                raise _fail(seq, 2, "prev is not the hash of the previous event")
+            if ledger != ledger_id:
+                if ledger_id is not None:
+                    raise _fail(seq, 3, f"ledger id {ledger} differs from {ledger_id}")
+                ledger_id = ledger
+            if v != 1:
+                raise _fail(seq, 4, f"unsupported event version {v!r}")
+            body = template % (js(actor), js(ledger), payload, js(prev_hash), seq, js(stream), js(time), js(type_), v)
+            if sha256(body.encode("utf-8")).hexdigest() != hash_hex:
+                raise _fail(seq, 4, "recomputed hash differs from the stored hash")
+            prev = hash_hex
+            expected += 1
+    return expected - 1, prev

@@ -1,0 +1,1 @@
+"""``tally demo``: self-contained walkthroughs that need no setup."""
