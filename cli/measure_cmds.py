@@ -1,9 +1,340 @@
-"""Commands of this group (filled in by its issue)."""
+"""``tally measure`` (one stand-alone wave) and ``tally sim ...`` (the vLLM simulator).
+
+Heavy imports (httpx, numpy, prometheus_client, the ledger store) happen inside the
+commands so that ``tally --version`` stays fast.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+
+from .common import EXIT_FAILED, command, print_json, state
+
+if TYPE_CHECKING:
+    from runner.measure import Family, Prompt, RequestRecord, WaveResult
+
+EXIT_INTERRUPTED = 130
+
+MEASURE_HELP = """\
+Run one wave of streaming requests against an OpenAI-compatible server and report it.
+
+Prompts come from a family file (JSONL, frozen order). Each request streams with
+stream_options.include_usage, T=1, top_p=1, the given seed, max_tokens and ignore_eos,
+and a fresh cache_salt. /metrics is read before and after the wave; vLLM's
+speculative-decoding counters (drafts, draft tokens, accepted, per position, decode
+seconds) are reported as deltas, and as missing (never zero) when the server lacks them.
+
+Definitions that differ from `vllm bench serve`: TTFT is measured to the first chunk
+with content (bench: first chunk with any choice, e.g. chat's empty role chunk); chunk
+intervals are gaps between content chunks, one engine step each under speculative
+decoding, so they are round times, not per-token latencies; decode tok/s is (delivered
+tokens - tokens of the first chunk) / (last chunk - first chunk), reported per request
+(p50) and pooled over the wave (sum of tokens / sum of seconds), not a mean of rates.
+Acceptance rate, mean acceptance length and per-position acceptance are computed as
+bench does. See docs/measure.md.
+
+Exit codes: 0 measured (see the summary for failed requests); 1 no request succeeded;
+2 bad input; 3 the server did not answer; 130 interrupted (what was measured is still
+written, marked interrupted).
+"""
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add this module's commands to ``app`` and the shared ``groups``."""
+    """Add ``tally measure`` and the ``tally sim`` group."""
+    sim = typer.Typer(help="The vLLM simulator: serve it, print its config, write demo prompt families.",
+                      no_args_is_help=True)
+    command(sim, "serve")(sim_serve)
+    command(sim, "config")(sim_config)
+    command(sim, "families")(sim_families)
+    app.add_typer(sim, name="sim")
+    command(app, "measure", help=MEASURE_HELP)(measure)
+
+
+# ---------------------------------------------------------------------- tally sim ...
+
+def sim_serve(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the URL is printed).")] = 0,
+    config: Annotated[Path | None, typer.Option(help="Simulator config (TOML or JSON); defaults otherwise.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (overrides the config's).")] = None,
+    time_scale: Annotated[float | None, typer.Option(help="Multiply model times by this (0.01: 100x faster).")] = None,
+) -> None:
+    """Serve a simulated vLLM host in the foreground until SIGINT/SIGTERM.
+
+    Prints `tally sim: serving URL (...)`; the OpenAI API is at URL/v1, metrics at
+    URL/metrics, the host control API at URL/_sim (see docs/sim.md).
+    """
+    from ledger.errors import ExternalError
+    from runner.sim.process import serve
+
+    try:
+        serve(config, host=host, port=port, seed=seed, time_scale=time_scale)
+    except OSError as exc:
+        raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+
+
+def sim_config() -> None:
+    """Print the default simulator config (TOML, every field with its default)."""
+    from importlib.resources import files
+
+    sys.stdout.write(files("runner.sim").joinpath("default.toml").read_text(encoding="utf-8"))
+
+
+def sim_families(
+    out: Annotated[Path, typer.Argument(help="Directory to write opinions.jsonl and filings.jsonl into.")],
+    seed: Annotated[int, typer.Option(help="Generator seed (same seed, same files, same sha256).")] = 0,
+    short: Annotated[int, typer.Option(help="Short prompts per family.")] = 4,
+    long: Annotated[int, typer.Option(help="Long prompts per family.")] = 2,
+    long_words: Annotated[int, typer.Option(help="Upper bound of words in a long prompt.")] = 2500,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Write the deterministic synthetic prompt families (demo/test data) and their sha256."""
+    from ledger.errors import FormatError
+    from runner.measure import FAMILIES, synthetic_family, write_family
+
+    if short < 0 or long < 0 or short + long == 0:
+        raise FormatError("--short and --long must be >= 0 and not both 0")
+    if long_words < 2:
+        raise FormatError("--long-words must be at least 2")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in FAMILIES:
+        prompts = synthetic_family(name, seed=seed, short=short, long=long,
+                                   long_words=(max(1, long_words * 3 // 5), long_words))
+        path = out / f"{name}.jsonl"
+        written.append({"family": name, "path": str(path), "prompts": len(prompts),
+                        "sha256": write_family(path, prompts)})
+    if as_json:
+        print_json({"families": written})
+        return
+    for item in written:
+        print(f"{item['sha256']}  {item['path']}  ({item['prompts']} prompts)")
+
+
+# ---------------------------------------------------------------------- tally measure
+
+def measure(
+    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000 (with or without /v1).")],
+    family: Annotated[Path, typer.Option(help="Family file: JSONL prompts in frozen order.")],
+    metrics_url: Annotated[str | None, typer.Option(help="Metrics URL (default URL/metrics).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")] = None,
+    requests: Annotated[int | None, typer.Option(
+        help="Number of requests (default: every prompt once; more cycles the family).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 512,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos",
+                                             help="Force the length with ignore_eos (vLLM).")] = True,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight at once (1 = batch 1).")] = 1,
+    seed: Annotated[int, typer.Option(help="Per-request sampling seed.")] = 42,
+    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
+    deadline: Annotated[float | None, typer.Option(
+        help="Per-request deadline in seconds (cut requests are kept: censored or timed out).")] = None,
+    wave_deadline: Annotated[float | None, typer.Option(help="Deadline for the whole wave in seconds.")] = None,
+    priority: Annotated[int, typer.Option(help="vLLM request priority (sent when non-zero).")] = 0,
+    token_ids: Annotated[bool, typer.Option("--token-ids/--no-token-ids",
+                                            help="Ask for return_token_ids (exact tokens per chunk).")] = True,
+    out: Annotated[Path | None, typer.Option(help="Write summary.json and requests.jsonl here.")] = None,
+    ledger: Annotated[bool, typer.Option("--ledger", help="Append the wave as wave.measured to the ledger.")] = False,
+    measure_id: Annotated[str | None, typer.Option("--id", help="Id of the measurement (stream measure/<id>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    from ledger.errors import FormatError
+    from runner.measure import list_models, load_family
+
+    for name, value in (("--requests", requests), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
+        if value is not None and value < 1:
+            raise FormatError(f"{name} must be at least 1")
+    for name, fvalue in (("--deadline", deadline), ("--wave-deadline", wave_deadline)):
+        if fvalue is not None and fvalue <= 0:
+            raise FormatError(f"{name} must be positive")
+    if not url.startswith(("http://", "https://")):
+        raise FormatError(f"--url must be an http(s) URL, got {url!r}")
+    if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
+        raise FormatError("--id must be non-empty, without spaces or '/'")
+    loaded = load_family(family)
+    prompts = _prompts(loaded.prompts, requests)
+    base = url.rstrip("/").removesuffix("/v1")
+    # Reachability first (exit 3 with one line); also the default model.
+    models = list_models(base)
+    if model is None:
+        if not models:
+            raise FormatError(f"{base}/v1/models lists no model; pass --model")
+        model = models[0]
+    if ledger:  # fail before measuring, not after
+        book, signer = state.ledger(), state.signer()
+    mid = measure_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + os.urandom(3).hex()
+    wave, interrupted = _run(base, metrics_url or f"{base}/metrics", prompts, loaded, model=model,
+                             max_tokens=max_tokens, seed=seed, concurrency=concurrency, deadline=deadline,
+                             wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos, priority=priority,
+                             token_ids=token_ids, show_progress=not as_json and sys.stderr.isatty())
+    context = {
+        "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
+        "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
+        "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline, "wave_deadline_s": wave_deadline,
+        "interrupted": interrupted, "notes": list(wave.notes),
+    }
+    report = {"measure": context, "wave": wave.summary(), "figures": wave.figures()}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (out / "requests.jsonl").write_bytes(wave.records_jsonl())
+    if ledger:
+        report["event"] = _append(book, signer, mid, wave, context)
+    if as_json:
+        print_json(report)
+    else:
+        _print_report(report, wave, out)
+    if interrupted:
+        print("tally: interrupted; what was measured is recorded (marked interrupted)", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not any(r.status == "ok" for r in wave.requests):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _prompts(prompts: tuple[Prompt, ...], count: int | None) -> list[Prompt]:
+    if count is None:
+        return list(prompts)
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, model: str, max_tokens: int,
+         seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
+         ignore_eos: bool, priority: int, token_ids: bool, show_progress: bool) -> tuple[WaveResult, bool]:
+    """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured."""
+    from runner.measure import measure_wave
+
+    cancel = threading.Event()
+    box: dict[str, Any] = {}
+    progress, task = _progress(len(prompts)) if show_progress else (None, None)
+
+    def on_request(record: RequestRecord) -> None:
+        if progress is not None and task is not None:
+            progress.advance(task)
+
+    def work() -> None:
+        try:
+            box["wave"] = measure_wave(
+                base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
+                deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
+                priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
+                on_request=on_request)
+        except BaseException as exc:
+            box["error"] = exc
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() \
+        else None
+    worker = threading.Thread(target=work, name="tally-measure-wave", daemon=True)
+    interrupted = False
+    try:
+        if progress is not None:
+            progress.start()
+        worker.start()
+        while worker.is_alive():
+            try:
+                worker.join(0.1)
+            except KeyboardInterrupt:
+                interrupted = True
+                cancel.set()
+    finally:
+        if progress is not None:
+            progress.stop()
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+    if "error" in box:
+        raise box["error"]
+    return box["wave"], interrupted
+
+
+def _progress(total: int) -> tuple[Any, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    return progress, progress.add_task("wave", total=total)
+
+
+def _append(book: Any, signer: Any, mid: str, wave: WaveResult, context: dict[str, Any]) -> dict[str, Any]:
+    from ledger.store import Blob
+
+    blob = Blob(wave.records_jsonl(), "application/x-ndjson")
+    payload = {**wave.summary(), "records": blob.ref(), "measure": context}
+    event = book.append(f"measure/{mid}", "wave.measured", payload, signer, blobs=[blob])
+    return {"seq": event.seq, "hash": event.hash, "stream": event.stream, "records": blob.ref()}
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pcts(values: dict[str, float] | None, digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return "  ".join(f"{k} {_fmt(v, digits)}" for k, v in values.items())
+
+
+def _print_report(report: dict[str, Any], wave: WaveResult, out: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    ctx, fig = report["measure"], report["figures"]
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"{ctx['requests']} requests to {ctx['url']} ({'chat' if ctx['chat'] else 'completions'}), "
+                  f"model {ctx['model']}, family {ctx['family']} (sha256 {ctx['family_sha256'][:12]}), "
+                  f"max_tokens {wave.max_tokens}, concurrency {wave.concurrency}, seed {wave.seed}")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    r = fig["requests"]
+    table.add_row("requests", f"ok {r['ok']}  failed {r['failed']}  timed out {r['timed_out']}  "
+                              f"censored {r['censored']}  cancelled {r['cancelled']}")
+    if fig["early_stops"]:
+        table.add_row("stopped early", f"{fig['early_stops']} (finish_reason not 'length' before max_tokens)")
+    table.add_row("TTFT ms", _pcts(fig["ttft_ms"]))
+    table.add_row("decode tok/s", f"per request p50 {_fmt(fig['decode_tps_per_request_p50'], 1)}  "
+                                  f"pooled {_fmt(fig['decode_tps_pooled'], 1)}")
+    table.add_row("chunk interval ms", _pcts(fig["chunk_interval_ms"], 3))
+    table.add_row("tokens per chunk", _fmt(fig["tokens_per_chunk"], 3))
+    table.add_row("output tok/s", f"{_fmt(fig['output_tps'], 1)} over {_fmt(fig['duration_s'], 3)} s")
+    server = fig["server"]
+    if server is not None:
+        per_pos = server["per_position_acceptance"]
+        table.add_row("drafts / draft tokens", f"{_fmt(server['drafts'])} / {_fmt(server['draft_tokens'])}")
+        table.add_row("accepted tokens", _fmt(server["accepted_tokens"]))
+        table.add_row("acceptance rate", _fmt(server["acceptance_rate"], 4))
+        table.add_row("mean acceptance length", _fmt(server["mean_acceptance_length"], 3))
+        table.add_row("per-position acceptance",
+                      " ".join(f"{p:.3f}" for p in per_pos) if per_pos is not None else "- (series missing)")
+        table.add_row("server decode s", _fmt(server["decode_s"], 4))
+    console.print(table)
+    if server is None:
+        why = "; ".join(wave.incomplete_reasons) or "; ".join(wave.notes) or "series missing"
+        console.print(f"server counters unavailable: {why}")
+    elif wave.counters.missing:
+        console.print(f"missing series (not zero): {', '.join(wave.counters.missing)}")
+    for note in wave.notes:
+        if server is not None or note not in wave.incomplete_reasons:
+            console.print(f"note: {note}")
+    if not wave.complete:
+        console.print(f"incomplete: {'; '.join(wave.incomplete_reasons)}")
+    if out is not None:
+        console.print(f"wrote {out / 'summary.json'} and {out / 'requests.jsonl'}")
+    if "event" in report:
+        event = report["event"]
+        console.print(f"appended wave.measured seq {event['seq']} to {event['stream']} (hash {event['hash'][:16]})")

@@ -1,0 +1,130 @@
+"""Source families: JSONL files of prompts in a frozen order, hashed for registration.
+
+One prompt per line: ``{"id": str, "prompt": str, "kind": str}`` (``kind`` optional,
+e.g. ``short``/``long``; ``id`` defaults to ``<family>-<line>``), or ``"messages"``
+(a chat) instead of ``"prompt"``. The family's sha256 is that of the file's bytes, so
+the registered digest pins both the prompts and their order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import FormatError
+
+__all__ = ["Family", "Prompt", "family_bytes", "load_family", "parse_family", "write_family"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One frozen prompt of a family."""
+
+    id: str
+    text: str
+    kind: str = ""
+    messages: tuple[Mapping[str, str], ...] | None = None
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The prompt as chat messages (one user message when only text was given)."""
+        if self.messages is not None:
+            return [dict(m) for m in self.messages]
+        return [{"role": "user", "content": self.text}]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id}
+        if self.messages is not None:
+            out["messages"] = [dict(m) for m in self.messages]
+        else:
+            out["prompt"] = self.text
+        if self.kind:
+            out["kind"] = self.kind
+        return out
+
+
+@dataclass(frozen=True)
+class Family:
+    """A loaded family file: its prompts in order and the sha256 of its bytes."""
+
+    name: str
+    prompts: tuple[Prompt, ...]
+    sha256: str
+    path: str | None = None
+
+
+def _line_prompt(obj: Any, number: int, name: str, where: str) -> Prompt:
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where} line {number}: must be a JSON object")
+    pid = obj.get("id", f"{name}-{number}")
+    if not isinstance(pid, str) or not pid:
+        raise FormatError(f"{where} line {number}: id must be a non-empty string")
+    kind = obj.get("kind", "")
+    if not isinstance(kind, str):
+        raise FormatError(f"{where} line {number}: kind must be a string")
+    if "messages" in obj:
+        messages = obj["messages"]
+        if (not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages)):
+            raise FormatError(f"{where} line {number}: messages must be a non-empty list of {{role, content}}")
+        text = "\n".join(m["content"] for m in messages)
+        return Prompt(pid, text, kind, tuple({"role": m["role"], "content": m["content"]} for m in messages))
+    prompt = obj.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise FormatError(f"{where} line {number}: prompt must be a non-empty string")
+    return Prompt(pid, prompt, kind)
+
+
+def parse_family(data: bytes, name: str, where: str = "family") -> Family:
+    """Parse family bytes; ``FormatError`` names the first bad line."""
+    prompts: list[Prompt] = []
+    seen: dict[str, int] = {}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise FormatError(f"{where} line {number}: not valid JSON ({exc})") from None
+        prompt = _line_prompt(obj, number, name, where)
+        if prompt.id in seen:
+            raise FormatError(f"{where} line {number}: duplicate id {prompt.id!r} (first on line {seen[prompt.id]})")
+        seen[prompt.id] = number
+        prompts.append(prompt)
+    if not prompts:
+        raise FormatError(f"{where}: holds no prompts")
+    return Family(name, tuple(prompts), hashlib.sha256(data).hexdigest())
+
+
+def load_family(path: str | Path, name: str | None = None) -> Family:
+    """Read a family file; its name defaults to the file's stem."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FormatError(f"cannot read family file {path}: {exc.strerror}") from None
+    family = parse_family(data, name or path.stem, str(path))
+    return Family(family.name, family.prompts, family.sha256, str(path))
+
+
+def family_bytes(prompts: Iterable[Prompt]) -> bytes:
+    """The canonical JSONL bytes of prompts (sorted keys, compact, one per line)."""
+    return b"".join(
+        json.dumps(p.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+        for p in prompts
+    )
+
+
+def write_family(path: str | Path, prompts: Sequence[Prompt]) -> str:
+    """Write a family file; returns its sha256 (what a plan registers)."""
+    data = family_bytes(prompts)
+    Path(path).write_bytes(data)
+    return hashlib.sha256(data).hexdigest()

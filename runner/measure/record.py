@@ -1,0 +1,115 @@
+"""One request as the client measured it (a line of ``records.jsonl``).
+
+Times are the client's ``time.perf_counter()``; ``send_t`` is taken just before the
+request is written, and every token chunk's arrival is kept as an offset from it
+(``chunk_t``, seconds), stamped when the network read that carried it returned.
+
+Status (CONTRACTS.md): ``ok`` finished with ``[DONE]``; ``failed`` HTTP/transport
+error or an error frame; ``timeout`` no content before a deadline; ``censored`` cut
+by a deadline after delivering tokens (the partial is kept); ``cancelled`` stopped by
+the caller (interrupt, budget) or never sent because of it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .stats import percentile
+
+__all__ = ["STATUSES", "RequestRecord", "Status"]
+
+Status = Literal["ok", "failed", "timeout", "cancelled", "censored"]
+STATUSES: tuple[Status, ...] = ("ok", "failed", "timeout", "cancelled", "censored")
+TokensSource = Literal["usage", "token_ids", "chunks", "none"]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """Everything measured about one request, kept whatever its outcome."""
+
+    index: int
+    prompt_id: str
+    status: Status
+    reason: str | None
+    sent_at: str                          # UTC wall clock at send
+    send_t: float                         # perf_counter at send
+    ended_s: float                        # seconds from send to the end of the request
+    seed: int | None
+    max_tokens: int
+    cache_salt: str
+    http_status: int | None = None
+    error: Any = None                     # the server's error body (HTTP error or error frame)
+    request_id: str | None = None         # the server's id (cmpl-...)
+    chunk_t: tuple[float, ...] = ()       # arrival of each token chunk, seconds after send
+    chunk_tokens: tuple[int, ...] | None = None   # tokens per token chunk (None: server sent no token_ids)
+    delivered_tokens: int = 0
+    tokens_source: TokensSource = "none"
+    usage: dict[str, int] | None = None
+    finish_reason: str | None = None
+    stop_reason: Any = None
+    done: bool = False                    # saw data: [DONE]
+    early_stop: bool = False              # ok, but fewer than max_tokens and finish_reason != "length"
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to the first chunk with content (``None`` without one)."""
+        return self.chunk_t[0] if self.chunk_t else None
+
+    @property
+    def first_chunk_tokens(self) -> int:
+        """Tokens in the first content chunk (1, the prefill token, when the server sent no token_ids)."""
+        if not self.chunk_t:
+            return 0
+        return self.chunk_tokens[0] if self.chunk_tokens else 1
+
+    @property
+    def tokens_after_first(self) -> int:
+        return max(0, self.delivered_tokens - self.first_chunk_tokens) if self.chunk_t else 0
+
+    @property
+    def decode_s(self) -> float | None:
+        """Last content chunk - first content chunk (``None`` without content)."""
+        return self.chunk_t[-1] - self.chunk_t[0] if self.chunk_t else None
+
+    @property
+    def intervals_ms(self) -> list[float]:
+        """Gaps between consecutive content chunks: one engine step each under spec decode."""
+        t = self.chunk_t
+        return [(t[i] - t[i - 1]) * 1000.0 for i in range(1, len(t))]
+
+    @property
+    def round_ms_p95(self) -> float | None:
+        gaps = self.intervals_ms
+        return percentile(gaps, 95) if gaps else None
+
+    @property
+    def decode_tps(self) -> float | None:
+        decode = self.decode_s
+        return self.tokens_after_first / decode if decode else None
+
+    def summary_entry(self) -> dict[str, Any]:
+        """The request's entry in ``wave.measured`` ``requests`` (CONTRACTS.md)."""
+        return {
+            "index": self.index, "prompt_id": self.prompt_id, "status": self.status,
+            "delivered_tokens": self.delivered_tokens, "decode_s": self.decode_s, "ttft_s": self.ttft_s,
+            "round_ms_p95": self.round_ms_p95, "finish_reason": self.finish_reason, "reason": self.reason,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The full record (one line of ``records.jsonl``)."""
+        return {
+            **self.summary_entry(),
+            "sent_at": self.sent_at, "send_t": self.send_t, "ended_s": self.ended_s, "seed": self.seed,
+            "max_tokens": self.max_tokens, "cache_salt": self.cache_salt, "http_status": self.http_status,
+            "error": self.error, "request_id": self.request_id, "tokens_after_first": self.tokens_after_first,
+            "decode_tps": self.decode_tps, "chunk_t": list(self.chunk_t),
+            "chunk_tokens": list(self.chunk_tokens) if self.chunk_tokens is not None else None,
+            "tokens_source": self.tokens_source, "usage": self.usage, "stop_reason": self.stop_reason,
+            "done": self.done, "early_stop": self.early_stop,
+        }
+
+    def json_line(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+            "utf-8") + b"\n"

@@ -1,0 +1,349 @@
+"""A wave: scrape ``/metrics``, run the prompts (batch 1 or concurrent), scrape again.
+
+:func:`measure_wave` is the measurement client's one entry point; it returns a
+:class:`WaveResult` whose :meth:`~WaveResult.summary` is the ``wave.measured`` payload
+of CONTRACTS.md without the window keys and the records blob, and whose
+:meth:`~WaveResult.records_jsonl` is that blob (one JSON object per request, every
+request included).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ledger.errors import ExternalError, FormatError
+
+from .family import Prompt
+from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
+from .record import RequestRecord
+from .request import Cutter, run_request, utc_now
+from .stats import client_figures, percentile, percentiles
+
+__all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One ``/metrics`` read: a snapshot, or why there is none."""
+
+    snapshot: MetricsSnapshot | None
+    problem: str | None = None
+    absent: bool = False          # the endpoint does not exist (HTTP 404): not a vLLM server
+
+
+def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0) -> Scrape:
+    try:
+        response = http.get(url, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return Scrape(None, f"metrics unreachable at {url}: {type(exc).__name__}: {exc}")
+    if response.status_code == 404:
+        return Scrape(None, f"no metrics endpoint at {url} (HTTP 404)", absent=True)
+    if response.status_code != 200:
+        return Scrape(None, f"metrics at {url} answered HTTP {response.status_code}")
+    try:
+        return Scrape(parse_metrics(response.text))
+    except FormatError as exc:
+        return Scrape(None, f"metrics at {url} unreadable: {exc}")
+
+
+def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None) -> list[str]:
+    """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer."""
+    client = http or httpx.Client()
+    url = f"{_base(base_url)}/v1/models"
+    try:
+        response = client.get(url, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise ExternalError(f"cannot reach {base_url}: {type(exc).__name__}: {exc}") from None
+    finally:
+        if http is None:
+            client.close()
+    if response.status_code >= 500:
+        raise ExternalError(f"{url} answered HTTP {response.status_code}")
+    if response.status_code != 200:
+        return []
+    try:
+        data = response.json().get("data", [])
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except (ValueError, AttributeError):
+        return []
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    """One measured wave."""
+
+    family: str
+    seed: int
+    max_tokens: int
+    concurrency: int
+    started_at: str
+    ended_at: str
+    duration_s: float
+    counters: CounterDeltas
+    incomplete_reasons: tuple[str, ...]
+    notes: tuple[str, ...]
+    requests: tuple[RequestRecord, ...]
+    url: str
+    metrics_url: str | None
+    model: str
+    chat: bool
+    ignore_eos: bool
+    cancelled: bool
+    before: MetricsSnapshot | None = None
+    after: MetricsSnapshot | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.incomplete_reasons
+
+    @property
+    def counters_available(self) -> bool:
+        """The server exposed speculative-decoding counters for this wave."""
+        return any(self.counters.to_json()[k] is not None for k in ("rounds", "accepted", "draft_tokens"))
+
+    def summary(self) -> dict[str, Any]:
+        """The ``wave.measured`` payload minus window keys and ``records`` (CONTRACTS.md)."""
+        return {
+            "family": self.family,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "concurrency": self.concurrency,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "counters": self.counters.to_json(),
+            "counters_missing": list(self.counters.missing),
+            "complete": self.complete,
+            "incomplete_reasons": list(self.incomplete_reasons),
+            "client": client_figures(self.requests),
+            "requests": [r.summary_entry() for r in self.requests],
+        }
+
+    def records_jsonl(self) -> bytes:
+        """Every request's full record, one JSON object per line, in request order."""
+        return b"".join(r.json_line() for r in self.requests)
+
+    def figures(self) -> dict[str, Any]:
+        """Derived figures for people (``tally measure``); see docs/measure.md for definitions."""
+        ok = [r for r in self.requests if r.status == "ok"]
+        measured = [r for r in self.requests if r.status in ("ok", "censored") and r.chunk_t]
+        c = self.counters
+        server: dict[str, Any] | None = None
+        if self.counters_available:
+            drafts, draft_tokens, accepted = c.rounds, c.draft_tokens, c.accepted
+            server = {
+                "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+                "acceptance_rate": accepted / draft_tokens if accepted is not None and draft_tokens else None,
+                "mean_acceptance_length": 1 + accepted / drafts if accepted is not None and drafts else None,
+                "per_position_acceptance": ([n / drafts for n in c.accepted_per_pos]
+                                            if c.accepted_per_pos is not None and drafts else None),
+                "decode_s": c.decode_s, "generation_tokens": c.generation_tokens,
+            }
+        client = client_figures(self.requests)
+        tpot = [(r.chunk_t[-1] - r.chunk_t[0]) / (r.delivered_tokens - 1) * 1000.0 for r in ok
+                if r.chunk_t and r.delivered_tokens > 1]
+        delivered = sum(r.delivered_tokens for r in self.requests)
+        return {
+            "requests": {k: client[k] for k in ("requests", "ok", "failed", "timed_out", "cancelled", "censored")},
+            "early_stops": sum(1 for r in self.requests if r.early_stop),
+            "ttft_ms": _scaled(percentiles([r.ttft_s for r in ok if r.ttft_s is not None]), 1000.0),
+            "decode_tps_per_request_p50": (percentile(per, 50) if (per := [r.decode_tps for r in measured
+                                                                           if r.decode_tps is not None]) else None),
+            "decode_tps_pooled": client["decode_tps"],
+            "chunk_interval_ms": client["chunk_interval_ms"],
+            "tokens_per_chunk": client["tokens_per_chunk"],
+            "tpot_ms_p50": percentile(tpot, 50) if tpot else None,
+            "e2e_ms": _scaled(percentiles([r.chunk_t[-1] for r in ok if r.chunk_t]), 1000.0),
+            "output_tps": delivered / self.duration_s if self.duration_s > 0 else None,
+            "duration_s": self.duration_s,
+            "delivered_tokens": delivered,
+            "server": server,
+        }
+
+
+def _scaled(values: dict[str, float] | None, factor: float) -> dict[str, float] | None:
+    return {k: v * factor for k, v in values.items()} if values is not None else None
+
+
+def _request_body(prompt: Prompt, *, model: str, chat: bool, max_tokens: int, seed: int, ignore_eos: bool,
+                  priority: int, temperature: float, top_p: float, return_token_ids: bool,
+                  extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model}
+    if chat:
+        body["messages"] = prompt.chat_messages()
+    else:
+        body["prompt"] = prompt.text
+    body.update({
+        "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
+        "cache_salt": f"tally-{uuid.uuid4().hex}",
+    })
+    if priority:
+        body["priority"] = priority
+    if return_token_ids:
+        body["return_token_ids"] = True
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def _not_sent(index: int, prompt: Prompt, why: str, seed: int, max_tokens: int) -> RequestRecord:
+    return RequestRecord(index=index, prompt_id=prompt.id, status="cancelled",
+                         reason=f"not sent: {'cancelled' if why == 'cancelled' else 'wave deadline passed'}",
+                         sent_at=utc_now(), send_t=time.perf_counter(), ended_s=0.0, seed=seed,
+                         max_tokens=max_tokens, cache_salt="")
+
+
+def measure_wave(
+    base_url: str,
+    metrics_url: str | None,
+    prompts: Sequence[Prompt],
+    *,
+    model: str,
+    max_tokens: int,
+    seed: int,
+    concurrency: int = 1,
+    deadline_s: float | None = None,
+    wave_deadline_s: float | None = None,
+    chat: bool = False,
+    ignore_eos: bool = True,
+    priority: int = 0,
+    family: str = "",
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    return_token_ids: bool = True,
+    extra_body: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    on_request: Callable[[RequestRecord], None] | None = None,
+    read_timeout_s: float = 300.0,
+    headers: Mapping[str, str] | None = None,
+) -> WaveResult:
+    """Run one wave of streaming requests and read the server's counters around it.
+
+    ``base_url`` is the server (``http://host:8000``, with or without ``/v1``);
+    ``metrics_url`` its ``/metrics`` (``None``: no server counters). Requests go out
+    in prompt order, ``concurrency`` at a time, each with ``seed``, ``max_tokens``,
+    T = ``temperature``, top_p, ``ignore_eos``, ``priority`` (sent when non-zero), a
+    fresh ``cache_salt`` and ``stream_options.include_usage``. ``deadline_s`` cuts a
+    request that long after its send, ``wave_deadline_s`` cuts everything that long
+    after the wave began (requests not yet sent are recorded as cancelled); setting
+    ``cancel`` does the same at once. ``on_request`` is called with each finished
+    record (from worker threads). Never raises for what the server does: failures
+    are recorded; only bad arguments raise ``FormatError``.
+    """
+    if not prompts:
+        raise FormatError("a wave needs at least one prompt")
+    if concurrency < 1:
+        raise FormatError(f"concurrency must be at least 1, got {concurrency}")
+    if max_tokens < 1:
+        raise FormatError(f"max_tokens must be at least 1, got {max_tokens}")
+    for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s)):
+        if value is not None and value <= 0:
+            raise FormatError(f"{name} must be positive, got {value}")
+    base = _base(base_url)
+    endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
+    workers = min(concurrency, len(prompts))
+    limits = httpx.Limits(max_connections=workers + 1, max_keepalive_connections=workers + 1)
+    records: list[RequestRecord | None] = [None] * len(prompts)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    next_index = [0]
+    with httpx.Client(limits=limits, headers=dict(headers or {})) as http:
+        started_at = utc_now()
+        before = scrape_metrics(http, metrics_url) if metrics_url else None
+        start = time.perf_counter()
+        cutter = Cutter(cancel, start + wave_deadline_s if wave_deadline_s is not None else None)
+
+        def work() -> None:
+            try:
+                while True:
+                    with lock:
+                        index = next_index[0]
+                        next_index[0] += 1
+                    if index >= len(prompts):
+                        return
+                    prompt = prompts[index]
+                    why = cutter.stop_reason()
+                    if why is not None:
+                        record = _not_sent(index, prompt, why, seed, max_tokens)
+                    else:
+                        body = _request_body(prompt, model=model, chat=chat, max_tokens=max_tokens, seed=seed,
+                                             ignore_eos=ignore_eos, priority=priority, temperature=temperature,
+                                             top_p=top_p, return_token_ids=return_token_ids, extra_body=extra_body)
+                        record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
+                                             cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s)
+                    records[index] = record
+                    if on_request is not None:
+                        on_request(record)
+            except BaseException as exc:  # a bug or a failing callback: stop this worker, raise after the join
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, name=f"tally-measure-{i}", daemon=True) for i in range(workers)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            cutter.close()
+        duration = time.perf_counter() - start
+        after = scrape_metrics(http, metrics_url) if metrics_url else None
+        ended_at = utc_now()
+    done = [r for r in records if r is not None]
+    result = _result(done, before, after, family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency,
+                     started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_url=metrics_url,
+                     model=model, chat=chat, ignore_eos=ignore_eos,
+                     cancelled=cancel is not None and cancel.is_set())
+    if errors:
+        raise errors[0]
+    return result
+
+
+def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape | None, *, family: str, seed: int,
+            max_tokens: int, concurrency: int, started_at: str, ended_at: str, duration: float, url: str,
+            metrics_url: str | None, model: str, chat: bool, ignore_eos: bool, cancelled: bool) -> WaveResult:
+    reasons: list[str] = []
+    notes: list[str] = []
+    if before is None or after is None:
+        deltas = CounterDeltas.unavailable()
+        notes.append("no metrics URL given: server counters not read")
+    elif before.snapshot is None or after.snapshot is None:
+        deltas = CounterDeltas.unavailable()
+        for when, scrape in (("before", before), ("after", after)):
+            if scrape.problem is not None:
+                reasons.append(f"{scrape.problem} ({when} the wave)")
+    else:
+        deltas = counter_deltas(before.snapshot, after.snapshot)
+        reasons.extend(deltas.problems)
+        if not (before.snapshot.has_spec_series() or after.snapshot.has_spec_series()):
+            notes.append("the server's /metrics has no speculative-decoding series "
+                         f"({', '.join(SPEC_SERIES_NAMES[:1])}, ...): client-side figures only")
+    for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
+        count = sum(1 for r in records if r.status == status)
+        if count:
+            reasons.append(f"{count} request{'s' if count != 1 else ''} {label}")
+    if cancelled:
+        reasons.append("wave cancelled")
+    early = [r for r in records if r.early_stop]
+    if early:
+        hint = " although ignore_eos was sent: the server may ignore ignore_eos" if ignore_eos else ""
+        notes.append(f"{len(early)} request{'s' if len(early) != 1 else ''} stopped before max_tokens "
+                     f"(finish_reason not 'length'){hint}")
+    return WaveResult(
+        family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency, started_at=started_at,
+        ended_at=ended_at, duration_s=duration, counters=deltas, incomplete_reasons=tuple(reasons),
+        notes=tuple(notes), requests=tuple(records), url=url, metrics_url=metrics_url, model=model, chat=chat,
+        ignore_eos=ignore_eos, cancelled=cancelled,
+        before=before.snapshot if before else None, after=after.snapshot if after else None,
+    )

@@ -1,0 +1,157 @@
+"""Injectable faults: what the next requests, scrapes or host actions will suffer.
+
+Faults are set in the config (``[faults]``) or at run time through
+``POST /_sim/faults`` with the same shape; ``{"clear": true}`` removes them all.
+
+=====================  ==================================================  =====================================
+fault                  shape                                               effect
+=====================  ==================================================  =====================================
+``http_5xx``           ``{count, status=500}``                             next ``count`` completions answer
+                                                                           ``status`` with vLLM's error body
+``stall``              ``{count=1, after_chunks=1, seconds}``              the stream pauses ``seconds`` (real)
+                                                                           after ``after_chunks`` chunks
+``drop``               ``{count=1, after_chunks=1}``                       the connection is cut mid-stream
+``slow_ttft``          ``{count=1, seconds}``                              first token ``seconds`` (real) later
+``error_frame``        ``{count=1, after_chunks=1, message}``              an error frame inside the 200 stream
+``metrics_down``       ``true`` / ``false``                                ``/metrics`` answers 503
+``action_fail``        ``{action, count=1, status=500}``                   the named host action fails
+``clock_cap_mismatch`` ``{cap_mhz, count=1}``                              the next start runs (and logs) this cap
+=====================  ==================================================  =====================================
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ledger.errors import FormatError
+
+__all__ = ["FaultState", "validate_faults"]
+
+_SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
+    # kind: {field: (type, default)}; default None = required
+    "http_5xx": {"count": ("int", 1), "status": ("status", 500)},
+    "stall": {"count": ("int", 1), "after_chunks": ("int0", 1), "seconds": ("float", None)},
+    "drop": {"count": ("int", 1), "after_chunks": ("int0", 1)},
+    "slow_ttft": {"count": ("int", 1), "seconds": ("float", None)},
+    "error_frame": {"count": ("int", 1), "after_chunks": ("int0", 1),
+                    "message": ("str", "simulated engine failure")},
+    "action_fail": {"action": ("str", None), "count": ("int", 1), "status": ("status", 500)},
+    "clock_cap_mismatch": {"cap_mhz": ("int", None), "count": ("int", 1)},
+}
+
+
+def _field(kind: str, value: Any, where: str) -> Any:
+    if kind in ("int", "int0", "status"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FormatError(f"{where}: must be an integer")
+        if kind == "int" and value < 1:
+            raise FormatError(f"{where}: must be at least 1")
+        if kind == "int0" and value < 0:
+            raise FormatError(f"{where}: must be at least 0")
+        if kind == "status" and not 500 <= value <= 599:
+            raise FormatError(f"{where}: must be a 5xx status")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise FormatError(f"{where}: must be a non-negative number")
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"{where}: must be a non-empty string")
+    return value
+
+
+def validate_faults(data: Any, where: str = "faults") -> dict[str, Any]:
+    """Check a faults table; returns it normalised (defaults filled in)."""
+    if not isinstance(data, Mapping):
+        raise FormatError(f"{where}: must be a table")
+    out: dict[str, Any] = {}
+    for kind, spec in data.items():
+        if kind == "metrics_down":
+            if not isinstance(spec, bool):
+                raise FormatError(f"{where}.metrics_down: must be true or false")
+            out[kind] = spec
+            continue
+        shape = _SHAPES.get(kind)
+        if shape is None:
+            raise FormatError(f"{where}: unknown fault {kind!r}")
+        if not isinstance(spec, Mapping):
+            raise FormatError(f"{where}.{kind}: must be a table")
+        unknown = sorted(set(spec) - set(shape))
+        if unknown:
+            raise FormatError(f"{where}.{kind}: unknown field {unknown[0]!r}")
+        item: dict[str, Any] = {}
+        for name, (ftype, default) in shape.items():
+            if name in spec:
+                item[name] = _field(ftype, spec[name], f"{where}.{kind}.{name}")
+            elif default is None:
+                raise FormatError(f"{where}.{kind}.{name}: required")
+            else:
+                item[name] = default
+        out[kind] = item
+    return out
+
+
+class FaultState:
+    """The faults still armed; thread-safe. ``take`` consumes one use of a fault."""
+
+    def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._faults: dict[str, Any] = {}
+        self._actions: dict[str, dict[str, Any]] = {}
+        if initial:
+            self.set(initial)
+
+    def set(self, data: Mapping[str, Any]) -> None:
+        """Arm faults (validated); a kind given again replaces the armed one."""
+        faults = validate_faults(data)
+        with self._lock:
+            for kind, spec in faults.items():
+                if kind == "action_fail":
+                    self._actions[spec["action"]] = spec
+                elif kind == "metrics_down" and not spec:
+                    self._faults.pop(kind, None)
+                else:
+                    self._faults[kind] = spec
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._actions.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            out = copy.deepcopy(self._faults)
+            if self._actions:
+                out["action_fail"] = [dict(spec) for spec in self._actions.values()]
+            return out
+
+    @property
+    def metrics_down(self) -> bool:
+        with self._lock:
+            return bool(self._faults.get("metrics_down"))
+
+    def take(self, kind: str) -> dict[str, Any] | None:
+        """One use of an armed fault of ``kind`` (``None`` when none is armed)."""
+        with self._lock:
+            spec = self._faults.get(kind)
+            if not isinstance(spec, dict):
+                return None
+            spec["count"] -= 1
+            if spec["count"] <= 0:
+                del self._faults[kind]
+            return dict(spec)
+
+    def take_action(self, action: str) -> dict[str, Any] | None:
+        """One use of an armed failure of host action ``action``."""
+        with self._lock:
+            spec = self._actions.get(action)
+            if spec is None:
+                return None
+            spec["count"] -= 1
+            if spec["count"] <= 0:
+                del self._actions[action]
+            return dict(spec)

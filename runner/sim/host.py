@@ -1,0 +1,475 @@
+"""The simulated host: production, engine sessions (starts), snapshot/restore, clock, placeholders.
+
+This is what the window runner's simulator driver talks to through ``/_sim/...``:
+every host action of SPEC 5.5 is a method here that either returns a JSON-able result
+(``{"ok": true, "action", "output", ...}``) or raises :class:`HostActionError`
+(HTTP 409 for a refusal or a negative proof, 500 for an injected failure).
+
+Serving rules: only a *ready* engine serves; while production drains, new requests get
+503; a start (``start_arm`` or ``restore``) is a new engine session whose ``/metrics``
+counters begin at zero, whose log carries ``clock cap N MHz`` and whose first request
+pays the cold-start TTFT unless it was warmed up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .config import ArmConfig, SimConfig
+from .exposition import EngineMetrics
+from .faults import FaultState
+from .truth import TruthLog
+
+__all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
+
+# Host actions (SPEC 5.5) plus the simulator's own: production up/down and thermal dial-back.
+ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "quiet_proof",
+           "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof", "restore",
+           "watch", "read_clock_cap", "production", "thermal")
+
+
+def wall_time() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+class HostActionError(Exception):
+    """A host action refused (409), failed by injection (500) or asked wrongly (400)."""
+
+    def __init__(self, status: int, action: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.action = action
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        return {"ok": False, "action": self.action, "error": self.message}
+
+
+@dataclass
+class EngineSession:
+    """One start: one engine session of one arm."""
+
+    number: int
+    arm: ArmConfig
+    role: str
+    clock_cap_mhz: int
+    ready_at: float
+    started_at: str
+    metrics: EngineMetrics
+    start_factor: float
+    log: list[str]
+    production: bool = False
+    warmed: bool = False
+    stopped: bool = False
+    admitted: int = 0
+    in_flight: int = 0
+    unseeded: int = 0
+    stopped_at: str | None = None
+    rotor: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def ready(self, now: float) -> bool:
+        return not self.stopped and now >= self.ready_at
+
+    def describe(self, now: float, current_mhz: int | None) -> dict[str, Any]:
+        return {
+            "start": self.number, "arm": self.arm.name, "role": self.role,
+            "status": "stopped" if self.stopped else ("ready" if now >= self.ready_at else "starting"),
+            "production": self.production, "clock_cap_mhz": self.clock_cap_mhz, "current_clock_mhz": current_mhz,
+            "config_digest": self.arm.digest(), "speculative_config": self.arm.speculative_config(),
+            "image": self.arm.image, "started_at": self.started_at, "stopped_at": self.stopped_at,
+            "log": list(self.log), "in_flight": self.in_flight, "admitted": self.admitted, "warmed": self.warmed,
+        }
+
+
+class Host:
+    """All host-side state of one simulator; every method is thread-safe."""
+
+    def __init__(self, config: SimConfig, faults: FaultState, truth: TruthLog) -> None:
+        self.config = config
+        self.faults = faults
+        self.truth = truth
+        self.cond = threading.Condition()
+        self.production = "down"
+        self.engine: EngineSession | None = None
+        self.snapshot_taken: dict[str, Any] | None = None
+        self.current_mhz: int | None = None
+        self.thermal_events: list[dict[str, Any]] = []
+        self.placeholders = {h: False for h in config.hosts}
+        self.fenced = {h: False for h in config.hosts}
+        self.starts: list[dict[str, Any]] = []
+        self.actions: list[dict[str, Any]] = []
+        self._start_number = 0
+        # The host comes up serving production, warm, as a production host would be found.
+        session = self._new_session(config.arm(config.production_arm), "production", ready_in=0.0,
+                                    production=True)
+        session.warmed = True
+        self.production = "up"
+
+    # ------------------------------------------------------------------ identity
+
+    def production_identity(self) -> dict[str, Any]:
+        arm = self.config.arm(self.config.production_arm)
+        return {"arm": arm.name, "model": self.config.model, "image": arm.image, "config_digest": arm.digest(),
+                "speculative_config": arm.speculative_config(), "clock_cap_mhz": arm.clock_cap_mhz,
+                "hosts": list(self.config.hosts)}
+
+    def production_sha256(self) -> str:
+        return _sha256_json(self.production_identity())
+
+    def clock_factor(self) -> float:
+        """> 1 when the clock was dialled back below the start's cap (steps take longer)."""
+        engine = self.engine
+        if engine is None or self.current_mhz is None or self.current_mhz >= engine.clock_cap_mhz:
+            return 1.0
+        return engine.clock_cap_mhz / self.current_mhz
+
+    # ------------------------------------------------------------------ sessions
+
+    def _new_session(self, arm: ArmConfig, role: str, ready_in: float, production: bool = False,
+                     cap_mhz: int | None = None) -> EngineSession:
+        self._start_number += 1
+        number = self._start_number
+        cap = cap_mhz if cap_mhz is not None else arm.clock_cap_mhz
+        rng = random.Random(f"{self.config.seed}|start|{number}")
+        factor = max(0.5, 1.0 + rng.gauss(0.0, self.config.start_jitter)) if self.config.start_jitter > 0 else 1.0
+        spec = arm.speculative_config()
+        log = [
+            f"starting engine: arm {arm.name} role {role} image {arm.image}",
+            f"speculative config: {json.dumps(spec, sort_keys=True) if spec else 'none'}",
+            f"clock cap {cap} MHz",
+            "engine ready",
+        ]
+        metrics = EngineMetrics(self.config.model, self.config.engines, arm.k, self.config.spec_metrics,
+                                self.config.max_model_len)
+        session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
+                                ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
+                                start_factor=factor, log=log, production=production)
+        self.engine = session
+        self.current_mhz = cap
+        self.starts.append({"start": number, "arm": arm.name, "role": role, "clock_cap_mhz": cap,
+                            "production": production, "started_at": session.started_at, "stopped_at": None})
+        return session
+
+    def _stop_session(self) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        engine.stopped = True
+        engine.stopped_at = wall_time()
+        for start in self.starts:
+            if start["start"] == engine.number:
+                start["stopped_at"] = engine.stopped_at
+        self.engine = None
+        self.current_mhz = None
+        self.cond.notify_all()
+
+    def admit(self) -> tuple[EngineSession, int] | str:
+        """Admit one serving request: (session, engine index), or the reason it cannot run."""
+        now = time.perf_counter()
+        with self.cond:
+            engine = self.engine
+            if engine is None:
+                return "no engine is running on this host"
+            if engine.production and self.production == "draining":
+                return "production is draining"
+            if not engine.ready(now):
+                return "engine is starting"
+            engine.admitted += 1
+            engine.in_flight += 1
+            index = engine.rotor % self.config.engines
+            engine.rotor += 1
+            return engine, index
+
+    def release(self, engine: EngineSession) -> None:
+        with self.cond:
+            engine.in_flight -= 1
+            self.cond.notify_all()
+
+    def health(self) -> bool:
+        with self.cond:
+            return self.engine is not None and self.engine.ready(time.perf_counter()) and self.production != "draining"
+
+    # ------------------------------------------------------------------ actions
+
+    def act(self, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run host action ``action`` (a name of :data:`ACTIONS`) with JSON ``args``."""
+        if action not in ACTIONS:
+            raise HostActionError(404, action, f"unknown host action {action!r}")
+        failure = self.faults.take_action(action)
+        if failure is not None:
+            self._note(action, False, "injected failure")
+            raise HostActionError(failure["status"], action, f"injected failure of {action}")
+        method = getattr(self, f"_do_{action}")
+        try:
+            result: dict[str, Any] = method(args)
+        except HostActionError as exc:
+            self._note(action, False, exc.message)
+            raise
+        self._note(action, True, result.get("output", ""))
+        return {"ok": True, "action": action, **result}
+
+    def _note(self, action: str, ok: bool, output: str) -> None:
+        with self.cond:
+            self.actions.append({"action": action, "ok": ok, "at": wall_time(), "output": output})
+
+    def _scaled(self, seconds: float) -> float:
+        return seconds * self.config.time_scale
+
+    def _wait_ready(self, session: EngineSession) -> None:
+        while True:
+            remaining = session.ready_at - time.perf_counter()
+            if remaining <= 0 or session.stopped:
+                return
+            time.sleep(min(remaining, 0.05))
+
+    def _do_drain(self, args: dict[str, Any]) -> dict[str, Any]:
+        timeout = float(args.get("timeout_s", 30.0))
+        with self.cond:
+            if self.production == "down":
+                return {"production": "down", "output": "production already down"}
+            engine = self.engine
+            self.production = "draining"
+            deadline = time.perf_counter() + timeout
+            while engine is not None and engine.in_flight > 0:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            aborted = engine.in_flight if engine is not None else 0
+            self._stop_session()
+            self.production = "down"
+        out = "production drained and stopped" + (f"; {aborted} requests aborted at the timeout" if aborted else "")
+        return {"production": "down", "aborted": aborted, "output": out}
+
+    def _do_snapshot(self, args: dict[str, Any]) -> dict[str, Any]:
+        identity = self.production_identity()
+        sha = _sha256_json(identity)
+        with self.cond:
+            self.snapshot_taken = {"identity": identity, "sha256": sha, "at": wall_time()}
+        return {"identity": identity, "sha256": sha, "output": f"production snapshot sha256 {sha}"}
+
+    def _do_start_arm(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = args.get("arm")
+        role = args.get("role", name)
+        if not isinstance(name, str) or not isinstance(role, str):
+            raise HostActionError(400, "start_arm", "start_arm needs {arm: str, role: str}")
+        arm = next((a for a in self.config.arms if a.name == name), None)
+        if arm is None:
+            raise HostActionError(400, "start_arm", f"unknown arm {name!r}; configured: {self.config.arm_names()}")
+        slow = args.get("slow_start_s")
+        ready_in = float(slow) if isinstance(slow, int | float) else self._scaled(self.config.start_s)
+        with self.cond:
+            if self.production != "down":
+                raise HostActionError(409, "start_arm", f"production is {self.production}; drain it first")
+            if self.engine is not None:
+                raise HostActionError(409, "start_arm", f"arm {self.engine.arm.name} is running; stop_arm first")
+            mismatch = self.faults.take("clock_cap_mismatch")
+            session = self._new_session(arm, role, ready_in, cap_mhz=mismatch["cap_mhz"] if mismatch else None)
+        if args.get("wait", True):
+            self._wait_ready(session)
+        return {
+            "start": session.number, "arm": arm.name, "role": role, "identity": {"arm": arm.name,
+                                                                                "image": arm.image},
+            "config_digest": arm.digest(), "speculative_config": arm.speculative_config(),
+            "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log), "output": "\n".join(session.log),
+        }
+
+    def _do_stop_arm(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            engine = self.engine
+            if engine is None:
+                return {"output": "no arm running"}
+            if engine.production:
+                raise HostActionError(409, "stop_arm", "the running engine is production; use drain")
+            self._stop_session()
+        return {"start": engine.number, "arm": engine.arm.name, "output": f"stopped arm {engine.arm.name}"}
+
+    def _do_warmup(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            engine = self.engine
+            if engine is None:
+                raise HostActionError(409, "warmup", "no engine is running")
+        self._wait_ready(engine)
+        arm = engine.arm
+        warm_ms = arm.ttft_base_ms + arm.ttft_per_1k_tokens_ms * 0.016
+        cold_ms = warm_ms + (0.0 if engine.warmed else self.config.cold_ttft_extra_ms)
+        time.sleep(self._scaled(cold_ms + warm_ms) / 1000.0)
+        engine.warmed = True
+        cold_s, warm_s = self._scaled(cold_ms) / 1000.0, self._scaled(warm_ms) / 1000.0
+        return {"start": engine.number, "cold_ttft_s": cold_s, "warm_ttft_s": warm_s,
+                "output": f"warmup: cold TTFT {cold_s:.6f} s, warm TTFT {warm_s:.6f} s"}
+
+    def _hosts(self, args: dict[str, Any], action: str) -> list[str]:
+        host = args.get("host")
+        if host is None:
+            return list(self.config.hosts)
+        if host not in self.config.hosts:
+            raise HostActionError(400, action, f"unknown host {host!r}; hosts: {list(self.config.hosts)}")
+        return [host]
+
+    def _do_fence(self, args: dict[str, Any]) -> dict[str, Any]:
+        hosts = self._hosts(args, "fence")
+        with self.cond:
+            for h in hosts:
+                self.fenced[h] = True
+        return {"hosts": hosts, "output": f"fenced {', '.join(hosts)}"}
+
+    def _do_placeholder_up(self, args: dict[str, Any]) -> dict[str, Any]:
+        hosts = self._hosts(args, "placeholder_up")
+        with self.cond:
+            for h in hosts:
+                self.placeholders[h] = True
+        return {"hosts": hosts, "placeholders": dict(self.placeholders), "output": f"placeholders up on {hosts}"}
+
+    def _do_placeholder_down(self, args: dict[str, Any]) -> dict[str, Any]:
+        hosts = self._hosts(args, "placeholder_down")
+        with self.cond:
+            for h in hosts:
+                self.placeholders[h] = False
+                self.fenced[h] = False
+        return {"hosts": hosts, "placeholders": dict(self.placeholders), "output": f"placeholders down on {hosts}"}
+
+    def _do_placeholder_proof(self, args: dict[str, Any]) -> dict[str, Any]:
+        hosts = self._hosts(args, "placeholder_proof")
+        with self.cond:
+            missing = [h for h in hosts if not self.placeholders[h]]
+        if missing:
+            raise HostActionError(409, "placeholder_proof", f"no placeholder on {', '.join(missing)}")
+        return {"hosts": hosts, "output": f"placeholders present on {', '.join(hosts)}"}
+
+    def _do_quiet_proof(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            if self.engine is not None:
+                raise HostActionError(409, "quiet_proof",
+                                      f"engine of arm {self.engine.arm.name} is running "
+                                      f"({self.engine.in_flight} requests in flight)")
+        return {"output": "no engine process; no requests in flight"}
+
+    def _do_production_down_proof(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            if self.production != "down":
+                raise HostActionError(409, "production_down_proof", f"production is {self.production}")
+        return {"production": "down", "output": "production is down: serving endpoint has no engine"}
+
+    def _do_restore(self, args: dict[str, Any]) -> dict[str, Any]:
+        sha = args.get("sha256")
+        with self.cond:
+            if self.snapshot_taken is None:
+                raise HostActionError(409, "restore", "no production snapshot was taken")
+            if sha is not None and sha != self.snapshot_taken["sha256"]:
+                raise HostActionError(409, "restore", f"snapshot sha256 mismatch: asked {sha}, "
+                                                      f"snapshot is {self.snapshot_taken['sha256']}")
+            self._stop_session()
+            slow = args.get("slow_start_s")
+            ready_in = float(slow) if isinstance(slow, int | float) else self._scaled(self.config.start_s)
+            session = self._new_session(self.config.arm(self.config.production_arm), "production", ready_in,
+                                        production=True)
+            self.production = "up"
+            snap = dict(self.snapshot_taken)
+        if args.get("wait", True):
+            self._wait_ready(session)
+        return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
+                "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
+                "output": f"production restored to snapshot {snap['sha256']}"}
+
+    def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:
+        state = args.get("state")
+        if state not in ("up", "down"):
+            raise HostActionError(400, "production", "production needs {state: up|down}")
+        with self.cond:
+            if state == "down":
+                if self.engine is not None and self.engine.production:
+                    self._stop_session()
+                self.production = "down"
+                return {"production": "down", "output": "production stopped"}
+            if self.production == "up":
+                return {"production": "up", "output": "production already up"}
+            if self.engine is not None:
+                raise HostActionError(409, "production", f"arm {self.engine.arm.name} is running; stop_arm first")
+            session = self._new_session(self.config.arm(self.config.production_arm), "production",
+                                        self._scaled(self.config.start_s), production=True)
+            self.production = "up"
+        if args.get("wait", True):
+            self._wait_ready(session)
+        return {"production": "up", "start": session.number, "output": "production started"}
+
+    def _do_watch(self, args: dict[str, Any]) -> dict[str, Any]:
+        now = time.perf_counter()
+        with self.cond:
+            engine = self.engine
+            problems = []
+            if self.production != "up":
+                problems.append(f"production is {self.production}")
+            if engine is None or not engine.production:
+                problems.append("production engine is not running")
+            elif not engine.ready(now):
+                problems.append("production engine is still starting")
+            if self.snapshot_taken and self.production_sha256() != self.snapshot_taken["sha256"]:
+                problems.append("production identity differs from the snapshot")
+        if problems:
+            raise HostActionError(409, "watch", "; ".join(problems))
+        return {"production": "up", "sha256": self.production_sha256(),
+                "output": "production up, engine ready, identity matches the snapshot"}
+
+    def _do_read_clock_cap(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            engine = self.engine
+            if engine is None:
+                raise HostActionError(409, "read_clock_cap", "no engine is running")
+            line = next(line for line in engine.log if line.startswith("clock cap "))
+            return {"start": engine.number, "clock_cap_mhz": engine.clock_cap_mhz,
+                    "current_clock_mhz": self.current_mhz, "log_line": line, "output": line}
+
+    def _do_thermal(self, args: dict[str, Any]) -> dict[str, Any]:
+        cap = args.get("cap_mhz", self.config.thermal_cap_mhz)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+            raise HostActionError(400, "thermal", "thermal needs {cap_mhz: positive integer}")
+        with self.cond:
+            engine = self.engine
+            before = self.current_mhz
+            event = {"seq": len(self.thermal_events) + 1, "at": wall_time(), "from_mhz": before, "to_mhz": cap,
+                     "start": engine.number if engine else None,
+                     "kind": "dial_back" if before is None or cap < before else "recover"}
+            self.thermal_events.append(event)
+            if engine is not None:
+                self.current_mhz = cap
+        return {"event": event, "output": f"THERMAL-WATCH: clock {before} -> {cap} MHz"}
+
+    # ------------------------------------------------------------------ state
+
+    def state(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        with self.cond:
+            engine = self.engine
+            return {
+                "model": self.config.model,
+                "time_scale": self.config.time_scale,
+                "production": self.production,
+                "production_arm": self.config.production_arm,
+                "production_identity": self.production_identity(),
+                "production_sha256": self.production_sha256(),
+                "engine": engine.describe(now, self.current_mhz) if engine else None,
+                "clock": {"production_cap_mhz": self.config.arm(self.config.production_arm).clock_cap_mhz,
+                          "start_cap_mhz": engine.clock_cap_mhz if engine else None,
+                          "current_mhz": self.current_mhz},
+                "snapshot": dict(self.snapshot_taken) if self.snapshot_taken else None,
+                "thermal_events": [dict(e) for e in self.thermal_events],
+                "placeholders": dict(self.placeholders),
+                "fenced": dict(self.fenced),
+                "starts": [dict(s) for s in self.starts],
+                "actions": [dict(a) for a in self.actions],
+                "faults": self.faults.snapshot(),
+                "truth": self.truth.totals(),
+            }

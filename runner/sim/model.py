@@ -1,0 +1,170 @@
+"""The simulated model: a toy tokenizer and a speculative-decoding generation (pure).
+
+Nothing here reads a clock or does I/O: a :class:`Generation` hands out engine steps
+(tokens, drafts, accepted drafts, model milliseconds) from a seeded RNG, and the
+server decides when to send them. The same seed key gives the same steps.
+
+Counting follows vLLM's scheduler (``reference/vllm.md`` 1.1): the prefill step emits
+the first token and schedules no drafts; every later step schedules
+``min(k, remaining - 1)`` draft tokens (one *draft*, counted only when that is > 0),
+accepts a prefix of them, and emits ``1 + accepted`` tokens. Accepted counts are
+taken before a stop truncates the step, as vLLM's spec-decode stats are.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .config import ArmConfig
+
+__all__ = [
+    "Generation",
+    "SamplingParams",
+    "Step",
+    "chat_prompt_tokens",
+    "prompt_token_ids",
+    "token_text",
+]
+
+_WORDS = (
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
+    "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you",
+    "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will",
+    "would", "who", "so", "no", "court", "filing", "opinion", "held", "section", "report", "quarter", "revenue",
+    "net", "plaintiff", "appeal", "statute", "income", "risk", "market",
+)
+FIRST_ORDINARY_TOKEN = 3  # ids 0..2 are special (unk, eos by default, bos)
+
+
+def prompt_token_ids(text: str, vocab_size: int) -> list[int]:
+    """The toy tokenizer: one token per whitespace-separated word (at least one token)."""
+    span = vocab_size - FIRST_ORDINARY_TOKEN
+    ids = [FIRST_ORDINARY_TOKEN + zlib.crc32(word.encode("utf-8")) % span for word in text.split()]
+    return ids or [FIRST_ORDINARY_TOKEN]
+
+
+def chat_prompt_tokens(messages: Sequence[tuple[str, str]], vocab_size: int) -> list[int]:
+    """Prompt ids of a chat: each message's words plus a 4-token header, plus the assistant header."""
+    ids: list[int] = []
+    for role, content in messages:
+        ids.extend(prompt_token_ids(f"<|{role}|> : : :", vocab_size))
+        ids.extend(prompt_token_ids(content, vocab_size) if content.split() else [])
+    ids.extend(prompt_token_ids("<|assistant|> : :", vocab_size))
+    return ids
+
+
+def token_text(token: int, eos_token_id: int) -> str:
+    """How a token reads in the output (special tokens are skipped, as by default in vLLM)."""
+    if token < FIRST_ORDINARY_TOKEN or token == eos_token_id:
+        return ""
+    return " " + _WORDS[token % len(_WORDS)]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The request fields that change what is generated."""
+
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    allowed_token_ids: tuple[int, ...] | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One engine step of one request: what it emits and what it cost (model ms)."""
+
+    index: int                      # 0 = prefill (the first token)
+    tokens: tuple[int, ...]         # emitted token ids (1 + accepted, truncated at a stop)
+    drafts: int                     # draft tokens scheduled in this step (0 = no draft counted)
+    accepted: int                   # accepted draft tokens (before stop truncation)
+    duration_ms: float              # model ms from the previous step's output to this one's
+    finish_reason: str | None = None
+    stop_reason: int | None = None
+
+
+@dataclass
+class Generation:
+    """The steps of one request under ``arm``; ``next_step`` until it returns ``None``."""
+
+    arm: ArmConfig
+    params: SamplingParams
+    prompt_tokens: int
+    seed_key: str
+    eos_token_id: int = 1
+    vocab_size: int = 32000
+    eos_probability: float = 0.0
+    start_factor: float = 1.0       # per-start timing multiplier (engine session jitter)
+    step_jitter: float = 0.0        # relative sd of each step's time
+    ttft_extra_ms: float = 0.0      # cold start etc. (model ms, added to the first step)
+    generated: int = 0
+    finish_reason: str | None = None
+    steps: int = 0
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed_key)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def next_step(self, clock_factor: float = 1.0) -> Step | None:
+        """The next engine step; ``clock_factor`` > 1 slows it (a lowered clock cap)."""
+        if self.done:
+            return None
+        index = self.steps
+        self.steps += 1
+        jitter = 1.0
+        if self.step_jitter > 0:
+            jitter = max(0.2, 1.0 + self._rng.gauss(0.0, self.step_jitter))
+        if index == 0:
+            base = self.arm.ttft_base_ms + self.arm.ttft_per_1k_tokens_ms * self.prompt_tokens / 1000.0
+            duration = base * clock_factor * self.start_factor * jitter + self.ttft_extra_ms
+            drafts, accepted = 0, 0
+        else:
+            remaining = self.params.max_tokens - self.generated
+            drafts = min(self.arm.k, remaining - 1) if self.arm.speculative else 0
+            accepted = 0
+            for position in range(drafts):
+                if self._rng.random() < self.arm.acceptance[position]:
+                    accepted += 1
+                else:
+                    break
+            ms = self.arm.step_base_ms + self.arm.step_per_token_ms * (drafts + 1)
+            duration = ms * clock_factor * self.start_factor * jitter
+        tokens: list[int] = []
+        stop_reason: int | None = None
+        for _ in range(1 + accepted):
+            token = self._sample()
+            tokens.append(token)
+            self.generated += 1
+            if token in self.params.stop_token_ids and self.generated > self.params.min_tokens:
+                self.finish_reason, stop_reason = "stop", token
+                break
+            if token == self.eos_token_id and not self.params.ignore_eos:
+                self.finish_reason = "stop"
+                break
+            if self.generated >= self.params.max_tokens:
+                self.finish_reason = "length"
+                break
+        return Step(index, tuple(tokens), drafts, accepted, duration, self.finish_reason, stop_reason)
+
+    def _sample(self) -> int:
+        eos = self.eos_token_id
+        eos_masked = self.generated < self.params.min_tokens
+        allowed = self.params.allowed_token_ids
+        if allowed:
+            pool = [t for t in allowed if not (eos_masked and t == eos)] or list(allowed)
+            return pool[self._rng.randrange(len(pool))]
+        free_eos = not self.params.ignore_eos and not eos_masked
+        if free_eos and self.eos_probability > 0 and self._rng.random() < self.eos_probability:
+            return eos
+        while True:
+            token = self._rng.randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
+            if token != eos:
+                return token

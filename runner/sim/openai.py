@@ -1,0 +1,290 @@
+"""The OpenAI-compatible surface as vLLM speaks it: request fields, chunk shapes, error bodies.
+
+Pure: parsing a request body, checking it as vLLM's frontend and engine would, and
+building the JSON objects the server sends (``reference/vllm.md`` sections 2-3).
+
+Two kinds of refusal, as in vLLM:
+
+* *frontend* (:func:`parse_request`): malformed JSON or fields, ``stream_options``
+  without ``stream``, an unknown model, a context that does not fit: always an HTTP
+  error status with ``{"error": {"message", "type", "param", "code"}}``;
+* *engine* (:func:`engine_check`, ``SamplingParams.verify``): ``logit_bias`` or
+  ``min_p`` under speculative decoding, bad ``allowed_token_ids``/``logit_bias`` ids:
+  a 400 when not streaming, but an error frame inside an HTTP 200 stream when
+  streaming (vLLM validates lazily inside the SSE generator).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .config import ArmConfig, SimConfig
+from .model import SamplingParams, chat_prompt_tokens, prompt_token_ids
+
+__all__ = [
+    "ApiError",
+    "ApiRequest",
+    "chat_chunk",
+    "completion_chunk",
+    "engine_check",
+    "error_body",
+    "parse_request",
+    "usage_chunk",
+    "usage_of",
+]
+
+_SAMPLING_EPS = 1e-5
+SPEC_REJECTION = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+Kind = Literal["completion", "chat"]
+
+
+@dataclass(frozen=True)
+class ApiError(Exception):
+    """An error answer: HTTP ``status`` and vLLM's error body."""
+
+    status: int
+    message: str
+    type: str = "BadRequestError"
+    param: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.status)
+
+
+def error_body(message: str, type_: str, param: str | None, code: int) -> dict[str, Any]:
+    """``ErrorResponse`` of vLLM >= 0.10.1: ``code`` is the integer HTTP status."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """A parsed completion or chat request (only what the simulator acts on)."""
+
+    kind: Kind
+    model: str
+    prompt_ids: tuple[int, ...]
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    params: SamplingParams
+    seed: int | None
+    priority: int
+    cache_salt: str | None
+    return_token_ids: bool
+    logit_bias: Mapping[str, float] | None
+    min_p: float
+    request_id: str | None
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "BadRequestError", param)
+
+
+def _int(body: Mapping[str, Any], name: str, default: int | None, low: int | None = None) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{name} must be an integer", name)
+    if low is not None and value < low:
+        raise _bad(f"{name} must be at least {low}, got {value}.", name)
+    return value
+
+
+def _float(body: Mapping[str, Any], name: str, default: float) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _bad(f"{name} must be a number", name)
+    return float(value)
+
+
+def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(f"{name} must be a boolean", name)
+    return value
+
+
+def _int_list(body: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _bad(f"{name} must be a list of integers", name)
+    return tuple(value)
+
+
+def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
+    """Frontend validation of a request body; raises :class:`ApiError`."""
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.")
+    body = {k: v for k, v in body.items() if k not in config.ignore_fields}
+    model = body.get("model")
+    if model is None:
+        model = config.model
+    if not isinstance(model, str):
+        raise _bad("model must be a string", "model")
+    if model != config.model:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    stream = _bool(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
+        if not isinstance(options, dict):
+            raise _bad("stream_options must be an object", "stream_options")
+    include_usage = bool(options and options.get("include_usage", True))
+    continuous = bool(options and options.get("continuous_usage_stats", False))
+    if kind == "completion":
+        prompt_ids = _completion_prompt(body.get("prompt"), config.vocab_size)
+    else:
+        prompt_ids = _chat_prompt(body.get("messages"), config.vocab_size)
+    n = _int(body, "n", 1, 1)
+    if n != 1:
+        raise _bad("The simulator serves n = 1 only.", "n")
+    max_name = "max_completion_tokens" if kind == "chat" and body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    max_tokens = _int(body, max_name, None, 1)
+    room = config.max_model_len - len(prompt_ids)
+    if max_tokens is None:
+        max_tokens = max(room, 1)
+    if len(prompt_ids) + max_tokens > config.max_model_len:
+        raise _bad(
+            f"This model's maximum context length is {config.max_model_len} tokens. However, you requested "
+            f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            "input_tokens",
+        )
+    for name in ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty"):
+        _float(body, name, 0.0)
+    min_p = _float(body, "min_p", 0.0)
+    min_tokens = _int(body, "min_tokens", 0, 0) or 0
+    seed = _int(body, "seed", None)
+    priority = _int(body, "priority", 0) or 0
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= 1024):
+        raise _bad("Parameter 'cache_salt' must be a non-empty string of at most 1024 characters.", "cache_salt")
+    bias = body.get("logit_bias")
+    if bias is not None and (not isinstance(bias, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in bias.values())):
+        raise _bad("logit_bias must map token ids to numbers", "logit_bias")
+    request_id = body.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _bad("request_id must be a string", "request_id")
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=_bool(body, "ignore_eos", False),
+        allowed_token_ids=_int_list(body, "allowed_token_ids"),
+        stop_token_ids=_int_list(body, "stop_token_ids") or (),
+    )
+    return ApiRequest(
+        kind=kind, model=model, prompt_ids=tuple(prompt_ids), stream=stream, include_usage=include_usage,
+        continuous_usage=continuous, params=params, seed=seed, priority=priority, cache_salt=salt,
+        return_token_ids=_bool(body, "return_token_ids", False), logit_bias=bias or None, min_p=min_p,
+        request_id=request_id,
+    )
+
+
+def _completion_prompt(prompt: Any, vocab_size: int) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt_token_ids(prompt, vocab_size)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if any(not 0 <= t < vocab_size for t in prompt):
+            raise _bad("Token id out of vocabulary in prompt.", "prompt")
+        return list(prompt)
+    raise _bad("prompt must be a non-empty string or list of token ids (one prompt).", "prompt")
+
+
+def _chat_prompt(messages: Any, vocab_size: int) -> list[int]:
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages must be a non-empty list", "messages")
+    pairs: list[tuple[str, str]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a role", "messages")
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        if not isinstance(content, str):
+            raise _bad(f"messages[{i}].content must be a string", "messages")
+        pairs.append((message["role"], content))
+    return chat_prompt_tokens(pairs, vocab_size)
+
+
+def engine_check(request: ApiRequest, arm: ArmConfig, vocab_size: int) -> ApiError | None:
+    """``SamplingParams.verify`` in the engine; ``None`` when the request may run."""
+    allowed = request.params.allowed_token_ids
+    if allowed is not None:
+        if not allowed:
+            return _bad("allowed_token_ids is not None and empty!", "allowed_token_ids")
+        if any(not 0 <= t < vocab_size for t in allowed):
+            return _bad("allowed_token_ids contains out-of-vocab token id!", "allowed_token_ids")
+    if request.logit_bias:
+        bad = []
+        for key in request.logit_bias:
+            try:
+                token = int(key)
+            except ValueError:
+                token = -1
+            if not 0 <= token < vocab_size:
+                bad.append(key)
+        if bad:
+            return _bad(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. "
+                        f"Vocabulary size: {vocab_size}", "logit_bias")
+    if arm.speculative and (request.min_p > _SAMPLING_EPS or request.logit_bias):
+        return _bad(SPEC_REJECTION)
+    return None
+
+
+# ---------------------------------------------------------------------- response objects
+
+def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """vLLM's field order: prompt, total, completion."""
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens}
+
+
+def completion_chunk(rid: str, created: int, model: str, text: str, *, finish_reason: str | None,
+                     stop_reason: int | None, token_ids: Sequence[int] | None,
+                     prompt_token_ids: Sequence[int] | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": rid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{
+            "index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason,
+            "prompt_token_ids": list(prompt_token_ids) if prompt_token_ids is not None else None,
+            "token_ids": list(token_ids) if token_ids is not None else None,
+        }],
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any], *, finish_reason: str | None,
+               stop_reason: int | None = None, token_ids: Sequence[int] | None = None,
+               usage: dict[str, int] | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    if finish_reason is not None:
+        choice["stop_reason"] = stop_reason
+    if token_ids is not None:
+        choice["token_ids"] = list(token_ids)
+    chunk: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                             "choices": [choice]}
+    if usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def usage_chunk(rid: str, created: int, model: str, kind: Kind, usage: dict[str, int]) -> dict[str, Any]:
+    obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage}

@@ -1,0 +1,525 @@
+"""The simulator's HTTP server: vLLM's OpenAI-compatible API, ``/metrics`` and ``/_sim`` control.
+
+A stdlib ``ThreadingHTTPServer`` speaking HTTP/1.1 with chunked transfer encoding and
+``TCP_NODELAY``: one thread per connection, each stream sleeping to absolute planned
+send times (so lateness never accumulates). Every chunk is one engine step
+(``1 + accepted`` tokens); counters move before the chunk that reports them is
+written, so a scrape made after a client saw ``[DONE]`` includes the whole request.
+
+Routes::
+
+    GET  /health  /v1/models  /version  /metrics
+    POST /v1/completions  /v1/chat/completions
+    GET  /_sim/state  /_sim/faults  /_sim/config  /_sim/truth?after=N&request_id=ID
+    POST /_sim/faults  (DELETE /_sim/faults)  /_sim/<action>  (actions: runner.sim.host.ACTIONS)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .config import SimConfig
+from .exposition import CONTENT_TYPE
+from .faults import FaultState
+from .host import EngineSession, Host, HostActionError, wall_time
+from .model import Generation, Step, token_text
+from .openai import (
+    ApiError,
+    ApiRequest,
+    chat_chunk,
+    completion_chunk,
+    engine_check,
+    error_body,
+    parse_request,
+    usage_chunk,
+    usage_of,
+)
+from .truth import RequestTruth, TruthLog
+
+__all__ = ["SimServer"]
+
+_SLICE_S = 0.05  # longest single sleep, so stops and stopped engines are noticed
+_FINE_S = 0.002  # below this, one plain time.sleep to the planned instant
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class SimServer(ThreadingHTTPServer):
+    """One simulated vLLM host on one port."""
+
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], config: SimConfig) -> None:
+        self.config = config
+        self.faults = FaultState(config.faults)
+        self.truth = TruthLog()
+        self.host = Host(config, self.faults, self.truth)
+        self.stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, conn: socket.socket, alive: bool) -> None:
+        with self._connections_lock:
+            if alive:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def close_connections(self) -> None:
+        """Cut every open connection (idle keep-alive ones and streams in progress)."""
+        with self._connections_lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def sleep_until(self, when: float, engine: EngineSession | None = None) -> bool:
+        """Sleep to ``perf_counter() == when``; ``False`` if the server or the engine stopped.
+
+        Long waits go in slices on the stop event; the last stretch is one plain
+        ``time.sleep`` (clock_nanosleep: the tightest wake-up Python offers).
+        """
+        while True:
+            if self.stopping.is_set() or (engine is not None and engine.stopped):
+                return False
+            left = when - time.perf_counter()
+            if left <= 0:
+                return True
+            if left <= _FINE_S:
+                time.sleep(left)
+                return not self.stopping.is_set()
+            if self.stopping.wait(min(left - _FINE_S / 2, _SLICE_S)):
+                return False
+
+
+class _Aborted(Exception):
+    """The client went away, or the engine/server stopped under the stream."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    server: SimServer
+
+    # ------------------------------------------------------------------ plumbing
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, value: Any) -> None:
+        self._send(status, _dumps(value))
+
+    def _read_body(self) -> bytes:
+        length = self.headers.get("content-length")
+        if length is None:
+            return b""
+        return self.rfile.read(int(length))
+
+    def _read_json(self) -> Any:
+        raw = self._read_body()
+        if not raw:
+            return {}
+        return json.loads(raw)
+
+    def _route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        handler: Callable[[dict[str, list[str]]], None] | None = None
+        if method == "GET":
+            handler = {
+                "/health": self._health, "/v1/models": self._models, "/version": self._version,
+                "/metrics": self._metrics, "/_sim/state": self._state, "/_sim/faults": self._faults_get,
+                "/_sim/truth": self._truth, "/_sim/config": self._config,
+            }.get(path)
+        elif method == "POST":
+            if path == "/v1/completions":
+                handler = lambda _q: self._generate("completion")  # noqa: E731
+            elif path == "/v1/chat/completions":
+                handler = lambda _q: self._generate("chat")  # noqa: E731
+            elif path == "/_sim/faults":
+                handler = self._faults_post
+            elif path.startswith("/_sim/"):
+                action = path[len("/_sim/"):]
+                handler = lambda _q: self._action(action)  # noqa: E731
+        elif method == "DELETE" and path == "/_sim/faults":
+            handler = self._faults_delete
+        if handler is None:
+            self._read_body()
+            self._json(404, error_body(f"{method} {path} not found", "NotFoundError", None, 404))
+            return
+        try:
+            handler(parse_qs(url.query))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+    # ------------------------------------------------------------------ plain endpoints
+
+    def _health(self, _query: dict[str, list[str]]) -> None:
+        self._send(200 if self.server.host.health() else 503, b"", "application/json")
+
+    def _models(self, _query: dict[str, list[str]]) -> None:
+        config = self.server.config
+        if self.server.host.engine is None:
+            self._json(503, error_body("no engine is running on this host", "ServiceUnavailableError", None, 503))
+            return
+        self._json(200, {"object": "list", "data": [{
+            "id": config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+            "root": config.model, "parent": None, "max_model_len": config.max_model_len, "permission": [],
+        }]})
+
+    def _version(self, _query: dict[str, list[str]]) -> None:
+        self._json(200, {"version": "0.12.0+tally.sim"})
+
+    def _metrics(self, _query: dict[str, list[str]]) -> None:
+        if self.server.faults.metrics_down:
+            self._send(503, b"metrics unavailable (simulated fault)\n", "text/plain; charset=utf-8")
+            return
+        engine = self.server.host.engine
+        if engine is None:
+            self._send(503, b"no engine is running on this host\n", "text/plain; charset=utf-8")
+            return
+        self._send(200, engine.metrics.exposition(), CONTENT_TYPE)
+
+    # ------------------------------------------------------------------ control
+
+    def _state(self, _query: dict[str, list[str]]) -> None:
+        self._json(200, self.server.host.state())
+
+    def _config(self, _query: dict[str, list[str]]) -> None:
+        self._json(200, self.server.config.to_dict())
+
+    def _faults_get(self, _query: dict[str, list[str]]) -> None:
+        self._json(200, {"faults": self.server.faults.snapshot()})
+
+    def _faults_delete(self, _query: dict[str, list[str]]) -> None:
+        self.server.faults.clear()
+        self._json(200, {"ok": True, "faults": {}})
+
+    def _faults_post(self, _query: dict[str, list[str]]) -> None:
+        from ledger.errors import FormatError
+
+        try:
+            body = self._read_json()
+        except ValueError as exc:
+            self._json(400, {"ok": False, "error": f"body is not JSON: {exc}"})
+            return
+        if not isinstance(body, dict):
+            self._json(400, {"ok": False, "error": "body must be a JSON object"})
+            return
+        if body.pop("clear", False):
+            self.server.faults.clear()
+        try:
+            self.server.faults.set(body)
+        except FormatError as exc:
+            self._json(400, {"ok": False, "error": str(exc)})
+            return
+        self._json(200, {"ok": True, "faults": self.server.faults.snapshot()})
+
+    def _truth(self, query: dict[str, list[str]]) -> None:
+        try:
+            after = int(query.get("after", ["0"])[0])
+        except ValueError:
+            self._json(400, {"ok": False, "error": "after must be an integer"})
+            return
+        records = self.server.truth.since(after)
+        wanted = query.get("request_id")
+        if wanted:
+            records = [r for r in records if r.request_id in wanted]
+        self._json(200, {"requests": [r.to_json() for r in records], "next": len(self.server.truth),
+                         "totals": self.server.truth.totals(after)})
+
+    def _action(self, action: str) -> None:
+        try:
+            args = self._read_json()
+        except ValueError as exc:
+            self._json(400, {"ok": False, "action": action, "error": f"body is not JSON: {exc}"})
+            return
+        if not isinstance(args, dict):
+            self._json(400, {"ok": False, "action": action, "error": "body must be a JSON object"})
+            return
+        try:
+            result = self.server.host.act(action, args)
+        except HostActionError as exc:
+            self._json(exc.status, exc.body())
+            return
+        self._json(200, result)
+
+    # ------------------------------------------------------------------ generation
+
+    def _generate(self, kind: str) -> None:
+        server = self.server
+        config = server.config
+        arrival = time.perf_counter()
+        raw = self._read_body()
+        truth = server.truth.new(request_id="", kind=kind, stream=False, arrival=arrival, arrival_wall=wall_time())
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError as exc:
+            self._refuse(truth, ApiError(400, f"Invalid JSON body: {exc}", "BadRequestError", None))
+            return
+        try:
+            request = parse_request("completion" if kind == "completion" else "chat", body, config)
+        except ApiError as exc:
+            self._refuse(truth, exc)
+            return
+        truth.stream = request.stream
+        truth.max_tokens = request.params.max_tokens
+        truth.prompt_tokens = len(request.prompt_ids)
+        truth.seed, truth.priority, truth.cache_salt = request.seed, request.priority, request.cache_salt
+        prefix = "cmpl-" if kind == "completion" else "chatcmpl-"
+        header_id = self.headers.get("x-request-id")
+        truth.request_id = prefix + (request.request_id or header_id or uuid.uuid4().hex)
+        failure = server.faults.take("http_5xx")
+        if failure is not None:
+            truth.fault = "http_5xx"
+            self._refuse(truth, ApiError(failure["status"], "Simulated internal server error.",
+                                         "InternalServerError", None), status="failed")
+            return
+        admitted = server.host.admit()
+        if isinstance(admitted, str):
+            self._refuse(truth, ApiError(503, admitted, "ServiceUnavailableError", None), status="failed")
+            return
+        engine, engine_index = admitted
+        try:
+            truth.start, truth.arm, truth.engine = engine.number, engine.arm.name, engine_index
+            problem = engine_check(request, engine.arm, config.vocab_size)
+            if problem is not None:
+                truth.status, truth.http_status, truth.error = "rejected", problem.status, problem.body()
+                if request.stream:
+                    self._stream_error_only(truth.request_id, problem)
+                else:
+                    self._json(problem.status, problem.body())
+                return
+            self._run(request, truth, engine, engine_index)
+        finally:
+            server.host.release(engine)
+
+    def _refuse(self, truth: RequestTruth, error: ApiError, status: str = "rejected") -> None:
+        truth.status, truth.http_status, truth.error = status, error.status, error.body()
+        self._json(error.status, error.body())
+
+    def _stream_headers(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+    def _write_frames(self, *frames: bytes) -> None:
+        data = b"".join(b"data: " + frame + b"\n\n" for frame in frames)
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _stream_error_only(self, rid: str, error: ApiError) -> None:
+        """vLLM's streaming refusal: HTTP 200, one error frame, then ``[DONE]``."""
+        self._stream_headers()
+        self._write_frames(_dumps(error.body()), b"[DONE]")
+        self._end_stream()
+
+    def _generation(self, request: ApiRequest, engine: EngineSession) -> tuple[Generation, float]:
+        config = self.server.config
+        if request.seed is not None:
+            fingerprint = hashlib.sha256(repr(request.prompt_ids).encode()).hexdigest()[:16]
+            key = f"{config.seed}|{engine.arm.name}|seed={request.seed}|{fingerprint}|{request.params.max_tokens}"
+        else:
+            with engine._lock:
+                engine.unseeded += 1
+                key = f"{config.seed}|{engine.arm.name}|start={engine.number}|n={engine.unseeded}"
+        with engine._lock:
+            cold = 0.0 if engine.warmed else config.cold_ttft_extra_ms
+            engine.warmed = True
+        generation = Generation(
+            arm=engine.arm, params=request.params, prompt_tokens=len(request.prompt_ids), seed_key=key,
+            eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,
+            start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
+        )
+        return generation, cold
+
+    def _run(self, request: ApiRequest, truth: RequestTruth, engine: EngineSession, engine_index: int) -> None:
+        server = self.server
+        config = server.config
+        scale = config.time_scale / 1000.0
+        faults = server.faults
+        slow = faults.take("slow_ttft")
+        stall = faults.take("stall")
+        drop = faults.take("drop")
+        error_frame = faults.take("error_frame") if request.stream else None
+        truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
+                                                        ("error_frame", error_frame)) if spec) or None
+        generation, _cold = self._generation(request, engine)
+        metrics = engine.metrics
+        metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens)
+        created = int(time.time())
+        planned = truth.arrival
+        completion_tokens = 0
+        text_parts: list[str] = []
+        finish_reason: str | None = None
+        stop_reason: int | None = None
+        outcome = "finished"
+        if request.stream:
+            self._stream_headers()
+        try:
+            while True:
+                step = generation.next_step(server.host.clock_factor())
+                if step is None:
+                    break
+                chunk_index = len(truth.tokens)
+                delay = step.duration_ms * scale
+                if step.index == 0 and slow:
+                    delay += slow["seconds"]
+                if stall and chunk_index == stall["after_chunks"]:
+                    delay += stall["seconds"]
+                previous = planned
+                planned += delay
+                if not server.sleep_until(planned, engine):
+                    raise _Aborted
+                if drop and chunk_index == drop["after_chunks"]:
+                    outcome = "dropped"
+                    break
+                if error_frame and chunk_index == error_frame["after_chunks"]:
+                    outcome = "error_frame"
+                    break
+                metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, planned - previous,
+                             first=step.index == 0)
+                completion_tokens += len(step.tokens)
+                text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
+                if step.finish_reason is not None:
+                    finish_reason, stop_reason = step.finish_reason, step.stop_reason
+                    self._observe_finish(truth, metrics, engine_index, finish_reason, planned, completion_tokens)
+                if request.stream:
+                    frames = self._step_frames(request, truth.request_id, created, step, text, completion_tokens)
+                    sent = time.perf_counter()
+                    self._write_frames(*frames)
+                else:
+                    sent = time.perf_counter()
+                    text_parts.append(text)
+                truth.planned.append(planned)
+                truth.sent.append(sent)
+                truth.tokens.append(len(step.tokens))
+                truth.drafts.append(step.drafts)
+                truth.accepted.append(step.accepted)
+                truth.completion_tokens = completion_tokens
+        except (_Aborted, OSError):
+            outcome = "aborted"
+        truth.finish_reason = finish_reason
+        if outcome != "finished":
+            truth.status = "failed" if outcome == "error_frame" else "aborted"
+            reason = "error" if outcome == "error_frame" else "abort"
+            last = truth.planned[-1] if truth.planned else truth.arrival
+            self._observe_finish(truth, metrics, engine_index, reason, last, completion_tokens)
+            if outcome == "error_frame" and error_frame is not None:
+                body = error_body(error_frame["message"], "InternalServerError", None, 500)
+                truth.error = body
+                self._safe(self._write_frames, _dumps(body), b"[DONE]", end=True)
+                return
+            self.close_connection = True
+            self._safe(self.connection.shutdown, socket.SHUT_RDWR)
+            return
+        truth.status = "finished"
+        usage = usage_of(len(request.prompt_ids), completion_tokens)
+        if request.stream:
+            tail: list[bytes] = []
+            if request.include_usage:
+                tail.append(_dumps(usage_chunk(truth.request_id, created, request.model, request.kind, usage)))
+            tail.append(b"[DONE]")
+            self._safe(self._write_frames, *tail, end=True)
+            return
+        self._json(200, self._full_response(request, truth.request_id, created, "".join(text_parts), finish_reason,
+                                            stop_reason, usage))
+
+    def _safe(self, action: Callable[..., object], *args: Any, end: bool = False) -> None:
+        """Write (or shut down) and tolerate a client that already left."""
+        try:
+            action(*args)
+            if end:
+                self._end_stream()
+        except OSError:
+            self.close_connection = True
+
+    def _observe_finish(self, truth: RequestTruth, metrics: Any, engine_index: int, reason: str, last: float,
+                        completion_tokens: int) -> None:
+        """The request-level histograms, once per request (finish, abort or error)."""
+        if truth.observed:
+            return
+        first = truth.planned[0] if truth.planned else last
+        truth.decode_s = last - first
+        truth.observed = True
+        metrics.request_finished(engine_index, reason, prefill_s=first - truth.arrival, decode_s=truth.decode_s,
+                                 e2e_s=last - truth.arrival, generation_tokens=completion_tokens)
+
+    def _step_frames(self, request: ApiRequest, rid: str, created: int, step: Step, text: str,
+                     completion_tokens: int) -> list[bytes]:
+        model = request.model
+        usage = usage_of(len(request.prompt_ids), completion_tokens) if request.continuous_usage else None
+        ids = step.tokens if request.return_token_ids else None
+        if request.kind == "completion":
+            prompt_ids = request.prompt_ids if (request.return_token_ids and step.index == 0) else None
+            return [_dumps(completion_chunk(rid, created, model, text, finish_reason=step.finish_reason,
+                                            stop_reason=step.stop_reason, token_ids=ids,
+                                            prompt_token_ids=prompt_ids, usage=usage))]
+        frames = []
+        if step.index == 0:
+            role_usage = usage_of(len(request.prompt_ids), 0) if request.continuous_usage else None
+            frames.append(_dumps(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
+                                            finish_reason=None, usage=role_usage)))
+        frames.append(_dumps(chat_chunk(rid, created, model, {"content": text}, finish_reason=step.finish_reason,
+                                        stop_reason=step.stop_reason, token_ids=ids, usage=usage)))
+        return frames
+
+    def _full_response(self, request: ApiRequest, rid: str, created: int, text: str, finish_reason: str | None,
+                       stop_reason: int | None, usage: dict[str, int]) -> dict[str, Any]:
+        if request.kind == "completion":
+            choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
+                                      "stop_reason": stop_reason, "prompt_logprobs": None}
+            return {"id": rid, "object": "text_completion", "created": created, "model": request.model,
+                    "choices": [choice], "usage": usage}
+        message = {"role": "assistant", "content": text, "tool_calls": []}
+        return {"id": rid, "object": "chat.completion", "created": created, "model": request.model,
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
+                             "stop_reason": stop_reason}], "usage": usage}
+
