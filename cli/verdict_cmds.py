@@ -1,9 +1,174 @@
-"""Commands of this group (filled in by its issue)."""
+"""``tally verdict compute|report``: the decision rules on a plain input file (SPEC 7, issue 5).
+
+Exit 0 when a verdict was computed (whatever it is), 2 for bad input (one line naming the
+field). numpy, scipy and matplotlib are imported inside the commands.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+
+from ledger.errors import FormatError
+
+from .common import command, print_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads stdin."
+
+
+def read_input(source: str) -> Any:
+    """The JSON document in file ``source`` (``-`` = stdin); ``FormatError`` if unreadable or not JSON."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FormatError(f"cannot read input {source}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"input {source} is not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"input {source} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise FormatError(f"input is not valid JSON: {name} is not a JSON number")
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add this module's commands to ``app`` and the shared ``groups``."""
+    """Add the ``verdict`` group to ``app``."""
+    verdict = typer.Typer(help="Decision rules win2-v1 and pp3-v1 on a plain input file: compute, report.",
+                          no_args_is_help=True)
+
+    @command(verdict, "compute")
+    def compute_cmd(
+        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON (key names fixed).")] = False,
+    ) -> None:
+        """Compute a verdict; exit 0 whatever it is, 2 for bad input."""
+        from runner.decide import compute
+
+        data = read_input(source)
+        result = compute(data)
+        if as_json:
+            print_json(result)
+        else:
+            print_result(data, result, _console())
+
+    @command(verdict, "report")
+    def report_cmd(
+        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
+        out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md and plots/.")],
+        title: Annotated[str | None, typer.Option("--title", help="Report title.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the decision and the paths written as JSON.")]
+        = False,
+    ) -> None:
+        """Compute a verdict and write report.html (self-contained) and report.md with its plots."""
+        from runner.decide import compute
+        from runner.report import write_report
+
+        data = read_input(source)
+        result = compute(data)
+        if out.exists() and not out.is_dir():
+            raise FormatError(f"--out {out}: exists and is not a directory")
+        paths = write_report(data, result, out, title=title)
+        if as_json:
+            print_json({"rule": result["rule"], "decision": result["decision"], **paths.to_json()})
+        else:
+            print(f"{result['rule']}: {result['decision']}")
+            print(f"wrote {paths.html}")
+            print(f"wrote {paths.markdown}")
+
+    app.add_typer(verdict, name="verdict")
+
+
+# --------------------------------------------------------------------------- tables
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2%}"
+
+
+def _series(values: list[float | None], fmt: Any = _num) -> str:
+    return " / ".join(fmt(v) for v in values)
+
+
+def print_result(data: dict[str, Any], result: dict[str, Any], console: Console) -> None:
+    """The result as rich tables: per cell (win2) or pair (pp3) figures, the reasons, the decision."""
+    if result["rule"] == "win2-v1":
+        _print_win2(result, console)
+    else:
+        _print_pp3(data, result, console)
+    console.print("Reasons:")
+    for reason in result["reasons"]:
+        console.print(f"  - {reason}", markup=False, highlight=False)
+    console.print(f"Decision: {result['decision']}", markup=False, highlight=False)
+
+
+def _print_win2(result: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
+    conf = f"{result['params']['confidence']:.0%}"
+    for cell, cell_result in result["cells"].items():
+        table = Table(title=f"{cell}: {cell_result['verdict'] or 'not computed (incomplete data)'}",
+                      title_justify="left")
+        for header in ("metric", "role", "s1 per repeat", "s2 per repeat", "s3 per repeat", "d per repeat",
+                       "point", f"{conf} interval", "verdict"):
+            table.add_column(header)
+        for name, m in cell_result["metrics"].items():
+            interval = "-" if m["low"] is None else f"[{_pct(m['low'])}, {_pct(m['high'])}]"
+            table.add_row(f"{name} ({m['direction']})", m["role"], _series(m["per_repeat"]["s1"]),
+                          _series(m["per_repeat"]["s2"]), _series(m["per_repeat"]["s3"]), _series(m["d"], _pct),
+                          _pct(m["point"]), interval, m["verdict"] or "-")
+        console.print(table)
+        spread = result["spread"][cell]
+        console.print(f"  spread: in-window OFF/OFF {_series(spread['in_window_off_off'], _pct)}; "
+                      f"archive day-to-day {_pct(spread['archive_day_to_day'])}", markup=False, highlight=False)
+    literal = result["checklist_literal"]
+    cells = ", ".join(f"{c} {v or '-'}" for c, v in literal["cells"].items())
+    console.print(f"checklist_literal (ms_per_round primary): {literal['decision']} ({cells})",
+                  markup=False, highlight=False)
+
+
+def _print_pp3(data: dict[str, Any], result: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="pp3-v1 per pair (tok/s = delivered tokens / decode s)", title_justify="left")
+    for header in ("pair", "A1 tok/s", "A2 tok/s", "B1 tok/s", "B2 tok/s", "gain", "TTFT change", "p95 round change"):
+        table.add_column(header)
+    rows = {(r["block"], r["family"], r["context"]): r for r in data["requests"]}
+    for label, entry in result["per_pair"].items():
+        family, context = label.split("/", 1)
+        rates = []
+        for block in ("A1", "A2", "B1", "B2"):
+            r = rows.get((block, family, context))
+            if r is None or r["delivered_tokens"] is None or not r["decode_s"]:
+                rates.append("-" if r is None else r["status"])
+            else:
+                rates.append(_num(r["delivered_tokens"] / r["decode_s"]) + ("" if r["status"] == "ok"
+                                                                            else f" ({r['status']})"))
+        table.add_row(label, *rates, _pct(entry["gain"]), _pct(entry["ttft_change"]), _pct(entry["round_p95_change"]))
+    console.print(table)
+    params = result["params"]
+    families = ", ".join(f"{f} {_pct(v['gain'])} ({v['pairs']} pairs)" for f, v in result["per_family"].items())
+    console.print(f"point gain {_pct(result['point_gain'])}; {params['interval']:.0%} bootstrap lower bound "
+                  f"{_pct(result['lower_bound'])}; {result['distinct_resamples'] or '-'} distinct values in "
+                  f"{result['resamples']} resamples (seed {params['seed']}); per family: {families or '-'}",
+                  markup=False, highlight=False)

@@ -44,7 +44,7 @@ def win2(inp: dict[str, Any]) -> dict[str, Any]:
                     or inp["thermal_dialbacks_in_hold"] > 0 or len(families) != 2)
     out: dict[str, Any] = {"cells": {}, "literal": {}, "spread": {}}
     for cell in cells:
-        values: dict[str, dict[str, list[float | None]]] = {m: {s: [] for s in STARTS} for m in METRICS}
+        values: dict[str, dict[str, list[Any]]] = {m: {s: [] for s in STARTS} for m in METRICS}
         complete = len(families) == 2
         for s in STARTS:
             for r in range(1, n + 1):
@@ -56,9 +56,9 @@ def win2(inp: dict[str, Any]) -> dict[str, Any]:
                     continue
                 if any(w[c] is None for w in got for c in ("rounds", "accepted", "decode_s")):
                     complete = False
-                rounds = None if any(w["rounds"] is None for w in got) else int(np.sum([w["rounds"] for w in got]))
-                acc = None if any(w["accepted"] is None for w in got) else int(np.sum([w["accepted"] for w in got]))
-                dec = None if any(w["decode_s"] is None for w in got) else float(np.sum([w["decode_s"] for w in got]))
+                rounds: Any = None if any(w["rounds"] is None for w in got) else int(np.sum([w["rounds"] for w in got]))
+                acc: Any = None if any(w["accepted"] is None for w in got) else int(np.sum([w["accepted"] for w in got]))
+                dec: Any = None if any(w["decode_s"] is None for w in got) else float(np.sum([w["decode_s"] for w in got]))
                 tokens = int(np.sum([w["client_tokens_after_first"] for w in got]))
                 cdec = float(np.sum([w["client_decode_s"] for w in got]))
                 ttft = [x for w in got for x in w["ttft_s"]]
@@ -183,7 +183,7 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
                 a = (vals[0] + vals[3]) / 2
                 b = (vals[1] + vals[2]) / 2
                 entry[key] = None if a == 0 else b / a - 1
-            if usable(p) and (entry[key] is None or entry[key] > params["max_regression"]):  # type: ignore[operator]
+            if usable(p) and (entry[key] is None or entry[key] > params["max_regression"]):
                 regress = True
         out["per_pair"][f"{p[0]}/{p[1]}"] = entry
 

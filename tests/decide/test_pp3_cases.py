@@ -9,6 +9,8 @@ about a quarter of 2000 resamples are {f1,f1}, so the 5 % quantile is 8 %.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ FAILURE_KINDS = ["q_target_law", "greedy_identity", "grammar", "stop", "lifecycl
                  "target_policy_mismatch", "weight_mismatch"]
 
 
-def candidate_input() -> dict[str, object]:
+def candidate_input() -> dict[str, Any]:
     return pp3_input(b_tokens_by_family={"f1": 972, "f2": 1026})
 
 
@@ -56,7 +58,7 @@ def test_candidate_lower_bound_is_the_numpy_quantile_of_the_resamples() -> None:
 
 def test_reject_by_lost_request() -> None:
     data = candidate_input()
-    find(data["requests"], "B2", "f2", "32k")["status"] = "lost"  # type: ignore[arg-type]
+    find(data["requests"], "B2", "f2", "32k")["status"] = "lost"
     result = compute(data)
     assert result["decision"] == "REJECT"
     assert "lost request: block B2 f2/32k" in result["reasons"]
@@ -84,7 +86,7 @@ def test_no_promotion_by_gates_not_passed() -> None:
 @pytest.mark.parametrize("status", ["censored", "failed", "timeout", "cancelled"])
 def test_no_promotion_by_request_not_ok(status: str) -> None:
     data = candidate_input()
-    find(data["requests"], "A2", "f1", "150k")["status"] = status  # type: ignore[arg-type]
+    find(data["requests"], "A2", "f1", "150k")["status"] = status
     result = compute(data)
     assert result["decision"] == "NO_PROMOTION"
     assert f"request not ok: block A2 f1/150k is {status}" in result["reasons"]
@@ -95,7 +97,7 @@ def test_no_promotion_by_request_not_ok(status: str) -> None:
 
 def test_no_promotion_by_missing_block() -> None:
     data = candidate_input()
-    data["requests"] = [r for r in data["requests"] if r["block"] != "B2"]  # type: ignore[attr-defined]
+    data["requests"] = [r for r in data["requests"] if r["block"] != "B2"]
     result = compute(data)
     assert result["decision"] == "NO_PROMOTION"
     assert "incomplete: pair f1/short missing in block B2" in result["reasons"]
@@ -105,7 +107,7 @@ def test_no_promotion_by_missing_block() -> None:
 
 def test_no_promotion_by_missing_pair() -> None:
     data = candidate_input()
-    data["requests"] = [r for r in data["requests"]  # type: ignore[attr-defined]
+    data["requests"] = [r for r in data["requests"]
                         if not (r["family"] == "f2" and r["context"] == "150k" and r["block"] == "A1")]
     result = compute(data)
     assert result["decision"] == "NO_PROMOTION"
@@ -133,9 +135,9 @@ def test_no_promotion_by_lower_bound() -> None:
 @pytest.mark.parametrize(("field", "label"), [("ttft_s", "TTFT"), ("round_ms_p95", "p95 round time")])
 def test_no_promotion_by_regression(field: str, label: str) -> None:
     data = candidate_input()
-    base = find(data["requests"], "B1", "f2", "32k")[field]  # type: ignore[arg-type]
+    base = find(data["requests"], "B1", "f2", "32k")[field]
     # B1 and B2 mean 6 % above A: 1.12 x in one block, 1.00 x in the other
-    find(data["requests"], "B1", "f2", "32k")[field] = base * 1.12  # type: ignore[arg-type]
+    find(data["requests"], "B1", "f2", "32k")[field] = base * 1.12
     result = compute(data)
     key = "ttft_change" if field == "ttft_s" else "round_p95_change"
     assert result["per_pair"]["f2/32k"][key] == pytest.approx(0.06, rel=1e-12)
@@ -146,7 +148,7 @@ def test_no_promotion_by_regression(field: str, label: str) -> None:
 def test_regression_at_the_limit_is_not_a_regression() -> None:
     data = candidate_input()
     for block in ("B1", "B2"):
-        find(data["requests"], block, "f1", "short")["ttft_s"] = 0.5 * 1.04  # type: ignore[arg-type]
+        find(data["requests"], block, "f1", "short")["ttft_s"] = 0.5 * 1.04
     assert compute(data)["decision"] == "CANDIDATE"
 
 

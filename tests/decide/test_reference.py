@@ -42,7 +42,7 @@ def random_win2(rng: random.Random) -> dict[str, Any]:
                     e = effect.get(cell, {"acc": 0.0, "dec": 0.0, "tok": 0.0}) if s == "s2" else \
                         {"acc": 0.0, "dec": 0.0, "tok": 0.0}
                     rounds = int(base_rounds * rng.uniform(0.9, 1.1))
-                    wave = {"start": s, "cell": cell, "repeat": r, "family": fam, "rounds": rounds,
+                    wave: dict[str, Any] = {"start": s, "cell": cell, "repeat": r, "family": fam, "rounds": rounds,
                             "accepted": int(rounds * 2.5 * (1 + e["acc"]) * rng.uniform(0.97, 1.03)),
                             "decode_s": rounds * 0.02 * (1 + e["dec"]) * rng.uniform(0.97, 1.03),
                             "ttft_s": [rng.uniform(0.05, 0.5) for _ in range(rng.randint(1, 4))],

@@ -116,7 +116,7 @@ def test_pp3_bad_input_names_the_field(name: str, edit: Edit, message: str) -> N
 
 def test_pp3_duplicate_request() -> None:
     data = candidate_input()
-    data["requests"].append(dict(data["requests"][4]))  # type: ignore[attr-defined]
+    data["requests"].append(dict(data["requests"][4]))
     with pytest.raises(FormatError, match=r"^requests\[24\]: duplicate of requests\[4\] \(block A1, f2/32k\)$"):
         compute(data)
 

@@ -8,6 +8,7 @@ Controls pool R = 1000 rounds, A = 1000 accepted, D = 20 s per repeat: pooled_ra
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -19,14 +20,14 @@ T975_2 = 4.302652729749462
 CONTROL = Rep()
 
 
-def rate_rep(rate: float, **kw: object) -> Rep:
+def rate_rep(rate: float, **kw: Any) -> Rep:
     """A repeat with rounds = 1000 and decode 20 s whose pooled rate is ``rate`` (accepted = 20 rate - 1000)."""
-    return Rep(accepted=round(20 * rate) - 1000, **kw)  # type: ignore[arg-type]
+    return Rep(accepted=round(20 * rate) - 1000, **kw)
 
 
-def one_cell(candidate: list[Rep], controls: list[Rep] | None = None, **kw: object) -> dict[str, object]:
+def one_cell(candidate: list[Rep], controls: list[Rep] | None = None, **kw: Any) -> dict[str, Any]:
     ctl = controls or same(CONTROL)
-    return win2_input({"short-b1": {"s1": ctl, "s2": candidate, "s3": ctl}}, **kw)  # type: ignore[arg-type]
+    return win2_input({"short-b1": {"s1": ctl, "s2": candidate, "s3": ctl}}, **kw)
 
 
 def test_win() -> None:
@@ -98,7 +99,7 @@ def test_no_change_point_above_bar_interval_crossing_zero() -> None:
     assert result["decision"] == "NO_CHANGE"
 
 
-def _win_input(**kw: object) -> dict[str, object]:
+def _win_input(**kw: Any) -> dict[str, Any]:
     return one_cell([rate_rep(110), rate_rep(112.5), rate_rep(107.5)], **kw)
 
 
@@ -134,7 +135,7 @@ def test_inconclusive_by_thermal() -> None:
 
 def test_inconclusive_by_missing_wave() -> None:
     data = _win_input()
-    data["waves"] = [w for w in data["waves"]  # type: ignore[attr-defined]
+    data["waves"] = [w for w in data["waves"]
                      if not (w["start"] == "s2" and w["repeat"] == 3 and w["family"] == "opinions")]
     result = compute(data)
     assert result["decision"] == "INCONCLUSIVE"
@@ -148,7 +149,7 @@ def test_inconclusive_by_missing_wave() -> None:
 
 def test_inconclusive_by_missing_counter() -> None:
     data = _win_input()
-    data["waves"][0]["decode_s"] = None  # type: ignore[index]
+    data["waves"][0]["decode_s"] = None
     result = compute(data)
     assert result["decision"] == "INCONCLUSIVE"
     assert "missing data: s1 short-b1 repeat 1: counter decode_s missing (family filings)" in result["reasons"]
@@ -156,7 +157,7 @@ def test_inconclusive_by_missing_counter() -> None:
 
 def test_inconclusive_when_a_whole_repeat_is_missing() -> None:
     data = _win_input()
-    data["waves"] = [w for w in data["waves"] if w["repeat"] != 3]  # type: ignore[attr-defined]
+    data["waves"] = [w for w in data["waves"] if w["repeat"] != 3]
     result = compute(data)
     assert result["decision"] == "INCONCLUSIVE"
     assert sum("repeat 3: no wave" in r for r in result["reasons"]) == 6
@@ -176,7 +177,7 @@ def test_any_cell_loss_makes_the_window_loss_and_mixed_is_no_change() -> None:
     win = [rate_rep(110), rate_rep(112.5), rate_rep(107.5)]
     loss = [Rep(decode_s=25.0), Rep(decode_s=24.0), Rep(decode_s=26.0)]
     flat = same(CONTROL)
-    def two(second: list[Rep]) -> dict[str, object]:
+    def two(second: list[Rep]) -> dict[str, Any]:
         return win2_input({"short-b1": {"s1": flat, "s2": win, "s3": flat},
                            "32k-b1": {"s1": flat, "s2": second, "s3": flat}})
     assert compute(two(loss))["decision"] == "LOSS"
@@ -207,7 +208,7 @@ def test_bar_is_a_parameter() -> None:
 
 
 def test_defaults_fill_missing_params() -> None:
-    data = clone(_win_input())  # type: ignore[arg-type]
+    data = clone(_win_input())
     del data["params"]
     assert compute(data)["params"] == {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2, "repeats": 3}
 

@@ -1,0 +1,213 @@
+"""Build the report document of a rule's (input, result): every figure the issue lists, in order.
+
+Pure apart from rendering figures in memory: no files, no clock. ``plots=False`` leaves the
+figures out (the text is the same), for callers that only need the tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ledger.canonical import canonical
+
+from .document import Block, Bullets, Document, Figure, Para, Section, Table
+
+__all__ = ["build_document", "fmt_number", "fmt_pct"]
+
+DASH = "-"
+
+
+def fmt_number(value: float | None) -> str:
+    return DASH if value is None else f"{value:.4g}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return DASH if value is None else f"{value:+.2%}"
+
+
+def _series(values: list[float | None], fmt: Any = fmt_number) -> str:
+    return " / ".join(fmt(v) for v in values)
+
+
+def input_sha256(data: Mapping[str, Any]) -> str:
+    """SHA-256 of the input's canonical JSON (RFC 8785): the same for any serialisation of the same input."""
+    return hashlib.sha256(canonical(dict(data))).hexdigest()
+
+
+def build_document(data: Mapping[str, Any], result: Mapping[str, Any], *, title: str,
+                   context: Mapping[str, Any] | None = None, plots: bool = True) -> Document:
+    """The report of ``result`` (from ``runner.decide.compute(data)``)."""
+    head = [_decision_section(result)]
+    if context:
+        rows = tuple((str(k), _text(v)) for k, v in context.items())
+        head.append(Section("Context", (Table(("field", "value"), rows),)))
+    if result["rule"] == "win2-v1":
+        body = _win2_sections(data, result, plots)
+    elif result["rule"] == "pp3-v1":
+        body = _pp3_sections(data, result, plots)
+    else:
+        raise ValueError(f"no report for rule {result['rule']!r}")
+    return Document(title, result["rule"], result["decision"], (*head, *body))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _decision_section(result: Mapping[str, Any]) -> Section:
+    return Section("Decision", (Para(f"Decision: {result['decision']} (rule {result['rule']})", "decision"),
+                                Bullets(tuple(result["reasons"]))))
+
+
+# --------------------------------------------------------------------------- win2-v1
+
+def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bool) -> list[Section]:
+    from .plots import win2_cell_figure
+
+    params = result["params"]
+    starts = data["starts"]
+    inputs = Table(("input", "value"), (
+        ("production clock cap", f"{data['production_clock_cap_mhz']} MHz"),
+        *((f"start {s}", f"role {starts[s]['role']}, clock cap "
+                         f"{DASH if starts[s]['clock_cap_mhz'] is None else str(starts[s]['clock_cap_mhz']) + ' MHz'}")
+          for s in ("s1", "s2", "s3")),
+        ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
+        ("decision cells", ", ".join(data["decision_cells"])),
+        ("waves", str(len(data["waves"]))),
+        ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
+        ("confidence", f"{params['confidence']:.0%} paired-t interval"),
+        ("guard", f"LOSS when the candidate is worse than both controls in >= {params['guard_min_repeats']} "
+                  f"of {params['repeats']} repeats"),
+        ("input sha256 (JCS)", input_sha256(data)),
+    ))
+    sections = [Section("Window inputs", (inputs,))]
+    for cell, cell_result in result["cells"].items():
+        blocks: list[Block] = []
+        if plots:
+            svg = win2_cell_figure(cell, cell_result, result["spread"][cell], params)
+            blocks.append(Figure(f"win2-{_slug(cell)}", svg,
+                                 f"{cell}: primary and guards per repeat for s1/s2/s3 with the control spread; "
+                                 "per-repeat relative differences of the primary with its interval and the +/- bar; "
+                                 "every metric's interval; the in-window OFF/OFF and archive spreads."))
+        rows = []
+        for name, m in cell_result["metrics"].items():
+            interval = DASH if m["low"] is None else f"[{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]"
+            rows.append((name, m["role"], m["direction"], _series(m["per_repeat"]["s1"]),
+                         _series(m["per_repeat"]["s2"]), _series(m["per_repeat"]["s3"]), _series(m["d"], fmt_pct),
+                         fmt_pct(m["point"]), interval, m["verdict"] or DASH))
+        blocks.append(Table(("metric", "role", "better", "s1 per repeat", "s2 per repeat", "s3 per repeat",
+                             "d per repeat", "point", f"{params['confidence']:.0%} interval", "verdict"),
+                            tuple(rows)))
+        verdict = cell_result["verdict"] or "not computed (incomplete data)"
+        sections.append(Section(f"Cell {cell}: {verdict}", tuple(blocks)))
+
+    literal = result["checklist_literal"]
+    sections.append(Section("checklist_literal", (
+        Para("What the decision would have been had ms_per_round (lower is better) been the primary, with the "
+             "same guards and the same window conditions. Recorded, never deciding.", "note"),
+        Table(("cell", "verdict (pooled_rate_tps primary)", "checklist_literal (ms_per_round primary)"),
+              tuple((c, result["cells"][c]["verdict"] or DASH, v or DASH) for c, v in literal["cells"].items())),
+        Para(f"checklist_literal decision: {literal['decision']} (decision: {result['decision']})"),
+    )))
+    archive = data.get("archive", [])
+    spread_rows = []
+    for cell, sp in result["spread"].items():
+        entries = sum(1 for e in archive if e["cell"] == cell)
+        spread_rows.append((cell, _series(sp["in_window_off_off"], _pct_plain),
+                            _pct_plain(sp["archive_day_to_day"]), str(entries)))
+    sections.append(Section("Spread: in-window OFF/OFF beside the archive's day-to-day", (
+        Table(("cell", "in-window OFF/OFF |s1-s3|/mean per repeat", "archive day-to-day (max-min)/mean",
+               "archive entries"), tuple(spread_rows)),
+        Para("The archive holds finished control starts of earlier windows (same cell, max_tokens and clock cap); "
+             "its spread is null with fewer than two entries.", "note"),
+    )))
+    return sections
+
+
+def _pct_plain(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2%}"
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+
+
+# --------------------------------------------------------------------------- pp3-v1
+
+def _pp3_gains(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[float] | None:
+    if result["point_gain"] is None:
+        return None
+    from runner.decide.pp3 import Pp3Params, bootstrap_gains, family_sums, parse
+
+    parsed = parse(dict(data))
+    gains = bootstrap_gains(family_sums(parsed.requests), Pp3Params(**result["params"]))
+    return [float(g) for g in gains]
+
+
+def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bool) -> list[Section]:
+    from .plots import pp3_figure
+
+    params = result["params"]
+    k = len(result["per_family"])
+    multisets = math.comb(2 * k - 1, k) if k else 0
+    summary = Table(("figure", "value"), (
+        ("point gain (pooled B / pooled A - 1)", fmt_pct(result["point_gain"])),
+        (f"bootstrap {params['interval']:.0%} lower bound", fmt_pct(result["lower_bound"])),
+        ("minimum gain", f"{params['min_gain']:+.2%}"),
+        ("resamples (seed)", f"{result['resamples']} (seed {params['seed']})"),
+        ("distinct resample values", _opt(result["distinct_resamples"])),
+        ("source families (clusters)", str(k)),
+        ("input sha256 (JCS)", input_sha256(data)),
+    ))
+    note = Para(f"Small-family limit: the clusters are the {k} source famil{'y' if k == 1 else 'ies'}, so a resample "
+                f"can only be one of {multisets} multisets of families and the bootstrap has at most that many "
+                f"distinct values ({DASH if result['distinct_resamples'] is None else result['distinct_resamples']} "
+                "here). The lower bound is a quantile of those few values, not of thousands of independent sources.",
+                "note")
+    blocks: list[Block] = [summary, note]
+    if plots:
+        blocks.append(Figure("pp3-bootstrap", pp3_figure(result, _pp3_gains(data, result)),
+                             "Per pair gains; the bootstrap distribution with its lower bound; TTFT and p95 round-time "
+                             "changes per context/family against the regression limit."))
+    sections = [Section("Gain and bootstrap", tuple(blocks))]
+
+    table = {(r["block"], r["family"], r["context"]): r for r in data["requests"]}
+    pair_rows = []
+    for label, entry in result["per_pair"].items():
+        family, context = label.split("/", 1)
+        rates = []
+        for block in ("A1", "A2", "B1", "B2"):
+            r = table.get((block, family, context))
+            if r is None or r["delivered_tokens"] is None or not r["decode_s"]:
+                rates.append(DASH)
+            else:
+                rates.append(fmt_number(r["delivered_tokens"] / r["decode_s"]))
+        flags = [what for what, key in (("TTFT", "ttft_change"), ("p95", "round_p95_change"))
+                 if entry[key] is not None and entry[key] > params["max_regression"]]
+        pair_rows.append((label, *rates, fmt_pct(entry["gain"]), fmt_pct(entry["ttft_change"]),
+                          fmt_pct(entry["round_p95_change"]), ", ".join(flags) + " regression" if flags else "ok"))
+    sections.append(Section("Per pair (family/context)", (
+        Table(("pair", "A1 tok/s", "A2 tok/s", "B1 tok/s", "B2 tok/s", "gain", "TTFT change", "p95 round change",
+               f"guard (limit {params['max_regression']:+.0%})"), tuple(pair_rows)),)))
+    sections.append(Section("Per family", (
+        Table(("family", "pairs", "gain"),
+              tuple((f, str(v["pairs"]), fmt_pct(v["gain"])) for f, v in result["per_family"].items())),)))
+    request_rows = tuple(
+        (r["block"], f"{r['family']}/{r['context']}", r["status"], _opt(r["delivered_tokens"]),
+         fmt_number(r["decode_s"]), fmt_number(r["ttft_s"]), fmt_number(r["round_ms_p95"]))
+        for r in sorted(data["requests"], key=lambda r: (("A1", "B1", "B2", "A2").index(r["block"]), r["family"],
+                                                         r["context"])))
+    sections.append(Section("Requests (every request, including failed ones)", (
+        Table(("block", "pair", "status", "delivered tokens", "decode s", "TTFT s", "p95 round ms"), request_rows),
+        Para(f"gates passed: {'yes' if data['gates_passed'] else 'no'}; failures: "
+             f"{', '.join(data['failures']) if data['failures'] else 'none'}"),
+    )))
+    return sections
+
+
+def _opt(value: Any) -> str:
+    return DASH if value is None else str(value)
