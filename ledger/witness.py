@@ -144,19 +144,21 @@ class Witness:
     def cosign(
         self,
         message: str,
-        log_keys: Sequence[str | notes.Verifier],
+        log_keys: Sequence[str | bytes | notes.Verifier],
         proof: ConsistencyProof | None,
         *,
         now: int,
     ) -> CosignResult:
         """Check ``message`` (a checkpoint note) and cosign it at unix time ``now``.
 
-        ``log_keys`` are the log's vkeys; when empty, those remembered for the origin
-        are used. Raises ``VerificationError`` for a bad signature, a rollback or a
-        fork, ``PolicyError`` for a proof from the wrong size or a missing proof.
+        ``log_keys`` are the log's vkeys (or raw public keys, named after the origin);
+        when empty, those remembered for the origin are used. Raises
+        ``VerificationError`` for a bad signature, a rollback or a fork, ``PolicyError``
+        for a proof from the wrong size or a missing proof.
         """
         origin = _origin_of(message)
-        keys = list(log_keys) or list(self.trusted_keys(origin))
+        given = [_verifier(k, origin) for k in log_keys]
+        keys = given or [notes.parse_vkey(k) for k in self.trusted_keys(origin)]
         if not keys:
             raise FormatError(f"no log key known for {origin!r}; pass the log's vkey")
         verified = open_checkpoint(message, keys, threshold=0, origin=origin)
@@ -167,9 +169,8 @@ class Witness:
             self._check_step(state, new, proof)
             line = notes.cosign(notes.parse_note(message).text, self.name, self.signer, now)
             cosigned = notes.with_signatures(message, [line])
-            if log_keys:
-                _write_atomic(directory / "vkeys", "".join(
-                    (k if isinstance(k, str) else k.vkey()).strip() + "\n" for k in log_keys))
+            if given:
+                _write_atomic(directory / "vkeys", "".join(k.vkey() + "\n" for k in given))
             _write_atomic(directory / "origin", origin + "\n")
             _write_atomic(directory / "checkpoint", cosigned)
         return CosignResult(new, cosigned, line, old_size, now)
@@ -215,6 +216,14 @@ class Witness:
                 f"({_reason(exc)})",
                 rule="witness",
             ) from None
+
+
+def _verifier(key: str | bytes | notes.Verifier, origin: str) -> notes.Verifier:
+    if isinstance(key, notes.Verifier):
+        return key
+    if isinstance(key, bytes):
+        return notes.Verifier(origin, notes.SIG_ED25519, key)
+    return notes.parse_vkey(key)
 
 
 def _origin_of(message: str) -> str:
