@@ -1,9 +1,341 @@
-"""Commands of this group (filled in by its issue)."""
+"""Plans, state by replay and gates: window register|admit, replay state, gate ..., rehearse, chain prev-ok.
+
+Gates exit 0 PASS, 1 FAIL, 2 bad input (nothing appended), 3 no answer. A window is
+admitted automatically when the last gate its plan requires passes (``window admit``
+does it on demand and says what is missing).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+
+from ledger.errors import FormatError
+
+from .common import EXIT_FAILED, EXIT_NO_ANSWER, command, print_json, read_json_arg, state
+
+if TYPE_CHECKING:
+    from ledger.keys import Signer
+    from ledger.store import Ledger
+    from runner.admission import GateRecord
+    from runner.registration import Registration
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     """Add this module's commands to ``app`` and the shared ``groups``."""
+    command(groups["window"], "register")(window_register)
+    command(groups["window"], "admit")(window_admit)
+    command(groups["replay"], "state")(replay_state)
+    gate = groups["gate"]
+    command(gate, "qualification")(gate_qualification)
+    command(gate, "rng")(gate_rng)
+    command(gate, "budget")(gate_budget)
+    command(gate, "standard-spec")(gate_standard_spec)
+    command(app, "rehearse")(rehearse)
+    command(groups["chain"], "prev-ok")(chain_prev_ok)
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+WindowArg = Annotated[str, typer.Argument(metavar="WINDOW", help="Window id (as registered).")]
+
+
+def _open() -> tuple[Ledger, Signer]:
+    book = state.ledger()
+    return book, state.signer(book.url)
+
+
+def _registration(book: Ledger, window: str) -> Registration:
+    from runner.registration import registered
+
+    reg = registered(book, window)
+    if reg is None:
+        raise FormatError(f"window {window} is not registered (run `tally window register PLAN.toml`)")
+    return reg
+
+
+def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
+              record: GateRecord | None, json_out: bool, details: list[str] | None = None) -> None:
+    admitted = None if record is None or record.admitted is None else record.admitted.seq
+    if json_out:
+        print_json({"window": window, "gate": gate, "verdict": verdict, "summary": summary,
+                    "seq": None if record is None else record.event.seq, "admitted_seq": admitted,
+                    "evidence": evidence})
+    else:
+        print(f"{gate} {summary}")
+        for line in details or []:
+            print(f"  {line}")
+        if record is not None:
+            print(f"recorded gate.result at seq {record.event.seq} for window {window}")
+        if admitted is not None:
+            print(f"window {window} admitted at seq {admitted} (every required gate PASS)")
+    if verdict != "PASS":
+        raise typer.Exit(EXIT_FAILED)
+
+
+# --------------------------------------------------------------------------- window
+
+
+def window_register(
+    plan: Annotated[Path, typer.Argument(metavar="PLAN.toml", help="The plan file (schema: docs/plan.md).")],
+    commit: Annotated[str | None, typer.Option(help="Set the plan's commit before registering.")] = None,
+    window_id: Annotated[str | None, typer.Option("--window-id", help="Set the plan's window_id.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the digest; append nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Validate a plan and append window.registered (plan + plan_sha256); prints the window id."""
+    from runner.plan_schema import read_plan_file
+
+    overrides = {k: v for k, v in (("commit", commit), ("window_id", window_id)) if v is not None}
+    loaded = read_plan_file(plan, overrides=overrides)
+    result: dict[str, Any] = {"window": loaded.plan.window_id, "plan_sha256": loaded.plan.sha256,
+                              "protocol": loaded.plan.protocol, "mode": loaded.plan.mode, "seq": None,
+                              "already": False}
+    if not dry_run:
+        from runner.registration import register_plan
+
+        book, signer = _open()
+        reg = register_plan(book, signer, loaded)
+        result.update(seq=reg.seq, already=reg.already)
+    if json_out:
+        print_json(result)
+        return
+    print(result["window"])
+    if dry_run:
+        print(f"plan {result['plan_sha256']} is valid (dry run: nothing appended)")
+    elif result["already"]:
+        print(f"already registered at seq {result['seq']} with the same plan {result['plan_sha256']}")
+    else:
+        print(f"registered at seq {result['seq']}: plan {result['plan_sha256']}")
+
+
+def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
+    """Append window.admitted if every required gate has a PASS at the plan's commit."""
+    from runner.admission import admit
+
+    book, signer = _open()
+    _registration(book, window)
+    admission = admit(book, signer, window)
+    if json_out:
+        print_json({"window": window, "admitted_seq": admission.seq, "already": admission.already})
+    else:
+        print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def replay_state(
+    window: Annotated[str | None, typer.Option("--window", help="Only this window's state.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fold the ledger into the runner's state (SPEC 5.3): marker, HOLD, production, windows."""
+    from runner.fold import fold
+
+    book = state.ledger()
+    folded = fold(None, book.events())
+    if window is not None and window not in folded.windows:
+        raise FormatError(f"window {window} is not in the ledger")
+    data = folded.to_json(window)
+    if json_out:
+        print_json(data)
+        return
+    marker = data["chain"]["marker"]
+    print(f"ledger     size {data['ledger']['size']}, head {data['ledger']['head'][:16]}")
+    print(f"production {data['production']}")
+    print(f"hold       {'none' if data['hold'] is None else data['hold']['owner'] + ' since seq ' + str(data['hold']['seq'])}")
+    print(f"marker     {'none' if marker is None else marker['window'] + ' (snapshot ' + str(marker['production_snapshot_sha256'])[:12] + ')'}")
+    placeholders = ", ".join(data["chain"]["placeholders"]) or "none"
+    print(f"placeholders {placeholders}")
+    for wid, ws in data["windows"].items():
+        gates = ", ".join(f"{name} {g['verdict']}" for name, g in ws["gates"].items()) or "no gates"
+        decision = ws["decision"]["result"] if ws["decision"] else "-"
+        print(f"window {wid}: {ws['phase']}; {gates}; starts {', '.join(ws['starts']) or '-'}; "
+              f"waves {ws['waves']}; decision {decision}")
+        for action in ws["open_actions"]:
+            print(f"  open host action {action['action']} on {action['host']} (seq {action['seq']}): unknown outcome")
+
+
+# --------------------------------------------------------------------------- gates
+
+
+def gate_qualification(
+    window: WindowArg,
+    repo: Annotated[Path, typer.Option(help="The git repository.")],
+    qualified_commit: Annotated[str, typer.Option(help="Commit Q the admission qualified.")],
+    admission: Annotated[Path, typer.Option(help="Admission receipt JSON (docs/gates.md).")],
+    head: Annotated[str | None, typer.Option(help="HEAD to carry to (default: the plan's commit).")] = None,
+    file: Annotated[list[str] | None, typer.Option("--file", help="Carried file (repeatable; default: plan).")] = None,
+    prefix: Annotated[list[str] | None, typer.Option("--prefix", help="Carried prefix (repeatable).")] = None,
+    unit: Annotated[list[str] | None, typer.Option("--unit", help="Carried unit path.py:Qualified.name.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Carry a QUALIFIED admission at Q to HEAD: carried files byte-identical, units AST-identical."""
+    from runner.admission import record_gate
+    from runner.gates.qualification import qualify
+    from runner.gates.receipts import read_admission_receipt
+    from runner.plan import Carry
+
+    book, signer = _open()
+    reg = _registration(book, window)
+    carry = reg.plan.qualification
+    if file or prefix or unit:
+        carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ()))
+    receipt = read_admission_receipt(admission)
+    result = qualify(repo, qualified_commit, head or reg.plan.commit, carry, receipt)
+    failures = list(result.failures)
+    evidence = dict(result.evidence)
+    if result.head != reg.plan.commit:
+        failures.append(f"HEAD {result.head[:12]} is not the plan's commit {reg.plan.commit[:12]}")
+        evidence["failures"] = failures
+    verdict = "FAIL" if failures else "PASS"
+    summary = result.summary if verdict == result.verdict else f"FAIL: {'; '.join(failures)}"
+    record = record_gate(book, signer, window, "qualification", verdict, evidence, commit=result.head,
+                         summary=summary)
+    lines = [f"{'same' if f['identical'] else 'DIFF'} {f['path']} ({f['carried_by']})" for f in evidence["files"]]
+    lines += [f"{'same' if u['identical'] else 'DIFF'} {u['unit']} (AST)" for u in evidence["units"]]
+    _gate_out(window, "qualification", verdict, summary, evidence, record, json_out, lines)
+
+
+def gate_rng(
+    window: WindowArg,
+    receipt: Annotated[Path, typer.Option(help="RNG gate receipt JSON (docs/gates.md).")],
+    admission: Annotated[Path, typer.Option(help="Admission receipt JSON with prepared_verifier_sha256.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """PASS RNG receipt at the plan's commit whose kernel sha256 equals the admission's prepared verifier."""
+    from runner.admission import record_gate
+    from runner.gates.receipts import read_admission_receipt, read_rng_receipt
+    from runner.gates.rng import check_rng
+
+    book, signer = _open()
+    reg = _registration(book, window)
+    result = check_rng(read_rng_receipt(receipt), read_admission_receipt(admission), reg.plan.commit)
+    record = record_gate(book, signer, window, "rng", result.verdict, result.evidence, commit=reg.plan.commit,
+                         summary=result.summary)
+    _gate_out(window, "rng", result.verdict, result.summary, result.evidence, record, json_out)
+
+
+def gate_budget(
+    window: WindowArg,
+    pair_reserve_s: Annotated[float | None, typer.Option(
+        "--pair-reserve-s", help="A measured pair reserve (s): decide on it instead of the dry bound.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The plan's stage estimates against its limits; reports the largest reserve that still fits."""
+    from runner.admission import record_gate
+    from runner.gates.budget import budget_report
+
+    book, signer = _open()
+    reg = _registration(book, window)
+    if pair_reserve_s is not None and (pair_reserve_s < 0 or pair_reserve_s != pair_reserve_s):
+        raise FormatError("--pair-reserve-s must be a non-negative number of seconds")
+    report = budget_report(reg.plan.budget, measured_reserve_s=pair_reserve_s)
+    evidence = report.to_json()
+    record = record_gate(book, signer, window, "budget", report.verdict, evidence, commit=reg.plan.commit,
+                         summary=report.summary)
+    lines = [f"{row['label']}: total {row['total']} min, measurement ends {row['measurement_end']} min"
+             f"{'' if row['fits'] else ' (does not fit)'}" for row in evidence["rows"]]
+    lines += [f"{'ok  ' if c['ok'] else 'FAIL'} {c['detail']}" for c in evidence["checks"]]
+    lines += [f"note: {note}" for note in evidence["notes"]]
+    _gate_out(window, "budget", report.verdict, report.summary, evidence, record, json_out, lines)
+
+
+def gate_standard_spec(
+    window: WindowArg,
+    start: Annotated[str, typer.Option(help="The start (e.g. s1, A1).")],
+    config: Annotated[str, typer.Option(help="The start's speculative config: JSON or @FILE.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """The start's speculative config is standard verification (and the plan's declared one)."""
+    from runner.admission import record_gate
+    from runner.gates.spec import check_standard_spec
+
+    book, signer = _open()
+    reg = _registration(book, window)
+    value = read_json_arg(config, "config")
+    if not isinstance(value, dict):
+        raise FormatError("config must be a JSON object")
+    try:
+        planned = reg.plan.start(start)
+    except KeyError:
+        raise FormatError(f"start {start} is not in the plan (starts: {', '.join(reg.plan.start_ids)})") from None
+    arm = reg.plan.arm(planned.role)
+    result = check_standard_spec(start, planned.role, value, arm.speculative)
+    record = record_gate(book, signer, window, "standard_spec", result.verdict, result.evidence,
+                         commit=reg.plan.commit, summary=result.summary, start=start)
+    _gate_out(window, "standard_spec", result.verdict, result.summary, result.evidence, record, json_out)
+
+
+def rehearse(
+    url: Annotated[str, typer.Option(help="Production serving URL, e.g. http://HEAD_IP:8000.")],
+    eos: Annotated[int, typer.Option(help="The model's EOS token id.")],
+    out: Annotated[Path, typer.Option(help="Directory for rehearsal.json and responses.jsonl.")],
+    window: Annotated[str | None, typer.Option(help="Record the result as this window's rehearsal gate.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to send (default: the server's).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds per probe.")] = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rehearse the admission's API probes against production (tiny, priority 10, no idle wait)."""
+    from runner.gates.rehearsal import rehearse as run_rehearsal
+    from runner.gates.rehearsal import write_rehearsal
+
+    if not url.startswith(("http://", "https://")):
+        raise FormatError(f"--url {url!r} must start with http:// or https://")
+    if eos < 0:
+        raise FormatError("--eos must be a token id (>= 0)")
+    book = reg = signer = None
+    if window is not None:
+        book, signer = _open()
+        reg = _registration(book, window)
+    result = run_rehearsal(url, eos, model=model, timeout=timeout)
+    summary_path, responses_path, responses = write_rehearsal(result, out)
+    data = result.to_json()
+    record = None
+    if book is not None and reg is not None and signer is not None:
+        from ledger.store import Blob
+        from runner.admission import record_gate
+
+        blob = Blob(responses, "application/x-ndjson")
+        evidence = dict(data, responses=blob.ref())
+        record = record_gate(book, signer, reg.window, "rehearsal", result.verdict, evidence,
+                             commit=reg.plan.commit, summary=result.summary, blobs=[blob])
+    if json_out:
+        print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
+                        admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))
+    else:
+        print(f"rehearsal {result.summary}")
+        for probe in data["probes"]:
+            print(f"  {probe['probe']:<10} {probe['status'] if probe['status'] is not None else '---'}  "
+                  f"{'ok  ' if probe['ok'] else 'FAIL'} {probe['detail']}")
+        print(f"wrote {summary_path} and {responses_path}")
+        if record is not None:
+            print(f"recorded gate.result at seq {record.event.seq} for window {window}")
+            if record.admitted is not None:
+                print(f"window {window} admitted at seq {record.admitted.seq} (every required gate PASS)")
+    if result.exit_code:
+        raise typer.Exit(EXIT_NO_ANSWER if result.exit_code == EXIT_NO_ANSWER else EXIT_FAILED)
+
+
+def chain_prev_ok(window: WindowArg, json_out: JsonOpt = False) -> None:
+    """From replayed state: the previous window left a consistent chain (aborts the chain on refusal)."""
+    from runner.gates.chain import run_prev_ok
+
+    book, signer = _open()
+    _registration(book, window)
+    record = run_prev_ok(book, signer, window)
+    result = record.result
+    if json_out:
+        print_json({"window": window, "gate": "chain_prev_ok", "verdict": result.verdict, "summary": result.summary,
+                    "seq": record.gate_event.seq,
+                    "chain_aborted_seq": None if record.aborted_event is None else record.aborted_event.seq,
+                    "evidence": result.evidence})
+    else:
+        print(f"chain_prev_ok {result.summary}")
+        print(f"recorded gate.result at seq {record.gate_event.seq} for window {window}")
+        if record.aborted_event is not None:
+            print(f"chain aborted at seq {record.aborted_event.seq}: the window must restore production "
+                  f"(tally window abort {window})")
+    if result.verdict != "PASS":
+        raise typer.Exit(EXIT_FAILED)

@@ -130,14 +130,21 @@ def _row(budget: Budget, label: str, reserve_s: float | None) -> BudgetRow:
     return BudgetRow(label, reserve_s, elapsed, measurement_end, fits)
 
 
-def budget_report(budget: Budget) -> BudgetReport:
-    """The budget table, its checks and the verdict for a registered budget."""
+def budget_report(budget: Budget, *, measured_reserve_s: float | None = None) -> BudgetReport:
+    """The budget table, its checks and the verdict for a registered budget.
+
+    ``measured_reserve_s`` (a pair reserve measured since registration) adds a row and
+    decides instead of the dry bound: seed 000's "fits while the measured pair reserve
+    <= 588 s".
+    """
     has_reserve = any(stage.reserve for stage in budget.stages)
     rows: list[BudgetRow] = []
     if has_reserve and budget.pair_reserve_s is not None:
         rows.append(_row(budget, f"{budget.pair_reserve_s:g} s pair reserve", budget.pair_reserve_s))
         if budget.dry_bound_s is not None:
             rows.append(_row(budget, f"{budget.dry_bound_s:g} s dry bound", budget.dry_bound_s))
+        if measured_reserve_s is not None:
+            rows.append(_row(budget, f"{measured_reserve_s:g} s measured pair reserve", measured_reserve_s))
     else:
         rows.append(_row(budget, "estimate", None))
     deciding = rows[-1]
@@ -195,9 +202,11 @@ def budget_report(budget: Budget) -> BudgetReport:
     first = rows[0]
     head = (f"total {minutes_display(first.total_s)} min, "
             f"measurement ends {minutes_display(first.measurement_end_s)} min ({first.label})")
-    if len(rows) > 1:
-        head += f"; {minutes_display(deciding.total_s)} min with the {deciding.label}"
-    summary = f"{verdict}: {head}{summary_tail}" if ok else f"{verdict} (refuses): {head}{summary_tail}"
+    for row in rows[1:]:
+        head += f"; {minutes_display(row.total_s)} min with the {row.label}"
+    limits = (f"; hard {budget.hard_ceiling_min:g} min, stop admitting at {budget.stop_admitting_min:g} min, "
+              f"restore reserve {budget.restore_reserve_min:g} min")
+    summary = f"{verdict}{'' if ok else ' (refuses)'}: {head}{summary_tail}{limits}"
     return BudgetReport(
         verdict=verdict, rows=tuple(rows), deciding=deciding.label, checks=tuple(checks),
         hard_ceiling_min=budget.hard_ceiling_min, measurement_end_limit_min=budget.measurement_end_limit_min,
