@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, select, tuple_
+from sqlalchemy import Engine, Table, and_, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -487,10 +487,16 @@ class Ledger:
             for seq, hash_hex in rows:
                 found[(0, int(seq) - 1)] = merkle.hash_leaf(bytes.fromhex(hash_hex))
         if inner:
+            # One (level = L AND index IN (...)) term per level: SQLite answers a row-value
+            # IN list with a full scan of merkle_nodes, but this OR with its primary key.
+            by_level: dict[int, list[int]] = {}
+            for level, index in inner:
+                by_level.setdefault(level, []).append(index)
             rows = conn.execute(
-                select(_NODES.c.level, _NODES.c["index"], _NODES.c.hash).where(
-                    tuple_(_NODES.c.level, _NODES.c["index"]).in_(inner)
-                )
+                select(_NODES.c.level, _NODES.c["index"], _NODES.c.hash).where(or_(*(
+                    and_(_NODES.c.level == level, _NODES.c["index"].in_(indices))
+                    for level, indices in by_level.items()
+                )))
             )
             for row in cast(Any, rows):
                 found[(int(row[0]), int(row[1]))] = bytes(row[2])
