@@ -14,7 +14,10 @@ from typing import Any
 
 from ledger.errors import FormatError
 
+MAX_INT = 2**53 - 1  # JSON interoperability (and the ledger's payload rule)
+
 __all__ = [
+    "MAX_INT",
     "bad",
     "check_keys",
     "get_bool",
@@ -88,6 +91,8 @@ def get_int(value: Any, path: str, *, minimum: int | None = None, maximum: int |
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(path, _expected_int(minimum, maximum, nullable))
+    if abs(value) > MAX_INT:
+        raise bad(path, f"integer beyond +/-(2^53-1), got {value}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise bad(path, _expected_int(minimum, maximum, nullable) + f", got {value}")
     return value
@@ -101,6 +106,8 @@ def get_number(value: Any, path: str, *, minimum: float | None = None, above: fl
     what = _expected_number(minimum, above, below, nullable)
     if not is_number(value):
         raise bad(path, what)
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise bad(path, f"integer beyond +/-(2^53-1), got {value}")
     number = float(value)
     if ((minimum is not None and number < minimum) or (above is not None and number <= above)
             or (below is not None and number >= below)):

@@ -234,7 +234,8 @@ def bootstrap_gains(sums: FamilySums, params: Pp3Params) -> npt.NDArray[np.float
             acc = acc + column[idx[:, m]]
         totals.append(acc)
     tb, db, ta, da = totals
-    gains: npt.NDArray[np.float64] = (tb / db) / (ta / da) - 1
+    with np.errstate(all="ignore"):  # an overflow shows as a non-finite result, refused by compute()
+        gains: npt.NDArray[np.float64] = (tb / db) / (ta / da) - 1
     return gains
 
 

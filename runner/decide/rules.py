@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,26 @@ def validate(data: Any) -> None:
 def compute(data: Any) -> dict[str, Any]:
     """Validate ``data`` and return its rule's result (a JSON-ready dict; key names fixed by issue 5).
 
-    Pure and deterministic: the same input gives the same result, bit for bit.
+    Pure and deterministic: the same input gives the same result, bit for bit. Values so large
+    or small that a sum overflows or a result is not finite are bad input (``FormatError``).
     """
     parse, decide = _RULES[_rule_of(data)]
-    return decide(parse(data))
+    parsed = parse(data)
+    try:
+        result = decide(parsed)
+    except (OverflowError, ZeroDivisionError) as exc:
+        raise bad("input", f"values out of range for the rule's arithmetic ({exc})") from None
+    _check_finite(result, "result")
+    return result
+
+
+def _check_finite(value: Any, path: str) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise bad("input", f"values out of range: {path} is not finite")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, f"{path}[{index}]")

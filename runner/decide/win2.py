@@ -241,6 +241,8 @@ def _pool(waves: list[Wave], families: tuple[str, ...], where: str) -> _Pooled:
         return _Pooled(dict.fromkeys(m.name for m in METRICS),
                        tuple(f"{where}: no wave for family {f}" for f in absent))
     ordered = [by_family[f] for f in families]
+    if not ordered:
+        return _Pooled(dict.fromkeys(m.name for m in METRICS), (f"{where}: no waves",))
     missing: list[str] = []
     for w in ordered:
         for counter in _COUNTERS:

@@ -130,3 +130,36 @@ def test_rule_dispatch(data: Any, message: str) -> None:
     with pytest.raises(FormatError) as caught:
         compute(data)
     assert str(caught.value) == message
+
+
+def test_integers_beyond_json_range_are_refused() -> None:
+    data = win2()
+    data["waves"][0]["accepted"] = 2**53
+    with pytest.raises(FormatError, match=r"^waves\[0\]\.accepted: integer beyond \+/-\(2\^53-1\)"):
+        compute(data)
+
+
+@pytest.mark.parametrize("value", [1e308, 5e-324])
+def test_values_that_overflow_the_arithmetic_are_bad_input(value: float) -> None:
+    data = win2()
+    for wave in data["waves"]:
+        wave["decode_s"] = value
+        wave["client_decode_s"] = value
+    with pytest.raises(FormatError, match=r"^input: values out of range"):
+        compute(data)
+
+
+def test_pp3_values_that_overflow_are_bad_input() -> None:
+    data = candidate_input()
+    for r in data["requests"]:
+        r["decode_s"] = 5e-324
+    with pytest.raises(FormatError, match=r"^input: values out of range"):
+        compute(data)
+
+
+def test_no_waves_at_all_is_inconclusive() -> None:
+    data = win2()
+    data["waves"] = []
+    result = compute(data)
+    assert result["decision"] == "INCONCLUSIVE"
+    assert "missing data: s1 short-b1 repeat 1: no waves" in result["reasons"]
