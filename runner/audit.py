@@ -233,7 +233,8 @@ class _Auditor:
         hold = self.state.hold
         if hold is not None:
             owner = self.state.windows.get(str(hold.get("owner")))
-            if owner is None or not owner.live:
+            reported = any(v.invariant == "hold-closed" and v.window == hold.get("owner") for v in self.violations)
+            if (owner is None or not owner.live) and not reported:
                 self.violations.append(Violation(
                     "hold-closed", int(hold.get("seq") or 0) or None,
                     f"the HOLD opened by {hold.get('owner')} is still open and its window is not live",
