@@ -7,7 +7,8 @@ formula so that the rules can be reimplemented with identical numbers.
 
 from __future__ import annotations
 
+from .compare import Difference, diff
 from .digest import inputs_digest
 from .rules import DEFAULT_PARAMS, RULES, compute, validate
 
-__all__ = ["DEFAULT_PARAMS", "RULES", "compute", "inputs_digest", "validate"]
+__all__ = ["DEFAULT_PARAMS", "RULES", "Difference", "compute", "diff", "inputs_digest", "validate"]
