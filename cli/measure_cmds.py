@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -213,6 +214,7 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
     from runner.measure import measure_wave
 
     cancel = threading.Event()
+    finished = threading.Event()
     box: dict[str, Any] = {}
     progress, task = _progress(len(prompts)) if show_progress else (None, None)
 
@@ -229,6 +231,8 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
                 on_request=on_request)
         except BaseException as exc:
             box["error"] = exc
+        finally:
+            finished.set()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -241,12 +245,15 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
         if progress is not None:
             progress.start()
         worker.start()
-        while worker.is_alive():
+        # Poll with sleep, not Thread.join: a KeyboardInterrupt inside join() can leave the
+        # thread looking finished while it still runs (CPython 3.11).
+        while not finished.is_set():
             try:
-                worker.join(0.1)
+                time.sleep(0.05)
             except KeyboardInterrupt:
                 interrupted = True
                 cancel.set()
+        worker.join()
     finally:
         if progress is not None:
             progress.stop()
@@ -305,7 +312,7 @@ def _print_report(report: dict[str, Any], wave: WaveResult, out: Path | None) ->
     table.add_row("requests", f"ok {r['ok']}  failed {r['failed']}  timed out {r['timed_out']}  "
                               f"censored {r['censored']}  cancelled {r['cancelled']}")
     if fig["early_stops"]:
-        table.add_row("stopped early", f"{fig['early_stops']} (finish_reason not 'length' before max_tokens)")
+        table.add_row("stopped early", f"{fig['early_stops']} delivered fewer than max_tokens")
     table.add_row("TTFT ms", _pcts(fig["ttft_ms"]))
     table.add_row("decode tok/s", f"per request p50 {_fmt(fig['decode_tps_per_request_p50'], 1)}  "
                                   f"pooled {_fmt(fig['decode_tps_pooled'], 1)}")
@@ -324,12 +331,11 @@ def _print_report(report: dict[str, Any], wave: WaveResult, out: Path | None) ->
         table.add_row("server decode s", _fmt(server["decode_s"], 4))
     console.print(table)
     if server is None:
-        why = "; ".join(wave.incomplete_reasons) or "; ".join(wave.notes) or "series missing"
-        console.print(f"server counters unavailable: {why}")
+        console.print(f"server counters unavailable: {wave.counters_note}")
     elif wave.counters.missing:
         console.print(f"missing series (not zero): {', '.join(wave.counters.missing)}")
     for note in wave.notes:
-        if server is not None or note not in wave.incomplete_reasons:
+        if note != wave.counters_note:
             console.print(f"note: {note}")
     if not wave.complete:
         console.print(f"incomplete: {'; '.join(wave.incomplete_reasons)}")

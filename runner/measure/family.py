@@ -87,7 +87,9 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FormatError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: str.splitlines() would also split inside JSON strings at U+0085, U+2028...
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

@@ -50,7 +50,7 @@ class RequestRecord:
     finish_reason: str | None = None
     stop_reason: Any = None
     done: bool = False                    # saw data: [DONE]
-    early_stop: bool = False              # ok, but fewer than max_tokens and finish_reason != "length"
+    early_stop: bool = False              # ok, but fewer than max_tokens delivered
 
     @property
     def ttft_s(self) -> float | None:

@@ -281,7 +281,7 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         status, reason = "failed", f"connection lost {chunks}: {exception[1]}"
     else:
         status, reason = "failed", f"stream ended without [DONE] {chunks}"
-    early = status == "ok" and p.finish_reason != "length" and delivered < max_tokens
+    early = status == "ok" and delivered < max_tokens
     if early:
         reason = f"stopped early: {delivered} of {max_tokens} tokens, finish_reason {p.finish_reason}"
     return RequestRecord(

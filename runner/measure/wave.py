@@ -109,6 +109,16 @@ class WaveResult:
         return not self.incomplete_reasons
 
     @property
+    def counters_note(self) -> str | None:
+        """One line on why server counters are missing (``None`` when the spec series are there)."""
+        if self.counters_available:
+            return None
+        for line in (*self.incomplete_reasons, *self.notes):
+            if "metrics" in line:
+                return line
+        return "speculative-decoding series missing"
+
+    @property
     def counters_available(self) -> bool:
         """The server exposed speculative-decoding counters for this wave."""
         return any(self.counters.to_json()[k] is not None for k in ("rounds", "accepted", "draft_tokens"))
@@ -320,9 +330,12 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
         notes.append("no metrics URL given: server counters not read")
     elif before.snapshot is None or after.snapshot is None:
         deltas = CounterDeltas.unavailable()
-        for when, scrape in (("before", before), ("after", after)):
-            if scrape.problem is not None:
-                reasons.append(f"{scrape.problem} ({when} the wave)")
+        if before.problem is not None and before.problem == after.problem:
+            reasons.append(f"{before.problem} (before and after the wave)")
+        else:
+            for when, scrape in (("before", before), ("after", after)):
+                if scrape.problem is not None:
+                    reasons.append(f"{scrape.problem} ({when} the wave)")
     else:
         deltas = counter_deltas(before.snapshot, after.snapshot)
         reasons.extend(deltas.problems)
@@ -338,8 +351,9 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
     early = [r for r in records if r.early_stop]
     if early:
         hint = " although ignore_eos was sent: the server may ignore ignore_eos" if ignore_eos else ""
+        reasons_seen = sorted({str(r.finish_reason) for r in early})
         notes.append(f"{len(early)} request{'s' if len(early) != 1 else ''} stopped before max_tokens "
-                     f"(finish_reason not 'length'){hint}")
+                     f"(finish_reason {', '.join(reasons_seen)}){hint}")
     return WaveResult(
         family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency, started_at=started_at,
         ended_at=ended_at, duration_s=duration, counters=deltas, incomplete_reasons=tuple(reasons),
