@@ -44,7 +44,7 @@ def test_http_5xx_recorded_failed_with_body(server: SimHandle) -> None:
     result = wave(server, n=3)
     first = result.requests[0]
     assert first.status == "failed" and first.http_status == 503
-    assert first.error["error"]["type"] == "InternalServerError" and first.reason.startswith("HTTP 503")
+    assert first.error["error"]["type"] == "InternalServerError" and (first.reason or "").startswith("HTTP 503")
     assert [r.status for r in result.requests[1:]] == ["ok", "ok"]
     assert result.incomplete_reasons == ("1 request failed",)
 
