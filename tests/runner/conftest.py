@@ -21,7 +21,7 @@ class Result:
     err: str
 
 
-def tally(*args: str) -> Result:
+def tally(*args: str | Path) -> Result:
     """Run the CLI in-process (global options from the environment / working directory)."""
     result = CliRunner().invoke(app, [str(a) for a in args])
     return Result(result.exit_code, result.stdout, result.stderr)

@@ -79,7 +79,7 @@ def test_payload_rules_name_the_member() -> None:
     _refused("wave.measured", dict(wave, started_at="yesterday"), "payload.started_at:")
     _refused("wave.measured", dict(wave, counters=dict(wave["counters"], rounds=1.5)),
              "payload.counters.rounds: expected an integer")
-    _refused("wave.measured", dict(wave, requests=[dict(wave["requests"][0], status="lost")] + wave["requests"][1:]),
+    _refused("wave.measured", dict(wave, requests=[dict(wave["requests"][0], status="lost"), *wave["requests"][1:]]),
              "payload.requests[0].status: expected one of ok, failed, timeout, cancelled, censored")
     _refused("wave.measured", dict(wave, requests=wave["requests"][1:]), "payload.client.requests:")
     _refused("wave.measured", dict(wave, plan_sha256="abc"), "payload.plan_sha256:")
@@ -140,7 +140,8 @@ def test_blob_references_must_be_attached_or_stored(site: Site) -> None:
         log.append("wave.measured", dict(wave, records=dict(wave["records"], size=1)), [blob])
     assert site.size() == size
     first = log.append("wave.measured", wave, [blob])
-    assert site.book.blob(first.payload["records"]["blob"]).data == blob.data
+    stored = site.book.blob(first.payload["records"]["blob"])
+    assert stored is not None and stored.data == blob.data
     # once stored, a later event may refer to the same blob without attaching it
     append_window_event(site.book, site.signer, log.window, log.plan_sha256, "wave.measured", wave)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import json
 
 import pytest
@@ -68,9 +69,9 @@ def chain_ledger(site: Site) -> tuple[Site, Script, list[Event]]:
 
 
 def test_every_prefix_matches_the_table(chain_ledger: tuple[Site, Script, list[Event]]) -> None:
-    site, script, events = chain_ledger
+    _, script, events = chain_ledger
     offset = 2  # seq 1 is the genesis; the script's first event is seq 2
-    assert [label for label, *_ in TABLE] == [label for label in TABLE_ORDER(script)]
+    assert [label for label, *_ in TABLE] == _table_order(script)
     for label, *expected in TABLE:
         seq = script.labels[label] + offset
         state = fold(None, events[:seq])
@@ -78,7 +79,7 @@ def test_every_prefix_matches_the_table(chain_ledger: tuple[Site, Script, list[E
         assert _row(state) == tuple(expected), label
 
 
-def TABLE_ORDER(script: Script) -> list[str]:  # noqa: N802 - reads like the table it checks
+def _table_order(script: Script) -> list[str]:
     wanted = {label for label, *_ in TABLE}
     return [label for label, _ in sorted(script.labels.items(), key=lambda kv: kv[1]) if label in wanted]
 
@@ -95,7 +96,7 @@ def test_incremental_fold_equals_full_fold_at_every_prefix(chain_ledger: tuple[S
 
 
 def test_replay_state_command(chain_ledger: tuple[Site, Script, list[Event]]) -> None:
-    site, _, events = chain_ledger
+    _, _, events = chain_ledger
     result = tally("replay", "state", "--json")
     assert result.code == 0, result.err
     data = json.loads(result.out)
@@ -175,7 +176,7 @@ def test_folding_in_pieces_equals_folding_at_once(cuts: list[int]) -> None:
     points = sorted({min(c, len(events)) for c in cuts} | {0, len(events)})
     state: State | None = None
     snapshots = []
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         state = fold(state, events[a:b])
         snapshots.append((b, state))
     assert state is not None and state.to_json() == fold(None, events).to_json()

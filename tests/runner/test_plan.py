@@ -42,7 +42,8 @@ def test_every_example_registers(site: Site, name: str) -> None:
     assert payload["plan_sha256"] == hashlib.sha256(canonical(payload["plan"])).hexdigest() == plan.sha256
     assert Plan.from_json(payload["plan"]) == plan
     # the TOML source and the family files travel as blobs, addressed by their digests
-    assert site.book.blob(payload["source"]["blob"]).data == (EXAMPLES / name).read_bytes()
+    source = site.book.blob(payload["source"]["blob"])
+    assert source is not None and source.data == (EXAMPLES / name).read_bytes()
     for family in plan.families:
         blob = site.book.blob(payload["family_files"][family.name]["blob"])
         assert blob is not None and hashlib.sha256(blob.data).hexdigest() == family.sha256
@@ -125,7 +126,7 @@ def test_win2_schedule_matches_seed_000() -> None:
             for w in waves:
                 assert w.prompt_ids == plan.family(w.family).orders[cell.context]
     # matched across starts: the same (cell, wave) has the same seed, family and prompts
-    by_key = {}
+    by_key: dict[tuple[str, int], set[tuple[int, str, tuple[str, ...]]]] = {}
     for w in plan.waves:
         by_key.setdefault((w.cell, w.wave), set()).add((w.seed, w.family, w.prompt_ids))
     assert all(len(v) == 1 for v in by_key.values())
