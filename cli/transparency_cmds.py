@@ -24,7 +24,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
     """Add checkpoint, witness, prove, blob and receipt to ``app`` and ``keys vkey`` to the keys group."""
     checkpoint_group = typer.Typer(
-        help="Sign a C2SP checkpoint of the ledger at its current size (or show stored ones).",
+        help="Sign a C2SP checkpoint at the current size with the log key (key name = origin), store it and "
+             "print it; refuses when the tree is not consistent with a checkpoint signed before. "
+             "'checkpoint show' prints a stored one.",
         invoke_without_command=True,
     )
     checkpoint_group.callback(invoke_without_command=True)(handle_errors(checkpoint))

@@ -68,6 +68,7 @@ __all__ = [
 LOG_ROLES = ("root", "signer")  # keys that may sign checkpoints (the roles that append)
 MAX_SIZE = (1 << 63) - 1
 MAX_PROOF_HASHES = 128
+CONSISTENCY_BATCH = 64  # stored checkpoints checked per node query when signing
 
 KeySpec = str | bytes | notes.Verifier  # a vkey, a raw 32-byte Ed25519 public key, or a parsed verifier
 
@@ -378,6 +379,29 @@ def _require_consistent(ledger: Ledger, earlier: SignedCheckpoint, size: int, ro
         ) from None
 
 
+def _require_all_consistent(ledger: Ledger, stored: list[SignedCheckpoint], size: int, root: bytes) -> None:
+    """``_require_consistent`` for every stored checkpoint; the smaller ones in batches of one query."""
+    smaller = [c for c in stored if c.size < size]
+    for offset in range(0, len(smaller), CONSISTENCY_BATCH):
+        chunk = smaller[offset:offset + CONSISTENCY_BATCH]
+        try:
+            proofs = merkle.consistency_proofs([c.size for c in chunk], size, ledger.fetch_nodes)
+        except (StorageError, FormatError) as exc:
+            raise PolicyError(f"refusing to sign: the tree at size {size} cannot be proved consistent with "
+                              f"the checkpoints signed before ({_reason(exc)})") from None
+        for earlier, proof in zip(chunk, proofs, strict=True):
+            try:
+                merkle.verify_consistency(earlier.size, size, earlier.checkpoint.root, root, proof)
+            except VerificationError as exc:
+                raise PolicyError(
+                    f"refusing to sign: the tree at size {size} is not consistent with the checkpoint "
+                    f"this ledger signed at size {earlier.size} ({_reason(exc)})"
+                ) from None
+    for earlier in stored:
+        if earlier.size >= size:
+            _require_consistent(ledger, earlier, size, root)
+
+
 def sign_checkpoint(ledger: Ledger, signer: Signer, size: int | None = None) -> SignedCheckpoint:
     """Sign (and store) a checkpoint of ``ledger`` at ``size`` (default: its current size).
 
@@ -401,8 +425,7 @@ def sign_checkpoint(ledger: Ledger, signer: Signer, size: int | None = None) -> 
                 f"{earlier.size} (history truncated)"
             )
     root = ledger.root(size)
-    for earlier in stored:
-        _require_consistent(ledger, earlier, size, root)
+    _require_all_consistent(ledger, stored, size, root)
     existing = next((c for c in stored if c.size == size), None)
     if existing is not None:
         return existing

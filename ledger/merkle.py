@@ -23,6 +23,7 @@ __all__ = [
     "Frontier",
     "NodeFetch",
     "consistency_proof",
+    "consistency_proofs",
     "frontier_nodes",
     "hash_children",
     "hash_leaf",
@@ -207,6 +208,20 @@ def consistency_proof(old: int, new: int, fetch: NodeFetch) -> list[bytes]:
     if old == new:
         return []
     return _resolve(_consistency_ranges(old, 0, new), fetch)
+
+
+def consistency_proofs(olds: Sequence[int], new: int, fetch: NodeFetch) -> list[list[bytes]]:
+    """Consistency proofs from several sizes to ``new``, with one ``fetch``."""
+    for old in olds:
+        if not 0 < old <= new:
+            raise FormatError(f"no consistency proof from size {old} to {new}")
+    every = [_consistency_ranges(old, 0, new) if old != new else [] for old in olds]
+    wanted: list[Node] = []
+    for ranges in every:
+        for start, end in ranges:
+            _range_nodes(start, end, wanted)
+    nodes = fetch(sorted(set(wanted))) if wanted else {}
+    return [[_range_hash(start, end, nodes) for start, end in ranges] for ranges in every]
 
 
 def root_of_size(size: int, fetch: NodeFetch) -> bytes:

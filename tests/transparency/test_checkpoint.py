@@ -64,6 +64,22 @@ def test_refuses_a_checkpoint_inconsistent_with_an_earlier_one(ledger: Ledger, r
     assert [c.size for c in cp.stored_checkpoints(ledger)] == [7]
 
 
+def test_checks_every_stored_checkpoint(ledger: Ledger, root: Signer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cp, "CONSISTENCY_BATCH", 3)
+    for _ in range(8):
+        fill(ledger, root, 3)
+        cp.sign_checkpoint(ledger, root)
+    sizes = [c.size for c in cp.stored_checkpoints(ledger)]
+    assert sizes == [4, 7, 10, 13, 16, 19, 22, 25]
+    # a forged stored checkpoint in the middle (validly signed, wrong root) is caught
+    ledger.store_checkpoint(11, note.sign(cp.Checkpoint(ORIGIN, 11, ledger.root(12)).text(), ORIGIN, root))
+    fill(ledger, root, 2)
+    with pytest.raises(PolicyError, match="size 11"):
+        cp.sign_checkpoint(ledger, root)
+    with pytest.raises(PolicyError, match="size 11"):
+        cp.sign_checkpoint(ledger, root, size=9)  # an older size is checked against the later ones too
+
+
 def test_refuses_after_a_rewrite_or_a_truncation(ledger: Ledger, root: Signer) -> None:
     fill(ledger, root, 9)
     cp.sign_checkpoint(ledger, root, size=6)

@@ -120,6 +120,8 @@ def test_eight_leaf_consistency_proofs_reproduced_and_verified() -> None:
         assert [h.hex() for h in proof] == case["proof"], (old, new)
         merkle.verify_consistency(old, new, bytes.fromhex(data["roots"][str(old)]),
                                   bytes.fromhex(data["roots"][str(new)]), proof)
+    batch = merkle.consistency_proofs(list(range(1, 9)), 8, tree.fetch)
+    assert batch == [merkle.consistency_proof(old, 8, tree.fetch) for old in range(1, 9)]
 
 
 def test_generator_refuses_impossible_proofs() -> None:
