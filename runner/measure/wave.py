@@ -9,6 +9,7 @@ request included).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ import httpx
 from ledger.errors import ExternalError, FormatError
 
 from .family import Prompt
+from .interpreter import quiet_interpreter
 from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
 from .record import RequestRecord
 from .request import Cutter, run_request, utc_now
@@ -238,6 +240,7 @@ def measure_wave(
     on_request: Callable[[RequestRecord], None] | None = None,
     read_timeout_s: float = 300.0,
     headers: Mapping[str, str] | None = None,
+    quiet: bool = True,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -249,8 +252,10 @@ def measure_wave(
     request that long after its send, ``wave_deadline_s`` cuts everything that long
     after the wave began (requests not yet sent are recorded as cancelled); setting
     ``cancel`` does the same at once. ``on_request`` is called with each finished
-    record (from worker threads). Never raises for what the server does: failures
-    are recorded; only bad arguments raise ``FormatError``.
+    record (from worker threads). With ``quiet`` (the default) the GIL switch interval
+    is lowered and cyclic GC suspended while the wave runs (:mod:`.interpreter`).
+    Never raises for what the server does: failures are recorded; only bad arguments
+    raise ``FormatError``.
     """
     if not prompts:
         raise FormatError("a wave needs at least one prompt")
@@ -269,7 +274,8 @@ def measure_wave(
     errors: list[BaseException] = []
     lock = threading.Lock()
     next_index = [0]
-    with httpx.Client(limits=limits, headers=dict(headers or {})) as http:
+    with httpx.Client(limits=limits, headers=dict(headers or {})) as http, \
+            (quiet_interpreter() if quiet else contextlib.nullcontext()):
         started_at = utc_now()
         before = scrape_metrics(http, metrics_url) if metrics_url else None
         start = time.perf_counter()

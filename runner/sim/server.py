@@ -49,7 +49,6 @@ from .truth import RequestTruth, TruthLog
 __all__ = ["SimServer"]
 
 _SLICE_S = 0.05  # longest single sleep, so stops and stopped engines are noticed
-_FINE_S = 0.002  # below this, one plain time.sleep to the planned instant
 
 
 def _dumps(value: Any) -> bytes:
@@ -92,8 +91,8 @@ class SimServer(ThreadingHTTPServer):
     def sleep_until(self, when: float, engine: EngineSession | None = None) -> bool:
         """Sleep to ``perf_counter() == when``; ``False`` if the server or the engine stopped.
 
-        Long waits go in slices on the stop event; the last stretch is one plain
-        ``time.sleep`` (clock_nanosleep: the tightest wake-up Python offers).
+        Plain ``time.sleep`` (clock_nanosleep: the tightest wake-up Python offers), in
+        slices of at most 50 ms so that a stop is noticed; one wake-up per chunk.
         """
         while True:
             if self.stopping.is_set() or (engine is not None and engine.stopped):
@@ -101,11 +100,7 @@ class SimServer(ThreadingHTTPServer):
             left = when - time.perf_counter()
             if left <= 0:
                 return True
-            if left <= _FINE_S:
-                time.sleep(left)
-                return not self.stopping.is_set()
-            if self.stopping.wait(min(left - _FINE_S / 2, _SLICE_S)):
-                return False
+            time.sleep(min(left, _SLICE_S))
 
 
 class _Aborted(Exception):
