@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical
@@ -119,7 +119,7 @@ class AuditReport:
 
 
 def _time(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return datetime.fromisoformat(value)
 
 
 def _normal(value: Any) -> Any:
@@ -135,6 +135,7 @@ class _Track:
     starts_seen: int = 0
     wave_pos: dict[str, int] = field(default_factory=dict)
     stop_time: datetime | None = None
+    stop_limit: datetime | None = None
     events: list[Event] = field(default_factory=list)
     decisions: int = 0
 
@@ -164,7 +165,7 @@ class _Auditor:
             self.state.apply(event)
             return
         try:
-            payload = event.payload
+            payload = json.loads(event.payload_json)
             validate_payload(event.type, payload)
         except (FormatError, ValueError) as exc:
             self.flag("event-catalogue", event, f"{event.type}: {exc}", window)
@@ -175,14 +176,14 @@ class _Auditor:
             return
         track = self.tracks.setdefault(wid, _Track())
         if not self._binding(event, payload, wid, track):
-            self.state.apply(event)
+            self.state.apply(event, payload)
             return
         ws = self.state.windows.get(wid)
         if ws is not None and track.plan is not None:
             check = _CHECKS.get(event.type)
             if check is not None:
                 check(self, event, payload, ws, track)
-        self.state.apply(event)
+        self.state.apply(event, payload)
         track.events.append(event)
 
     def _binding(self, event: Event, payload: dict[str, Any], wid: str, track: _Track) -> bool:
@@ -313,7 +314,9 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     began = _time(p["started_at"])
     zero = ws.clock.get("first_action")
     if zero is not None:
-        limit = _time(zero) + timedelta(minutes=plan.budget.stop_admitting_min)
+        if t.stop_limit is None:
+            t.stop_limit = _time(zero) + timedelta(minutes=plan.budget.stop_admitting_min)
+        limit = t.stop_limit
         if began > limit:
             a.flag("stop-admitting-respected", e,
                    f"wave {start}/{cell}/{wave} began {(began - _time(zero)).total_seconds() / 60:.2f} min after the "
@@ -332,10 +335,10 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
              for name in ("repeat", "family", "seed", "max_tokens", "concurrency") if p[name] != getattr(spec, name)]
     if wrong:
         a.flag("order-seeds-families-match-plan", e, f"wave {start}/{cell}/{wave}: " + ", ".join(wrong), ws.id)
-    planned = plan.waves_of(start)
-    position = next(i for i, w in enumerate(planned) if w.key == spec.key)
+    position = plan.wave_position[spec.key]
     expected = t.wave_pos.get(start, -1) + 1
     if position != expected:
+        planned = plan.waves_of(start)
         want = planned[expected] if expected < len(planned) else None
         what = f"{want.cell}/{want.wave}" if want else "no further wave"
         a.flag("order-seeds-families-match-plan", e,

@@ -36,6 +36,7 @@ __all__ = [
     "append_window_event",
     "blob_refs",
     "is_window_stream",
+    "parse_payload",
     "stream_for",
     "validate_payload",
     "window_event",
@@ -76,7 +77,19 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
 
 _OTHER_STREAMS = {"archive.control_start": ARCHIVE_STREAM}
 
-Checker = Callable[[Any, str], Any]
+Checker = Callable[[Any], None]
+
+
+class _Bad(Exception):
+    """A refusal deep inside a payload; containers add their path segment on the way out."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.segments: list[str] = []
+
+    def path(self, root: str) -> str:
+        return root + "".join(reversed(self.segments))
 
 
 def _kind(value: Any) -> str:
@@ -89,26 +102,26 @@ def _kind(value: Any) -> str:
 
 
 def _compile(tp: Any) -> Checker:
+    """A checker for JSON values of type ``tp``; it raises ``_Bad`` (the path is added by callers)."""
     origin = get_origin(tp)
     if origin is Annotated:
         base, pattern = get_args(tp)[0], get_args(tp)[1]
-        regex = re.compile(pattern)
+        match = re.compile(pattern).fullmatch
         inner = _compile(base)
 
-        def check_pattern(value: Any, path: str) -> Any:
-            value = inner(value, path)
-            if not regex.fullmatch(value):
-                raise PayloadError(path, f"{value!r} does not match {pattern}")
-            return value
+        def check_pattern(value: Any) -> None:
+            inner(value)
+            if not match(value):
+                raise _Bad(f"{value!r} does not match {pattern}")
 
         return check_pattern
     if origin is Literal:
-        allowed = get_args(tp)
+        allowed = frozenset(get_args(tp))
+        shown = ", ".join(map(str, get_args(tp)))
 
-        def check_literal(value: Any, path: str) -> Any:
-            if not isinstance(value, str) or value not in allowed:
-                raise PayloadError(path, f"expected one of {', '.join(map(str, allowed))}, got {value!r}")
-            return value
+        def check_literal(value: Any) -> None:
+            if type(value) is not str or value not in allowed:
+                raise _Bad(f"expected one of {shown}, got {value!r}")
 
         return check_literal
     if origin in (Union, types.UnionType):
@@ -119,76 +132,79 @@ def _compile(tp: Any) -> Checker:
             raise TypeError(f"unsupported union {tp}")
         inner = _compile(rest[0])
 
-        def check_optional(value: Any, path: str) -> Any:
+        def check_optional(value: Any) -> None:
             if value is None and nullable:
-                return None
-            return inner(value, path)
+                return
+            inner(value)
 
         return check_optional
     if origin is list:
         (item_type,) = get_args(tp)
         item = _compile(item_type)
 
-        def check_list(value: Any, path: str) -> Any:
-            if not isinstance(value, list):
-                raise PayloadError(path, f"expected an array, got {_kind(value)}")
-            return [item(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        def check_list(value: Any) -> None:
+            if type(value) is not list and type(value) is not tuple:
+                raise _Bad(f"expected an array, got {_kind(value)}")
+            index = 0
+            try:
+                for index, v in enumerate(value):  # noqa: B007 - index names the failing item
+                    item(v)
+            except _Bad as bad:
+                bad.segments.append(f"[{index}]")
+                raise
 
         return check_list
     if origin is dict:
         _key_type, value_type = get_args(tp)
-        if value_type is Any:
-            def check_object(value: Any, path: str) -> Any:
-                if not isinstance(value, dict):
-                    raise PayloadError(path, f"expected an object, got {_kind(value)}")
-                return value
+        member = None if value_type is Any else _compile(value_type)
 
-            return check_object
-        member = _compile(value_type)
-
-        def check_dict(value: Any, path: str) -> Any:
-            if not isinstance(value, dict):
-                raise PayloadError(path, f"expected an object, got {_kind(value)}")
-            return {k: member(v, f"{path}.{k}") for k, v in value.items()}
+        def check_dict(value: Any) -> None:
+            if type(value) is not dict:
+                raise _Bad(f"expected an object, got {_kind(value)}")
+            if member is not None:
+                key = ""
+                try:
+                    for key, v in value.items():  # noqa: B007 - key names the failing member
+                        member(v)
+                except _Bad as bad:
+                    bad.segments.append(f".{key}")
+                    raise
 
         return check_dict
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _compile_dataclass(tp)
     if tp is Any:
-        return lambda value, path: value
-    if tp is str:
-        def check_str(value: Any, path: str) -> Any:
-            if not isinstance(value, str):
-                raise PayloadError(path, f"expected a string, got {_kind(value)}")
-            return value
-
-        return check_str
-    if tp is bool:
-        def check_bool(value: Any, path: str) -> Any:
-            if not isinstance(value, bool):
-                raise PayloadError(path, f"expected true or false, got {_kind(value)}")
-            return value
-
-        return check_bool
-    if tp is int:
-        def check_int(value: Any, path: str) -> Any:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise PayloadError(path, f"expected an integer, got {_kind(value)}")
-            return value
-
-        return check_int
-    if tp is float:
-        def check_float(value: Any, path: str) -> Any:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise PayloadError(path, f"expected a number, got {_kind(value)}")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise PayloadError(path, "NaN and Infinity are not allowed")
-            return value
-
-        return check_float
+        return lambda value: None
+    if tp in (str, bool, int, float):
+        return _SCALARS[tp]
     raise TypeError(f"unsupported payload type {tp!r}")
 
 
+def _check_str(value: Any) -> None:
+    if type(value) is not str:
+        raise _Bad(f"expected a string, got {_kind(value)}")
+
+
+def _check_bool(value: Any) -> None:
+    if type(value) is not bool:
+        raise _Bad(f"expected true or false, got {_kind(value)}")
+
+
+def _check_int(value: Any) -> None:
+    if type(value) is not int:
+        raise _Bad(f"expected an integer, got {_kind(value)}")
+
+
+def _check_float(value: Any) -> None:
+    kind = type(value)
+    if kind is float:
+        if not math.isfinite(value):
+            raise _Bad("NaN and Infinity are not allowed")
+    elif kind is not int:
+        raise _Bad(f"expected a number, got {_kind(value)}")
+
+
+_SCALARS: dict[Any, Checker] = {str: _check_str, bool: _check_bool, int: _check_int, float: _check_float}
 _COMPILED: dict[type, Checker] = {}
 
 
@@ -200,26 +216,35 @@ def _compile_dataclass(cls: type) -> Checker:
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         spec.append((f.name, _compile(hints[f.name]), required))
-    names = {name for name, _, _ in spec}
-    has_check = hasattr(cls, "check")
+    names = frozenset(name for name, _, _ in spec)
+    known = ", ".join(sorted(names))
+    cross = getattr(cls, "check", None)
 
-    def check_dataclass(value: Any, path: str) -> Any:
-        if not isinstance(value, dict):
-            raise PayloadError(path, f"expected an object, got {_kind(value)}")
-        kwargs = {}
-        for name, checker, required in spec:
-            if name in value:
-                kwargs[name] = checker(value[name], f"{path}.{name}")
-            elif required:
-                raise PayloadError(f"{path}.{name}", "required")
-        if len(value) > len(kwargs):
+    def check_dataclass(value: Any) -> None:
+        if type(value) is not dict:
+            raise _Bad(f"expected an object, got {_kind(value)}")
+        seen = 0
+        name = ""
+        try:
+            for name, checker, required in spec:
+                if name in value:
+                    seen += 1
+                    checker(value[name])
+                elif required:
+                    raise _Bad("required")
+        except _Bad as bad:
+            bad.segments.append(f".{name}")
+            raise
+        if len(value) > seen:
             extra = sorted(set(value) - names)
-            raise PayloadError(f"{path}.{extra[0]}", f"unknown member (expected {', '.join(sorted(names))})")
-        obj = cls(**kwargs)
-        if has_check:
-            for where, problem in obj.check():
-                raise PayloadError(f"{path}.{where}", problem)
-        return obj
+            unknown = _Bad(f"unknown member (expected {known})")
+            unknown.segments.append(f".{extra[0]}")
+            raise unknown
+        if cross is not None:
+            for where, problem in cross(value):
+                broken = _Bad(problem)
+                broken.segments.append(f".{where}")
+                raise broken
 
     _COMPILED[cls] = check_dataclass
     return check_dataclass
@@ -228,12 +253,37 @@ def _compile_dataclass(cls: type) -> Checker:
 _VALIDATORS: dict[str, Checker] = {name: _compile_dataclass(cls) for name, cls in CATALOGUE.items()}
 
 
-def validate_payload(type_: str, payload: Mapping[str, Any]) -> p.WindowPayload:
-    """The typed payload of a window event; ``PayloadError`` (exit 2) names what is wrong."""
+def validate_payload(type_: str, payload: Mapping[str, Any]) -> None:
+    """Check a window event's payload; ``PayloadError`` (exit 2) names what is wrong."""
     checker = _VALIDATORS.get(type_)
     if checker is None:
         raise FormatError(f"{type_!r} is not a window event type (known: {', '.join(sorted(CATALOGUE))})")
-    result: p.WindowPayload = checker(payload, "payload")
+    try:
+        checker(payload)
+    except _Bad as bad:
+        raise PayloadError(bad.path("payload"), bad.problem) from None
+
+
+def _build(tp: Any, value: Any) -> Any:
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _build(get_args(tp)[0], value)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        return _build(next(o for o in get_args(tp) if o is not type(None)), value)
+    if origin is list:
+        return [_build(get_args(tp)[0], v) for v in value]
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = get_type_hints(tp, include_extras=True)
+        return tp(**{k: _build(hints[k], v) for k, v in value.items()})
+    return value
+
+
+def parse_payload(type_: str, payload: Mapping[str, Any]) -> p.WindowPayload:
+    """The typed payload (``runner.payloads`` dataclasses) of a valid window event."""
+    validate_payload(type_, payload)
+    result: p.WindowPayload = _build(CATALOGUE[type_], dict(payload))
     return result
 
 

@@ -19,6 +19,7 @@ not O(ledger): the runner keeps the last state and folds ``ledger.events(after=s
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -55,6 +56,7 @@ CLOSING_ACTIONS = frozenset({
     "restore", "watch", "fence", "experiment_stop", "quiet_proof", "production_down_proof",
     "placeholder_up", "placeholder_down", "placeholder_proof",
 })
+_loads = json.loads
 _LIVE_BEFORE_ENDING = frozenset({"admitted", "holding", "measuring", "measurement_ended"})
 
 
@@ -102,7 +104,20 @@ class WindowState:
     extra_registrations: list[int] = field(default_factory=list)
 
     def clone(self) -> WindowState:
-        return copy.deepcopy(self)
+        """A copy that shares nothing the handlers mutate (cheaper than ``deepcopy``)."""
+        new = copy.copy(self)
+        new.gates = {name: (dict(gate, starts=dict(gate["starts"])) if "starts" in gate else dict(gate))
+                     for name, gate in self.gates.items()}
+        new.starts = {sid: dict(info, waves={cell: list(w) for cell, w in info["waves"].items()})
+                      for sid, info in self.starts.items()}
+        new.placeholders_raised = list(self.placeholders_raised)
+        new.interrupted = list(self.interrupted)
+        new.open_actions = dict(self.open_actions)
+        new.budget = list(self.budget)
+        new.thermal = list(self.thermal)
+        new.clock = dict(self.clock)
+        new.extra_registrations = list(self.extra_registrations)
+        return new
 
     @property
     def closed(self) -> bool:
@@ -217,19 +232,25 @@ class State:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, event: Event) -> None:
-        """Apply one event in place (``fold`` is the pure interface)."""
+    def apply(self, event: Event, payload: dict[str, Any] | None = None) -> None:
+        """Apply one event in place (``fold`` is the pure interface).
+
+        The payload is parsed here without caching it on the event (``Event.payload``
+        would keep every parsed payload alive as long as the caller holds the events);
+        a caller that has parsed it already passes it in.
+        """
         self.size = event.seq
         self.head = event.hash
         stream = event.stream
         handler = _HANDLERS.get(event.type)
         if handler is None:
             return
-        payload = event.payload
+        if not stream.startswith(WINDOW_STREAM_PREFIX) and event.type != "archive.control_start":
+            return
+        if payload is None:
+            payload = _loads(event.payload_json)
         window_id = payload.get("window")
         if not isinstance(window_id, str):
-            return
-        if not stream.startswith(WINDOW_STREAM_PREFIX) and event.type != "archive.control_start":
             return
         ws = self._mutable(window_id)
         ws.clock["last"] = event.time

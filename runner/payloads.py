@@ -151,16 +151,18 @@ class HostAction(WindowPayload):
     probe_of: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
-    def check(self) -> list[tuple[str, str]]:
+    @staticmethod
+    def check(p: dict[str, Any]) -> list[tuple[str, str]]:
+        """Cross-member rules, on the validated JSON payload."""
         problems = []
-        if self.phase == "started":
+        if p["phase"] == "started":
             for name in ("exit_code", "ok", "duration_s", "output"):
-                if getattr(self, name) is not None:
+                if p.get(name) is not None:
                     problems.append((name, "belongs to the finished half of the action"))
         else:
-            if self.ok is None:
+            if p.get("ok") is None:
                 problems.append(("ok", "required when phase is finished"))
-            if self.duration_s is None:
+            if p.get("duration_s") is None:
                 problems.append(("duration_s", "required when phase is finished"))
         return problems
 
@@ -266,14 +268,16 @@ class WaveMeasured(WindowPayload):
     requests: list[RequestRecord]
     records: BlobRef
 
-    def check(self) -> list[tuple[str, str]]:
+    @staticmethod
+    def check(p: dict[str, Any]) -> list[tuple[str, str]]:
+        """Cross-member rules, on the validated JSON payload."""
         problems = []
-        c = self.client
-        if c.requests != len(self.requests):
-            problems.append(("client.requests", f"{c.requests} but {len(self.requests)} request records"))
-        if c.ok + c.failed + c.timed_out + c.cancelled + c.censored != c.requests:
+        c = p["client"]
+        if c["requests"] != len(p["requests"]):
+            problems.append(("client.requests", f"{c['requests']} but {len(p['requests'])} request records"))
+        if c["ok"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["censored"] != c["requests"]:
             problems.append(("client", "ok + failed + timed_out + cancelled + censored != requests"))
-        if self.ended_at < self.started_at:
+        if p["ended_at"] < p["started_at"]:
             problems.append(("ended_at", "before started_at"))
         return problems
 

@@ -391,6 +391,15 @@ class Plan:
         """(start, cell, wave) -> planned wave."""
         return {w.key: w for w in self.waves}
 
+    @cached_property
+    def wave_position(self) -> dict[tuple[str, str, int], int]:
+        """(start, cell, wave) -> its 0-based position among its start's waves."""
+        out: dict[tuple[str, str, int], int] = {}
+        for start in self.starts:
+            for position, wave in enumerate(self.waves_of(start.id)):
+                out[wave.key] = position
+        return out
+
 
 def plan_sha256(plan_json: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the JCS bytes of a plan's JSON form."""

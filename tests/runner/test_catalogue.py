@@ -151,3 +151,13 @@ def test_window_event_builds_batches(site: Site) -> None:
     items = [window_event(log.window, log.plan_sha256, "placeholder.up", {"host": h}) for h in ("a", "b")]
     events = site.book.append_many(items, site.signer)
     assert [e.payload["host"] for e in events] == ["a", "b"]
+
+
+def test_parse_payload_gives_typed_values() -> None:
+    from runner.catalogue import parse_payload
+
+    wave, _ = _wave()
+    typed = parse_payload("wave.measured", wave)
+    assert isinstance(typed, payloads.WaveMeasured)
+    assert isinstance(typed.client, payloads.ClientFigures) and isinstance(typed.requests[0], payloads.RequestRecord)
+    assert typed.counters.rounds == wave["counters"]["rounds"] and typed.records.blob == wave["records"]["blob"]
