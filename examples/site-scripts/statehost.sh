@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# A pretend two-host site kept in a state directory: the command-template driver's test
+# double and a template for real site scripts (docs/site.md). Usage:
+#
+#   statehost.sh STATE_DIR ACTION [ARGS...]
+#
+# Each action reads and changes files under STATE_DIR, prints what it did, and ends with
+# one `TALLY-FACTS {json}` line (the facts convention). A real site does the same with
+# ssh, systemctl/docker and nvidia-smi instead of files.
+#
+# State:   production (up|down|draining), identity (production's identity), snapshot (sha256),
+#          engine ("ARM ROLE STATUS"), engine.log, placeholders/HOST, fenced/HOST,
+#          caps/ARM (an arm's clock cap; caps/default, else 2300), actions.log (what ran, in order).
+# Faults (for tests; each is used once): inject/ACTION.fail holds an exit code;
+#          inject/ACTION.hang makes the action hang (with a child process) until killed.
+set -euo pipefail
+
+S=${1:?state dir}
+ACTION=${2:?action}
+shift 2
+mkdir -p "$S/placeholders" "$S/fenced" "$S/caps" "$S/inject"
+if [ ! -f "$S/production" ]; then  # a fresh state directory: production up, serving, warm
+  echo up >"$S/production"; echo "production production ready" >"$S/engine"
+  printf 'starting engine: arm production role production\nclock cap %s MHz\nengine ready\n' \
+    "$(cat "$S/caps/production" 2>/dev/null || cat "$S/caps/default" 2>/dev/null || echo 2300)" >"$S/engine.log"
+fi
+[ -f "$S/identity" ] || printf 'arm=production image=vllm/vllm-openai:v0.12.0 model=example\n' >"$S/identity"
+echo "$ACTION ${*:-}" | sed 's/ *$//' >>"$S/actions.log"
+
+facts() { printf 'TALLY-FACTS %s\n' "$1"; }
+fail() { echo "$ACTION: $*" >&2; exit "${CODE:-3}"; }
+production() { cat "$S/production"; }
+production_sha() { sha256sum "$S/identity" | cut -d' ' -f1; }
+cap_of() { cat "$S/caps/$1" 2>/dev/null || cat "$S/caps/default" 2>/dev/null || echo 2300; }
+engine_field() { [ -f "$S/engine" ] && cut -d' ' -f"$1" "$S/engine" || true; }
+json_str() { if [ -n "$1" ]; then printf '"%s"' "$1"; else printf null; fi; }
+host_list() {  # JSON list of the hosts with a file in $S/$1
+  local out="" h
+  for h in $(ls "$S/$1" | sort); do out="$out${out:+,}\"$h\""; done
+  printf '[%s]' "$out"
+}
+
+# Injected faults (used once).
+if [ -f "$S/inject/$ACTION.fail" ]; then
+  CODE=$(cat "$S/inject/$ACTION.fail"); rm -f "$S/inject/$ACTION.fail"
+  fail "injected failure"
+fi
+hang_if_asked() {
+  if [ -f "$S/inject/$ACTION.hang" ]; then
+    rm -f "$S/inject/$ACTION.hang"
+    sleep 300 &
+    echo "$$ $!" >"$S/hang.pids"   # this script's pid (= its process group) and its child
+    wait
+  fi
+}
+
+case "$ACTION" in
+  preflight|probe)
+    facts "{\"serving\":\"$(production)\",\"arm\":$(json_str "$(engine_field 1)"),\"role\":$(json_str "$(engine_field 2)"),\"engine\":$(json_str "$(engine_field 3)"),\"placeholders\":$(host_list placeholders),\"fenced\":$(host_list fenced),\"production_sha256\":\"$(production_sha)\"}"
+    ;;
+  drain)
+    hang_if_asked
+    echo draining >"$S/production"
+    echo "production drained and stopped"
+    rm -f "$S/engine"; echo down >"$S/production"
+    facts '{"serving":"down"}'
+    ;;
+  snapshot)
+    sha=$(production_sha); echo "$sha" >"$S/snapshot"
+    echo "production snapshot sha256 $sha"
+    facts "{\"snapshot_sha256\":\"$sha\"}"
+    ;;
+  start_arm)
+    arm=${1:?arm}; role=${2:-$1}
+    [ "$(production)" = down ] || fail "production is $(production); drain it first"
+    [ ! -f "$S/engine" ] || fail "arm $(engine_field 1) is running; stop_arm first"
+    echo "$arm $role starting" >"$S/engine"
+    printf 'starting engine: arm %s role %s\nclock cap %s MHz\n' "$arm" "$role" "$(cap_of "$arm")" >"$S/engine.log"
+    hang_if_asked
+    echo "$arm $role ready" >"$S/engine"; echo "engine ready" >>"$S/engine.log"
+    cat "$S/engine.log"
+    facts "{\"arm\":\"$arm\",\"role\":\"$role\",\"engine\":\"ready\"}"
+    ;;
+  stop_arm|experiment_stop)
+    hang_if_asked
+    if [ ! -f "$S/engine" ]; then echo "no arm running"; facts '{"engine":null}'; exit 0; fi
+    [ "$(engine_field 2)" != production ] || fail "the running engine is production; use drain"
+    arm=$(engine_field 1); rm -f "$S/engine"
+    echo "stopped arm $arm"
+    facts "{\"arm\":\"$arm\",\"engine\":null}"
+    ;;
+  warmup)
+    [ -f "$S/engine" ] || fail "no engine is running"
+    # A real site times a first (cold) and a second (warm) request against the engine here.
+    echo "warmup: cold TTFT 0.420000 s, warm TTFT 0.050000 s"
+    facts '{"ttft_cold_s":0.42,"ttft_warm_s":0.05}'
+    ;;
+  fence)
+    host=${1:?host}; touch "$S/fenced/$host"
+    echo "fenced $host"
+    facts "{\"fenced\":$(host_list fenced)}"
+    ;;
+  quiet_proof)
+    [ ! -f "$S/engine" ] || fail "engine of arm $(engine_field 1) is running"
+    echo "no engine process; no requests in flight"
+    facts '{"quiet":true}'
+    ;;
+  production_down_proof)
+    [ "$(production)" = down ] || fail "production is $(production)"
+    echo "production is down: serving endpoint has no engine"
+    facts '{"serving":"down"}'
+    ;;
+  placeholder_up)
+    host=${1:?host}; touch "$S/placeholders/$host"
+    echo "placeholder up on $host"
+    facts "{\"placeholders\":$(host_list placeholders)}"
+    ;;
+  placeholder_down)
+    host=${1:?host}; rm -f "$S/placeholders/$host" "$S/fenced/$host"
+    echo "placeholder down on $host"
+    facts "{\"placeholders\":$(host_list placeholders)}"
+    ;;
+  placeholder_proof)
+    host=${1:?host}
+    [ -f "$S/placeholders/$host" ] || fail "no placeholder on $host"
+    echo "placeholder present on $host"
+    facts "{\"placeholders\":$(host_list placeholders)}"
+    ;;
+  restore)
+    want=${1:?snapshot sha256}
+    [ -f "$S/snapshot" ] || fail "no production snapshot was taken"
+    [ "$want" = "$(cat "$S/snapshot")" ] || fail "snapshot sha256 mismatch: asked $want, snapshot is $(cat "$S/snapshot")"
+    hang_if_asked
+    echo "production production starting" >"$S/engine"
+    printf 'starting engine: arm production role production\nclock cap %s MHz\nengine ready\n' \
+      "$(cap_of production)" >"$S/engine.log"
+    echo "production production ready" >"$S/engine"; echo up >"$S/production"
+    cat "$S/engine.log"
+    echo "production restored to snapshot $want"
+    facts "{\"snapshot_sha256\":\"$want\",\"serving\":\"up\"}"
+    ;;
+  watch)
+    [ "$(production)" = up ] || fail "production is $(production)"
+    [ "$(engine_field 2)" = production ] || fail "production engine is not running"
+    if [ -f "$S/snapshot" ] && [ "$(production_sha)" != "$(cat "$S/snapshot")" ]; then
+      fail "production identity differs from the snapshot"
+    fi
+    echo "production up, engine ready, identity matches the snapshot"
+    facts "{\"watch\":\"PASS\",\"serving\":\"up\",\"production_sha256\":\"$(production_sha)\"}"
+    ;;
+  read_clock_cap)
+    [ -f "$S/engine" ] || fail "no engine is running"
+    grep -m1 '^clock cap ' "$S/engine.log"
+    ;;
+  *)
+    CODE=2 fail "unknown action"
+    ;;
+esac

@@ -1,0 +1,39 @@
+"""Host drivers: one interface (:class:`HostDriver`) for a real site and for the simulator.
+
+``runner.site.load_site(path)`` reads a site file and returns the driver it describes;
+``SimDriver.for_handle(handle)`` drives a simulator started in this process. See
+``docs/site.md`` for the actions, their facts and the site file format.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    ACTIONS,
+    CHAIN_ACTIONS,
+    DEFAULT_TIMEOUTS_S,
+    PER_HOST_ACTIONS,
+    SERVING_STATES,
+    ActionResult,
+    HostDriver,
+    check_action,
+    settle,
+)
+from .commands import CommandsDriver, CommandTemplate, parse_facts, parse_template
+from .sim import SimDriver
+
+__all__ = [
+    "ACTIONS",
+    "CHAIN_ACTIONS",
+    "DEFAULT_TIMEOUTS_S",
+    "PER_HOST_ACTIONS",
+    "SERVING_STATES",
+    "ActionResult",
+    "CommandTemplate",
+    "CommandsDriver",
+    "HostDriver",
+    "SimDriver",
+    "check_action",
+    "parse_facts",
+    "parse_template",
+    "settle",
+]

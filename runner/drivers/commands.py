@@ -1,0 +1,352 @@
+"""The command-template driver: each host action is a command from the site file.
+
+Quoting: a template is split into arguments once, when the site loads, with
+:func:`shlex.split` (POSIX rules: quotes group, backslash escapes); placeholders are
+then filled in *inside* each argument, so a value never splits or merges arguments
+and no local shell sees it (``shell=False``). Write ``bash -c '...'`` explicitly to get
+a shell. Values that come from the window (host, window, start, role, arm, snapshot,
+seed) must be plain words (letters, digits and ``. _ - : @ % + = , /``) so that a
+remote shell behind ``ssh`` cannot read them as code; structured values travel as
+JSON on the command's stdin and in ``$TALLY_REQUEST``.
+
+A command runs in its own process group with the site file's directory as working
+directory; its stdout and stderr are captured whole (through files, so a process it
+leaves behind cannot hold the driver up). At its timeout the whole group gets
+SIGTERM, then SIGKILL after ``kill_grace_s``.
+
+Facts come from stdout: each line ``TALLY-FACTS {json object}`` is merged in order
+(later keys win); for ``start_arm``, ``restore`` and ``read_clock_cap`` the last
+``clock cap N MHz`` line also gives ``clock_cap_mhz`` and ``log_line``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import string
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ledger.errors import FormatError
+
+from .base import ACTIONS, ActionResult, check_action, settle
+
+__all__ = ["PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "group_members", "parse_facts", "parse_template"]
+
+# Placeholder -> where its value comes from (docs/site.md, "Placeholders").
+PLACEHOLDERS: Mapping[str, str] = {
+    "action": "the action's name",
+    "host": "the host the action runs on (per-host calls only)",
+    "host_role": "that host's role, head or worker (per-host calls only)",
+    "hosts": "every host name, comma-separated, head first",
+    "head": "the head host's name",
+    "window": "params window: the window id",
+    "start": "params start: the start id (s1, B2, ...)",
+    "role": "params role: the arm's role (A, B, P, production)",
+    "arm": "params arm: the arm's name",
+    "arm_config": "params arm_config: the arm's declared config as compact JSON",
+    "snapshot": "params snapshot_sha256: the production snapshot to restore or check",
+    "seed": "params seed",
+    "state_dir": "the site's state_dir (absolute)",
+    "serving_url": "the serving endpoint",
+    "production_clock_cap_mhz": "production's configured clock cap",
+    "timeout_s": "this action's timeout in seconds",
+}
+
+# Placeholders filled from params, and the params key each reads.
+_FROM_PARAMS = {"window": "window", "start": "start", "role": "role", "arm": "arm", "arm_config": "arm_config",
+                "snapshot": "snapshot_sha256", "seed": "seed"}
+_WORD = re.compile(r"[A-Za-z0-9._:@%+=,/-]*")
+_FACTS_PREFIX = "TALLY-FACTS "
+_CLOCK_LINE = re.compile(r"\bclock cap (\d+) MHz\b")
+_CLOCK_ACTIONS = frozenset({"start_arm", "restore", "read_clock_cap"})
+
+
+@dataclass(frozen=True)
+class CommandTemplate:
+    """One action's command: argument templates and the placeholders they use."""
+
+    action: str
+    text: str
+    argv: tuple[str, ...]
+    fields: frozenset[str]
+    timeout_s: float
+
+    def render(self, values: Mapping[str, str]) -> list[str]:
+        return [arg.format_map(values) for arg in self.argv]
+
+
+def parse_template(action: str, text: str, timeout_s: float, where: str) -> CommandTemplate:
+    """Split and check a command template; ``FormatError`` names ``where`` and the placeholder."""
+    if action not in ACTIONS:
+        raise FormatError(f"{where}: unknown action {action!r}; actions: {', '.join(ACTIONS)}")
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise FormatError(f"{where}: cannot split the command: {exc}") from None
+    if not argv:
+        raise FormatError(f"{where}: empty command")
+    fields: set[str] = set()
+    formatter = string.Formatter()
+    for arg in argv:
+        try:
+            parsed = list(formatter.parse(arg))
+        except ValueError as exc:
+            raise FormatError(f"{where}: bad placeholder in {arg!r}: {exc} (write {{{{ and }}}} for braces)") from None
+        for _literal, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            if name not in PLACEHOLDERS:
+                raise FormatError(f"{where}: action {action}: unknown placeholder {{{name}}}; "
+                                  f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+            if spec or conversion:
+                raise FormatError(f"{where}: action {action}: placeholder {{{name}}} takes no format spec or "
+                                  "conversion")
+            fields.add(name)
+    if "{" in argv[0] or "}" in argv[0]:
+        raise FormatError(f"{where}: action {action}: the program name cannot be a placeholder")
+    return CommandTemplate(action, text, argv, frozenset(fields), timeout_s)
+
+
+def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]:
+    """Facts from a command's stdout, and the problem with them (``None`` when fine)."""
+    facts: dict[str, Any] = {}
+    text = stdout.decode("utf-8", "replace")
+    clock: tuple[int, str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(_FACTS_PREFIX):
+            try:
+                value = json.loads(line[len(_FACTS_PREFIX):])
+            except ValueError as exc:
+                return facts, f"stdout line {number}: TALLY-FACTS is not JSON: {exc}"
+            if not isinstance(value, dict):
+                return facts, f"stdout line {number}: TALLY-FACTS must be a JSON object"
+            facts.update(value)
+            continue
+        match = _CLOCK_LINE.search(line)
+        if match:
+            clock = (int(match.group(1)), line.strip())
+    if action in _CLOCK_ACTIONS and clock is not None:
+        said = facts.get("clock_cap_mhz")
+        if said is not None and said != clock[0]:
+            return facts, f"TALLY-FACTS clock_cap_mhz {said} disagrees with the log line {clock[1]!r}"
+        facts.setdefault("clock_cap_mhz", clock[0])
+        facts.setdefault("log_line", clock[1])
+    return facts, None
+
+
+class CommandsDriver:
+    """Runs each host action as a command template from a site file (``kind = "commands"``)."""
+
+    kind = "commands"
+
+    def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
+                 production_clock_cap_mhz: int, commands: Mapping[str, CommandTemplate], cwd: Path,
+                 state_dir: Path | None = None, kill_grace_s: float = 5.0) -> None:
+        self._roles = dict(hosts)
+        self._hosts = tuple(hosts)
+        self._serving_url = serving_url
+        self._metrics_urls = metrics_urls
+        self._cap = production_clock_cap_mhz
+        self._commands = dict(commands)
+        self.cwd = cwd
+        self.state_dir = state_dir
+        self.kill_grace_s = kill_grace_s
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self._hosts
+
+    @property
+    def host_roles(self) -> Mapping[str, str]:
+        return dict(self._roles)
+
+    @property
+    def serving_url(self) -> str:
+        return self._serving_url
+
+    @property
+    def metrics_urls(self) -> tuple[str, ...]:
+        return self._metrics_urls
+
+    @property
+    def production_clock_cap_mhz(self) -> int:
+        return self._cap
+
+    @property
+    def actions(self) -> frozenset[str]:
+        return frozenset(self._commands)
+
+    def timeout_s(self, action: str) -> float:
+        return self._template(action).timeout_s
+
+    def _template(self, action: str) -> CommandTemplate:
+        check_action(self, action, None)
+        return self._commands[action]
+
+    # ------------------------------------------------------------------ running
+
+    def argv(self, action: str, host: str | None, params: Mapping[str, Any]) -> list[str]:
+        """The command line ``run`` would execute (``FormatError`` for a missing or unsafe value)."""
+        check_action(self, action, host)
+        template = self._commands[action]
+        values = {name: self._value(template, name, host, params) for name in template.fields}
+        return template.render(values)
+
+    def _value(self, template: CommandTemplate, name: str, host: str | None, params: Mapping[str, Any]) -> str:
+        action = template.action
+        if name in ("host", "host_role"):
+            if host is None:
+                raise FormatError(f"site action {action}: {{{name}}} needs a host, but the action was run "
+                                  "site-wide (host None)")
+            value = host if name == "host" else self._roles[host]
+        elif name in _FROM_PARAMS:
+            key = _FROM_PARAMS[name]
+            if params.get(key) is None:
+                raise FormatError(f"site action {action}: placeholder {{{name}}} needs params[{key!r}], not given")
+            raw = params[key]
+            if name == "arm_config":
+                return json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            value = str(raw)
+            if isinstance(raw, bool) or not isinstance(raw, str | int) or not _WORD.fullmatch(value):
+                raise FormatError(f"site action {action}: params[{key!r}] = {raw!r} is not a plain word "
+                                  "(letters, digits, . _ - : @ % + = , /)")
+        elif name == "action":
+            value = action
+        elif name == "hosts":
+            value = ",".join(self._hosts)
+        elif name == "head":
+            value = self._hosts[0]
+        elif name == "state_dir":
+            if self.state_dir is None:
+                raise FormatError(f"site action {action}: {{state_dir}} is used but the site sets no state_dir")
+            value = str(self.state_dir)
+        elif name == "serving_url":
+            value = self._serving_url
+        elif name == "production_clock_cap_mhz":
+            value = str(self._cap)
+        else:  # timeout_s
+            value = f"{template.timeout_s:g}"
+        return value
+
+    def _environment(self, action: str, host: str | None, params: Mapping[str, Any], request: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "TALLY_ACTION": action, "TALLY_HOST": host or "", "TALLY_HOST_ROLE": self._roles.get(host or "", ""),
+            "TALLY_HOSTS": ",".join(self._hosts), "TALLY_STATE_DIR": str(self.state_dir or ""),
+            "TALLY_SERVING_URL": self._serving_url, "TALLY_REQUEST": request,
+            "TALLY_TIMEOUT_S": f"{self._commands[action].timeout_s:g}",
+        })
+        for name, key in _FROM_PARAMS.items():
+            raw = params.get(key)
+            if raw is None:
+                continue
+            text = json.dumps(raw, sort_keys=True, separators=(",", ":")) if name == "arm_config" else str(raw)
+            env[f"TALLY_{name.upper()}"] = text
+        return env
+
+    def run(self, action: str, host: str | None, params: Mapping[str, Any]) -> ActionResult:
+        argv = self.argv(action, host, params)
+        template = self._commands[action]
+        request = json.dumps({"action": action, "host": host, "host_role": self._roles.get(host or ""),
+                              "hosts": list(self._hosts), "params": dict(params)},
+                             sort_keys=True, separators=(",", ":"), default=str)
+        env = self._environment(action, host, params, request)
+        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            stdin.write(request.encode("utf-8") + b"\n")
+            stdin.seek(0)
+            began = time.monotonic()
+            try:
+                process = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=err, cwd=self.cwd, env=env,
+                                           start_new_session=True)
+            except OSError as exc:
+                code = 127 if isinstance(exc, FileNotFoundError) else 126
+                message = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+                ok, facts = settle(action, host, params, False, {"error": message})
+                return ActionResult(action, host, ok, code, time.monotonic() - began, False, b"",
+                                    message.encode("utf-8"), facts)
+            timed_out = False
+            try:
+                code_or_none: int | None = process.wait(timeout=template.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process, self.kill_grace_s)
+                code_or_none = None
+            duration = time.monotonic() - began
+            stdout, stderr = _read(out), _read(err)
+        return self._result(action, host, params, code_or_none, timed_out, duration, stdout, stderr, template)
+
+    def _result(self, action: str, host: str | None, params: Mapping[str, Any], code: int | None, timed_out: bool,
+                duration: float, stdout: bytes, stderr: bytes, template: CommandTemplate) -> ActionResult:
+        facts, problem = parse_facts(action, stdout)
+        ok = code == 0 and not timed_out
+        if problem is not None:
+            ok = False
+            facts["error"] = problem
+        elif timed_out:
+            facts.setdefault("error", f"{action} timed out after {template.timeout_s:g} s; its process group was "
+                                      "killed")
+        elif code != 0 and "error" not in facts:
+            last = stderr.decode("utf-8", "replace").strip().splitlines()
+            how = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
+            facts["error"] = f"{action} failed ({how})" + (f": {last[-1]}" if last else "")
+        ok, facts = settle(action, host, params, ok, facts)
+        return ActionResult(action, host, ok, code, duration, timed_out, stdout, stderr, facts)
+
+
+def _read(handle: IO[bytes]) -> bytes:
+    handle.seek(0)
+    return handle.read()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``, from ``/proc`` where there is one."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _kill_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the command's process group, SIGKILL what is left after ``grace_s``, reap the leader."""
+    pgid = process.pid  # start_new_session: the command leads its own group
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None and not group_members(pgid):
+            return
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 5.0
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,241 @@
+"""The simulator driver (``kind = "sim"``): each host action is a call to the simulator's control API.
+
+``POST /_sim/<action>`` for the actions the simulator has; ``preflight`` and ``probe``
+read ``GET /_sim/state``; ``experiment_stop`` is the simulator's ``stop_arm`` (the
+simulated host has one engine). A 200 answer is a success; any other status is a
+failed action whose ``exit_code`` is the HTTP status (409 a refusal or a negative
+proof, 500 an injected failure, 400 a request the simulator cannot serve, such as an
+unknown arm) and whose ``facts["error"]`` is the simulator's message. A call cut off at
+the action's timeout is ``timed_out``; a simulator that cannot be reached at all raises
+``ExternalError``.
+
+Simulator-only knobs for tests and demos travel in ``params["sim"]`` (a table merged
+into the request body, e.g. ``{"slow_start_s": 3.0}`` for ``start_arm`` and ``restore``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ledger.errors import ExternalError, FormatError
+
+from .base import ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
+
+__all__ = ["SimDriver"]
+
+# Our action -> the simulator's (None: read GET /_sim/state).
+_ROUTES: Mapping[str, str | None] = {
+    **{action: action for action in ACTIONS}, "preflight": None, "probe": None, "experiment_stop": "stop_arm",
+}
+
+
+def _roles(hosts: tuple[str, ...]) -> dict[str, str]:
+    return {name: "head" if index == 0 else "worker" for index, name in enumerate(hosts)}
+
+
+class SimDriver:
+    """Drives a simulator (``runner.sim``) at ``url`` through ``/_sim``."""
+
+    kind = "sim"
+
+    def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
+                 hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
+        self._hosts = hosts
+        self._cap = production_clock_cap_mhz
+
+    @classmethod
+    def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None) -> SimDriver:
+        """A driver for a simulator started in this process (``runner.sim.start``) or as a child."""
+        config = getattr(handle, "config", None)
+        hosts = cap = None
+        if config is not None:
+            hosts = tuple(config.hosts)
+            cap = int(config.arm(config.production_arm).clock_cap_mhz)
+        return cls(handle.url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap)
+
+    # ------------------------------------------------------------------ the site
+
+    def _config(self) -> None:
+        """Hosts and production's clock cap from ``GET /_sim/config`` (once, when not given)."""
+        status, body = self._call("GET", "/_sim/config", None, 30.0)
+        if status != 200 or not isinstance(body, dict):
+            raise ExternalError(f"simulator at {self.url} did not give its config (HTTP {status})")
+        self._hosts = self._hosts or tuple(body["hosts"])
+        if self._cap is None:
+            self._cap = int(body["arms"][body["production_arm"]]["clock_cap_mhz"])
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        if self._hosts is None:
+            self._config()
+        assert self._hosts is not None
+        return self._hosts
+
+    @property
+    def host_roles(self) -> Mapping[str, str]:
+        return _roles(self.hosts)
+
+    @property
+    def serving_url(self) -> str:
+        return self.url
+
+    @property
+    def metrics_urls(self) -> tuple[str, ...]:
+        return (f"{self.url}/metrics",)
+
+    @property
+    def production_clock_cap_mhz(self) -> int:
+        if self._cap is None:
+            self._config()
+        assert self._cap is not None
+        return self._cap
+
+    @property
+    def actions(self) -> frozenset[str]:
+        return frozenset(ACTIONS)
+
+    def timeout_s(self, action: str) -> float:
+        check_action(self, action, None)
+        return self._timeouts[action]
+
+    # ------------------------------------------------------------------ running
+
+    def _call(self, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        try:
+            response = httpx.request(method, f"{self.url}{path}", json=body, timeout=timeout_s)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ExternalError(f"simulator at {self.url} did not answer: {type(exc).__name__}: {exc}") from None
+        try:
+            return response.status_code, response.json() if response.content else None
+        except ValueError:
+            return response.status_code, response.text
+
+    def _body(self, action: str, host: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if host is not None:
+            body["host"] = host
+        if action == "start_arm":
+            if not isinstance(params.get("arm"), str):
+                raise FormatError("sim action start_arm: params['arm'] (the arm's name) is required")
+            body["arm"] = params["arm"]
+            body["role"] = params.get("role", params["arm"])
+        elif action == "restore" and params.get("snapshot_sha256") is not None:
+            body["sha256"] = params["snapshot_sha256"]
+        elif action == "drain":
+            # let the simulator give up on in-flight requests before our call times out
+            body["timeout_s"] = max(0.0, self._timeouts["drain"] * 0.8)
+        knobs = params.get("sim")
+        if knobs is not None:
+            if not isinstance(knobs, Mapping):
+                raise FormatError("sim action params['sim'] must be a table of simulator knobs")
+            body.update(knobs)
+        return body
+
+    def run(self, action: str, host: str | None, params: Mapping[str, Any]) -> ActionResult:
+        check_action(self, action, host)
+        route = _ROUTES[action]
+        timeout = self._timeouts[action]
+        body = None if route is None else self._body(action, host, params)
+        began = time.monotonic()
+        try:
+            if route is None:
+                status, answer = self._call("GET", "/_sim/state", None, timeout)
+            else:
+                status, answer = self._call("POST", f"/_sim/{route}", body, timeout)
+        except httpx.TimeoutException:
+            message = f"{action}: the simulator did not answer within {timeout:g} s"
+            ok, facts = settle(action, host, params, False, {"error": message})
+            return ActionResult(action, host, ok, None, time.monotonic() - began, True, b"",
+                                message.encode("utf-8"), facts)
+        except httpx.TransportError as exc:
+            message = f"{action}: the call broke off ({type(exc).__name__}: {exc}); outcome unknown, probe"
+            ok, facts = settle(action, host, params, False, {"error": message})
+            return ActionResult(action, host, ok, None, time.monotonic() - began, False, b"",
+                                message.encode("utf-8"), facts)
+        duration = time.monotonic() - began
+        stdout = json.dumps(answer, sort_keys=True, indent=1).encode("utf-8") + b"\n"
+        answer = answer if isinstance(answer, dict) else {"error": str(answer)}
+        if status == 200:
+            facts = _state_facts(answer) if route is None else _facts(action, host, answer)
+            ok, facts = settle(action, host, params, True, facts)
+            return ActionResult(action, host, ok, 0, duration, False, stdout, b"", facts)
+        message = str(answer.get("error") or f"HTTP {status}")
+        ok, facts = settle(action, host, params, False, {"error": message})
+        return ActionResult(action, host, ok, status, duration, False, stdout, message.encode("utf-8") + b"\n", facts)
+
+
+def _present(placeholders: Any) -> list[str]:
+    return sorted(h for h, up in placeholders.items() if up) if isinstance(placeholders, dict) else []
+
+
+def _clock_line(log: Any) -> str | None:
+    if not isinstance(log, list):
+        return None
+    return next((line for line in log if isinstance(line, str) and line.startswith("clock cap ")), None)
+
+
+def _state_facts(state: Mapping[str, Any]) -> dict[str, Any]:
+    """preflight / probe: production's serving state, the running engine, placeholders, fences."""
+    engine = state.get("engine")
+    snapshot = state.get("snapshot")
+    facts: dict[str, Any] = {
+        "serving": state.get("production"),
+        "arm": engine.get("arm") if engine else None,
+        "role": engine.get("role") if engine else None,
+        "engine": engine.get("status") if engine else None,
+        "clock_cap_mhz": engine.get("clock_cap_mhz") if engine else None,
+        "placeholders": _present(state.get("placeholders")),
+        "fenced": _present(state.get("fenced")),
+        "production_sha256": state.get("production_sha256"),
+        "snapshot_sha256": snapshot.get("sha256") if isinstance(snapshot, dict) else None,
+    }
+    return facts
+
+
+def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts of a successful simulator action, in the drivers' common vocabulary."""
+    facts: dict[str, Any] = {}
+    if action in ("drain", "production_down_proof"):
+        facts["serving"] = answer.get("production", "down")
+        if "aborted" in answer:
+            facts["aborted"] = answer["aborted"]
+    elif action == "snapshot":
+        facts["snapshot_sha256"] = answer.get("sha256")
+        facts["identity"] = answer.get("identity")
+    elif action == "start_arm":
+        facts.update({"arm": answer.get("arm"), "role": answer.get("role"), "engine": "ready",
+                      "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
+                      "config_digest": answer.get("config_digest"), "identity": answer.get("identity"),
+                      "speculative_config": answer.get("speculative_config"), "session": answer.get("start")})
+    elif action in ("stop_arm", "experiment_stop"):
+        facts["arm"] = answer.get("arm")
+        facts["engine"] = None
+    elif action == "warmup":
+        facts["ttft_cold_s"] = answer.get("cold_ttft_s")
+        facts["ttft_warm_s"] = answer.get("warm_ttft_s")
+    elif action == "fence":
+        facts["fenced"] = list(answer.get("hosts", []))
+    elif action in ("placeholder_up", "placeholder_down"):
+        facts["placeholders"] = _present(answer.get("placeholders"))
+    elif action == "placeholder_proof":
+        facts["placeholders"] = sorted(answer.get("hosts", []))
+    elif action == "quiet_proof":
+        facts["quiet"] = True
+    elif action == "restore":
+        facts.update({"serving": "up", "snapshot_sha256": answer.get("sha256"), "identity": answer.get("identity"),
+                      "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
+                      "session": answer.get("start")})
+    elif action == "watch":
+        facts.update({"watch": "PASS", "serving": answer.get("production", "up"),
+                      "production_sha256": answer.get("sha256")})
+    elif action == "read_clock_cap":
+        facts.update({"clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": answer.get("log_line"),
+                      "current_clock_mhz": answer.get("current_clock_mhz")})
+    return facts
