@@ -281,11 +281,15 @@ def verify_ledger_checkpoint(
     def fail(message_: str) -> VerificationError:
         return VerificationError(f"checkpoint at size {size}: {message_}", seq=size, rule=8)
 
-    log = log_verifiers(origin, keys, size)
+    try:
+        log = log_verifiers(origin, keys, size)
+        witnesses = witness_verifiers(keys)
+    except FormatError as exc:  # an origin that cannot be a key name
+        raise fail(_reason(exc)) from None
     if not log:
         raise fail(f"no key of this ledger may sign checkpoints under {origin!r}")
     try:
-        verified = open_checkpoint(message, log, witnesses=witness_verifiers(keys), threshold=0, origin=origin)
+        verified = open_checkpoint(message, log, witnesses=witnesses, threshold=0, origin=origin)
     except TallyError as exc:
         raise fail(_reason(exc)) from None
     if verified.size != size:

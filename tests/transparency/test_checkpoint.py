@@ -150,6 +150,9 @@ def test_rule8_accepts_good_checkpoints_and_names_the_failure(ledger: Ledger, ro
     fails(stranger, ledger.root(6), 6, "no signature")
     lying = note.sign(cp.Checkpoint(ORIGIN, 6, ledger.root(5)).text(), ORIGIN, root)
     fails(lying, ledger.root(6), 6, "not the Merkle root")
+    with pytest.raises(VerificationError) as info:  # a bundle whose genesis names an impossible origin
+        cp.verify_ledger_checkpoint(signed.note, origin="has space", keys=ring, root=ledger.root(6), size=6)
+    assert info.value.rule == 8
 
 
 def test_rule8_key_validity_follows_the_ring(ledger: Ledger, root: Signer) -> None:
@@ -303,3 +306,23 @@ def test_malformed_checkpoint_text(text: str) -> None:
 def test_checkpoint_text_with_extensions_roundtrips() -> None:
     body = cp.Checkpoint("o.example", 0, merkle.EMPTY_ROOT, ("ext one",))
     assert cp.parse_checkpoint(body.text()) == body
+
+
+def test_proofs_checkpoints_and_since_on_every_backend(any_url: str, root: Signer) -> None:
+    """The storage contract for this layer: SQLite (memory, file) and a real PostgreSQL."""
+    from .helpers import MemoryTree
+
+    book = Ledger(any_url)
+    book.init(ORIGIN, root)
+    fill(book, root, 40, batch=13)
+    saved = cp.sign_checkpoint(book, root).note  # 41
+    fill(book, root, 22)
+    tree = MemoryTree([merkle.hash_leaf(e.raw_hash) for e in book.events()])
+    assert book.root(63) == tree.root(63) and book.root(41) == tree.root(41)
+    assert [book.inclusion_proof(i, 63) for i in (0, 40, 62)] == [merkle.inclusion_proof(i, 63, tree.fetch)
+                                                                  for i in (0, 40, 62)]
+    assert book.consistency_proof(41, 63) == merkle.consistency_proof(41, 63, tree.fetch)
+    assert cp.sign_checkpoint(book, root).size == 63
+    start = cp.since_start(book, saved)
+    assert verify_events(book.events(start.size), start=start).size == 63
+    book.close()
