@@ -139,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = 0.4 if args.small else 3.0
     repeats = 1 if args.small else 3
-    print(f"bench/measure: client overhead and simulator timing ({os.cpu_count()} CPUs, "
-          f"{seconds:g} s per run, median of {repeats})")
+    print(f"bench/measure: client overhead and simulator timing ({os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} before the run, {seconds:g} s per run, median of {repeats})")
     print(f"{'target/s':>9} {'achieved/s':>10} {'chunks':>7} {'ovh p50':>8} {'ovh p99':>8} {'ovh max':>8} "
           f"{'late p50':>8} {'late p99':>8}  (ms)")
     overhead_rows = []
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{rate:9.0f} {row['planned_rate']:10.0f} {row['achieved_rate']:10.0f} {row['late_p50_ms']:8.3f} "
               f"{row['late_p99_ms']:8.3f} {row['sim_cpu_us_per_chunk']:12.1f} {verdict:>9}")
     print(f"simulator maximum sustained chunk rate: {best:.0f} chunks/s "
-          f"({best / 2000.0:.1f} x the 2,000 chunks/s requirement)")
+          f"({best / 2000.0:.1f} x the 2,000 chunks/s requirement); load average now {os.getloadavg()[0]:.2f}")
     if args.json:
         print(json.dumps({"client_overhead": overhead_rows, "sim_ceiling": ceiling_rows,
                           "sim_max_sustained_chunks_per_s": best}))
