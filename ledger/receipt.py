@@ -64,9 +64,11 @@ __all__ = [
     "statement_for",
     "subject_name",
     "verification_summary",
+    "verify_bundle_proofs",
     "verify_inclusion_record",
     "verify_receipt",
     "verify_tlog_proof",
+    "write_bundle_proofs",
     "write_receipt",
 ]
 
@@ -286,6 +288,99 @@ def verify_inclusion_record(record: Any, event_hash: str, checkpoint: Any) -> No
                                 [bytes.fromhex(h) for h in hashes], checkpoint.root)
     except VerificationError as exc:
         raise VerificationError(f"not included in the checkpoint: {_reason(exc)}", seq=seq, rule="proof") from None
+
+
+def _newest_covering(ledger: Ledger, first_needed: int, size: int) -> SignedCheckpoint | None:
+    from .checkpoint import stored_checkpoints
+
+    found = [c for c in stored_checkpoints(ledger) if first_needed <= c.size <= size]
+    return found[-1] if found else None
+
+
+def write_bundle_proofs(
+    ledger: Ledger,
+    out: Path,
+    size: int,
+    stream: str | None,
+    signer: Signer | None,
+    seqs: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Write a bundle's ``checkpoint.txt`` (and, for a ``stream`` export, ``proofs.jsonl``).
+
+    A full export (``stream`` None) of events 1..``size`` gets the checkpoint at
+    ``size``; a partial one the newest stored checkpoint covering its last event (up to
+    ``size``), and one inclusion proof per event against it, one JSON line each:
+    ``{"seq","index","tree_size","hashes":[hex]}``. A checkpoint is signed with
+    ``signer`` when none fits (``FormatError`` without a signer). ``seqs`` are the
+    exported events' seqs (read from the ledger when not given). Returns
+    ``{"checkpoint_size": n, "checkpoint.txt": sha256, "proofs.jsonl": sha256}``.
+    """
+    import hashlib
+
+    from .checkpoint import checkpoint_at
+
+    if stream is None:
+        chosen = checkpoint_at(ledger, size)
+        last = size
+    else:
+        if seqs is None:
+            seqs = [e.seq for e in ledger.events(0, until=size, stream=stream)]
+        last = seqs[-1] if seqs else size
+        chosen = _newest_covering(ledger, last, size)
+    if chosen is None:
+        if signer is None:
+            raise FormatError(f"no stored checkpoint covers seq {last}; pass a signing key to sign one")
+        chosen = _sign_checkpoint(ledger, signer, size)
+    (out / "checkpoint.txt").write_text(chosen.note, encoding="utf-8")
+    files: dict[str, Any] = {
+        "checkpoint_size": chosen.size,
+        "checkpoint.txt": hashlib.sha256(chosen.note.encode("utf-8")).hexdigest(),
+    }
+    if stream is not None:
+        digest = hashlib.sha256()
+        with open(out / "proofs.jsonl", "w", encoding="utf-8", newline="\n") as handle:
+            for offset in range(0, len(seqs or ()), 1024):
+                part = list((seqs or ())[offset:offset + 1024])
+                proofs = inclusion_proofs(ledger, part, chosen.size)
+                for seq in part:
+                    line = json.dumps(inclusion_record(seq, chosen.size, proofs[seq]), separators=(",", ":")) + "\n"
+                    handle.write(line)
+                    digest.update(line.encode("utf-8"))
+        files["proofs.jsonl"] = digest.hexdigest()
+    return files
+
+
+def verify_bundle_proofs(lines: Iterable[str], events: Iterable[Event], checkpoint: Any) -> int:
+    """Check a partial bundle's ``proofs.jsonl`` against its events and verified checkpoint.
+
+    ``lines`` are the lines of ``proofs.jsonl``, ``events`` the bundle's events in
+    order, ``checkpoint`` the verified ``checkpoint.txt`` (``size`` and ``root``). Every
+    event must hash to its hash (rule 4) and have, on the line of the same rank, a
+    record for its seq that proves its inclusion; no line may be left over. Raises
+    ``VerificationError`` naming the first failing seq; returns the number checked.
+    """
+    records = iter(lines)
+    count = 0
+    for event in events:
+        count += 1
+        line = next(records, None)
+        if line is None or not line.strip():
+            raise VerificationError(f"proofs.jsonl has no line {count} for this event", seq=event.seq, rule="proof")
+        if event.computed_hash() != event.hash:
+            raise VerificationError("recomputed hash differs from the stored hash", seq=event.seq, rule=4)
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise VerificationError(f"proofs.jsonl line {count} is not JSON", seq=event.seq, rule="proof") from None
+        if not isinstance(record, dict) or record.get("seq") != event.seq:
+            found = record.get("seq") if isinstance(record, dict) else None
+            raise VerificationError(f"proofs.jsonl line {count} is for seq {found}, not this event",
+                                    seq=event.seq, rule="proof")
+        verify_inclusion_record(record, event.hash, checkpoint)
+    for line in records:
+        if line.strip():
+            raise VerificationError(f"proofs.jsonl has more lines than the {count} events", rule="proof")
+    return count
 
 
 # ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import copy
 import hashlib
 import json
@@ -225,3 +226,44 @@ def test_verification_summary_shape() -> None:
                                   subjects=[{"name": "bundle", "digest": {"sha256": "00" * 32}}])
     assert vsa["predicateType"] == "https://slsa.dev/verification_summary/v1"
     assert vsa["predicate"]["verificationResult"] == "PASSED"
+
+
+def test_bundle_proofs_for_a_partial_export(window: Ledger, root: Signer, tmp_path: Path) -> None:
+    from ledger.event import Event, event_from_json
+
+    with pytest.raises(FormatError, match="signing key"):
+        rc.write_bundle_proofs(window, tmp_path, window.size(), "window/w1", None)
+    files = rc.write_bundle_proofs(window, tmp_path, window.size(), "window/w1", root)
+    assert files["checkpoint_size"] == window.size() and set(files) == {"checkpoint_size", "checkpoint.txt",
+                                                                        "proofs.jsonl"}
+    checkpoint = cp.open_checkpoint((tmp_path / "checkpoint.txt").read_text(), [root.public_raw])
+    lines = (tmp_path / "proofs.jsonl").read_text().splitlines()
+    assert json.loads(lines[0]) == {"seq": 2, "index": 1, "tree_size": window.size(),
+                                    "hashes": json.loads(lines[0])["hashes"]}
+    assert list(json.loads(lines[0])) == ["seq", "index", "tree_size", "hashes"]
+    events = [event_from_json(e.to_json()) for e in window.events(stream="window/w1")]
+    assert rc.verify_bundle_proofs(lines, events, checkpoint) == 4
+
+    def fails(lines_: list[str], events_: list[Event], match: str) -> None:
+        with pytest.raises(VerificationError, match=match):
+            rc.verify_bundle_proofs(lines_, events_, checkpoint)
+
+    fails(lines[:2] + lines[3:], events, "is for seq 5")  # a proof line deleted
+    fails(lines, events[:2] + events[3:], "is for seq 4")  # an event line deleted
+    fails(lines[:3], events, "no line 4")
+    fails([*lines, lines[0]], events, "more lines")
+    fails([lines[1], lines[0], *lines[2:]], events, "is for seq 3")  # two lines swapped
+    swapped = json.loads(lines[0])
+    swapped["hashes"] = json.loads(lines[1])["hashes"]  # another event's proof under this seq
+    fails([json.dumps(swapped), *lines[1:]], events, "not included")
+    edited = event_from_json({**events[1].to_json(), "payload": {"gate": "rng", "verdict": "FAIL"}})
+    fails(lines, [events[0], edited, *events[2:]], "recomputed hash")
+    rehashed = dataclasses.replace(edited, hash=edited.computed_hash())  # edited, and its hash recomputed
+    fails(lines, [events[0], rehashed, *events[2:]], "not included")
+    # a stored checkpoint covering the stream is reused; a full export gets the one at its size
+    again = rc.write_bundle_proofs(window, tmp_path, window.size(), "window/w1", None)
+    assert again == files
+    full = tmp_path / "full"
+    full.mkdir()
+    assert rc.write_bundle_proofs(window, full, window.size(), None, None)["checkpoint_size"] == window.size()
+    assert not (full / "proofs.jsonl").exists()
