@@ -17,20 +17,16 @@ from typing import TYPE_CHECKING, Any
 from ledger.errors import PolicyError
 
 from .catalogue import append_window_event
-from .fold import State, admission_blockers, fold
+from .fold import State, admission_blockers
 from .registration import registered_plan
+from .replay import replay
 
 if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.keys import Signer
     from ledger.store import Blob, Ledger
 
-__all__ = ["Admission", "GateRecord", "admit", "record_gate", "replay"]
-
-
-def replay(ledger: Ledger) -> State:
-    """The state of the whole ledger (a full fold)."""
-    return fold(None, ledger.events())
+__all__ = ["Admission", "GateRecord", "admit", "record_gate"]
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,9 @@ class PrevOkRecord:
 
 def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
     """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal."""
-    from ..admission import record_gate, replay
+    from ..admission import record_gate
     from ..catalogue import append_window_event
+    from ..replay import replay
 
     state = replay(ledger)
     result = check_prev_ok(state, window_id)

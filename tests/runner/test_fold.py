@@ -182,3 +182,20 @@ def test_folding_in_pieces_equals_folding_at_once(cuts: list[int]) -> None:
     assert state is not None and state.to_json() == fold(None, events).to_json()
     for b, snap in snapshots:  # earlier states were not changed by later folds
         assert snap.to_json() == fold(None, events[:b]).to_json()
+
+
+def test_replay_folds_only_new_events(chain_ledger: tuple[Site, Script, list[Event]]) -> None:
+    from runner.replay import replay
+
+    site, _, events = chain_ledger
+    half = fold(None, events[: len(events) // 2])
+    seen: list[int] = []
+    original = site.book.events
+
+    def spy(after: int = 0, **kwargs: object) -> object:
+        seen.append(after)
+        return original(after, **kwargs)  # type: ignore[arg-type]
+
+    site.book.events = spy  # type: ignore[method-assign,assignment]
+    caught_up = replay(site.book, half)
+    assert seen == [half.size] and caught_up.to_json() == fold(None, events).to_json()

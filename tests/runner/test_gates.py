@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.admission import record_gate, replay
+from runner.admission import record_gate
 from runner.fold import admission_blockers, fold
 from runner.gates.budget import budget_report
 from runner.plan import load_plan
 from runner.registration import registered
+from runner.replay import replay
 
 from .conftest import Site, tally
 from .script import EXAMPLES, Script, edit

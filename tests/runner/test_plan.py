@@ -17,7 +17,7 @@ from runner.registration import registered
 from .conftest import Site, tally
 from .script import EXAMPLES
 
-PLANS = sorted(p.name for p in EXAMPLES.glob("*.toml"))
+PLANS = sorted(p.name for p in EXAMPLES.glob("seed*.toml"))  # examples/site-*.toml are site files
 PP = "seed000-production-policy.toml"
 ABBA = "seed003-abba.toml"
 
