@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import copy
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
