@@ -203,7 +203,7 @@ def witness_vkey(
     from ledger.keys import load_public_key
     from ledger.note import SIG_COSIGNATURE, vkey
 
-    stem = key.name.split(".")[0]
+    stem = Path(key.name.removesuffix(".pub")).stem  # as `witness cosign` names the key: w1.pem -> w1
     print(vkey(name or stem, load_public_key(key), SIG_COSIGNATURE))
 
 
