@@ -349,6 +349,9 @@ def _host_action(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None
             _closing(ws)
     else:
         ws.open_actions.pop(action_id, None)
+        probed = p.get("probe_of")
+        if probed is not None:  # a finished re-probe settles the unknown outcome it probed
+            ws.open_actions.pop(str(probed), None)
 
 
 def _start_began(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
@@ -530,10 +533,13 @@ def admission_blockers(state: State, window_id: str) -> list[str]:
     if state.marker is not None and state.marker.get("window") != window_id and "chain_prev_ok" not in required:
         required.append("chain_prev_ok")
     blockers = []
+    marker_seq = int(state.marker.get("seq") or 0) if state.marker is not None else 0
     for name in required:
         gate = ws.gates.get(name)
         if gate is None:
             blockers.append(f"{name}: no result")
+        elif name == "chain_prev_ok" and marker_seq and int(gate.get("seq") or 0) < marker_seq:
+            blockers.append(f"chain_prev_ok: its result (seq {gate.get('seq')}) predates the marker (seq {marker_seq})")
         elif gate.get("verdict") != "PASS":
             blockers.append(f"{name}: {gate.get('verdict')} (seq {gate.get('seq')})")
         elif gate.get("commit") != ws.commit:

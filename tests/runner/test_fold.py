@@ -199,3 +199,35 @@ def test_replay_folds_only_new_events(chain_ledger: tuple[Site, Script, list[Eve
     site.book.events = spy  # type: ignore[method-assign,assignment]
     caught_up = replay(site.book, half)
     assert seen == [half.size] and caught_up.to_json() == fold(None, events).to_json()
+
+
+def test_a_finished_re_probe_settles_the_unknown_outcome() -> None:
+    script = Script()
+    plan = script.restoring_window()
+    items = script.items[: next(i for i, it in enumerate(script.items)
+                                if it.type == "host.action" and it.payload["action"] == "start_arm") + 1]
+    probe = Script()
+    probe.items = list(items)
+    lost = items[-1].payload["action_id"]
+    for phase, extra in (("started", {}), ("finished", {"exit_code": 0, "ok": True, "duration_s": 0.2})):
+        probe.add(plan, "host.action", {"host": "spark-a", "action": "read_arm_state", "phase": phase,
+                                        "action_id": "probe-1", "probe_of": lost, **extra})
+    events = probe.materialize()
+    assert [a["action_id"] for a in fold(None, events[:-1]).open_actions()] == [lost, "probe-1"]
+    assert fold(None, events).open_actions() == []
+
+
+def test_prev_ok_must_come_after_the_current_marker() -> None:
+    script = Script()
+    script.chain(2)
+    events = script.materialize()
+    state = fold(None, events[: script.labels["chain-2:registered"] + 1])
+    ws = state.windows["chain-2"]
+    assert state.marker is not None and state.marker["window"] == "chain-1"
+    for gate in ws.required_gates:
+        ws.gates[gate] = {"verdict": "PASS", "seq": state.size, "commit": ws.commit}
+    ws.gates["chain_prev_ok"] = {"verdict": "PASS", "seq": 2, "commit": ws.commit}  # before the marker was set
+    assert admission_blockers(state, "chain-2") == [
+        f"chain_prev_ok: its result (seq 2) predates the marker (seq {state.marker['seq']})"]
+    ws.gates["chain_prev_ok"]["seq"] = state.size
+    assert admission_blockers(state, "chain-2") == []
