@@ -143,6 +143,8 @@ def measure(
     priority: Annotated[int, typer.Option(help="vLLM request priority (sent when non-zero).")] = 0,
     token_ids: Annotated[bool, typer.Option("--token-ids/--no-token-ids",
                                             help="Ask for return_token_ids (exact tokens per chunk).")] = True,
+    header: Annotated[list[str] | None, typer.Option(
+        help="Extra HTTP header 'Name: value' for every request (repeatable), e.g. an Authorization.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write summary.json and requests.jsonl here.")] = None,
     ledger: Annotated[bool, typer.Option("--ledger", help="Append the wave as wave.measured to the ledger.")] = False,
     measure_id: Annotated[str | None, typer.Option("--id", help="Id of the measurement (stream measure/<id>).")] = None,
@@ -161,11 +163,12 @@ def measure(
         raise FormatError(f"--url must be an http(s) URL, got {url!r}")
     if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
         raise FormatError("--id must be non-empty, without spaces or '/'")
+    headers = _headers(header or [])
     loaded = load_family(family)
     prompts = _prompts(loaded.prompts, requests)
     base = url.rstrip("/").removesuffix("/v1")
     # Reachability first (exit 3 with one line); also the default model.
-    models = list_models(base)
+    models = list_models(base, headers=headers)
     if model is None:
         if not models:
             raise FormatError(f"{base}/v1/models lists no model; pass --model")
@@ -176,7 +179,8 @@ def measure(
     wave, interrupted = _run(base, metrics_url or f"{base}/metrics", prompts, loaded, model=model,
                              max_tokens=max_tokens, seed=seed, concurrency=concurrency, deadline=deadline,
                              wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos, priority=priority,
-                             token_ids=token_ids, show_progress=not as_json and sys.stderr.isatty())
+                             token_ids=token_ids, headers=headers,
+                             show_progress=not as_json and sys.stderr.isatty())
     context = {
         "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
         "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
@@ -201,6 +205,18 @@ def measure(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _headers(values: list[str]) -> dict[str, str]:
+    from ledger.errors import FormatError
+
+    headers = {}
+    for value in values:
+        name, sep, content = value.partition(":")
+        if not sep or not name.strip():
+            raise FormatError(f"--header must be 'Name: value', got {value!r}")
+        headers[name.strip()] = content.strip()
+    return headers
+
+
 def _prompts(prompts: tuple[Prompt, ...], count: int | None) -> list[Prompt]:
     if count is None:
         return list(prompts)
@@ -209,7 +225,8 @@ def _prompts(prompts: tuple[Prompt, ...], count: int | None) -> list[Prompt]:
 
 def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, model: str, max_tokens: int,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
-         ignore_eos: bool, priority: int, token_ids: bool, show_progress: bool) -> tuple[WaveResult, bool]:
+         ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
+         show_progress: bool) -> tuple[WaveResult, bool]:
     """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured."""
     from runner.measure import measure_wave
 
@@ -228,7 +245,7 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
                 base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
                 deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                 priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
-                on_request=on_request)
+                on_request=on_request, headers=headers)
         except BaseException as exc:
             box["error"] = exc
         finally:

@@ -138,8 +138,24 @@ class _Progress:
     stop_reason: Any = None
     request_id: str | None = None
     done: bool = False
+    clean_end: bool = False          # the body ended without a transport error
+    not_streamed: bool = False
     error: Any = None
     error_reason: str | None = None
+
+    def whole_answer(self, raw: bytes, arrived: float) -> None:
+        """A non-streamed JSON answer: the whole completion as one chunk."""
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            self.error, self.error_reason = raw[:2000].decode("utf-8", "replace"), "answer is not JSON"
+            return
+        if not isinstance(obj, dict) or "error" in obj:
+            self.error, self.error_reason = obj, f"error answer: {_error_message(obj)}"
+            return
+        self.not_streamed = True
+        self.frame(json.dumps(obj), arrived)
+        self.done = True
 
     def frame(self, data: str, arrived: float) -> None:
         if data == "[DONE]":
@@ -170,8 +186,9 @@ class _Progress:
             return
         choice = choices[0]
         text = choice.get("text")
-        if text is None and isinstance(choice.get("delta"), dict):
-            text = choice["delta"].get("content")
+        for key in ("delta", "message"):
+            if text is None and isinstance(choice.get(key), dict):
+                text = choice[key].get("content")
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             content = len(ids) > 0
@@ -229,6 +246,10 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                 except ValueError:
                     progress.error = raw[:2000].decode("utf-8", "replace")
                 progress.error_reason = f"HTTP {response.status_code}: {_error_message(progress.error)}"
+            elif response.headers.get("content-type", "").startswith("application/json"):
+                # A server that ignored stream=true: one answer, its tokens counted at its arrival.
+                raw = response.read()
+                progress.whole_answer(raw, time.perf_counter())
             else:
                 stream = response.extensions.get("network_stream")
                 ticket.attach(stream.get_extra_info("socket") if stream is not None else None)
@@ -239,6 +260,7 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                         progress.frame(data, arrived)
                 for data in decoder.close():
                     progress.frame(data, time.perf_counter())
+                progress.clean_end = True
     except httpx.TimeoutException as exc:
         exception = ("timeout", f"{type(exc).__name__}: {exc}")
     except (httpx.HTTPError, OSError) as exc:
@@ -270,6 +292,10 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         status, reason = "failed", p.error_reason
     elif p.done:
         status = "ok"  # everything arrived; a later transport hiccup loses nothing
+        if p.not_streamed:
+            reason = "the server answered without streaming (one chunk)"
+    elif p.clean_end and p.finish_reason is not None and exception is None and cut is None:
+        status, reason = "ok", "no [DONE] frame: the stream ended cleanly after its finish_reason"
     elif cut == "cancelled":
         status, reason = "cancelled", f"cancelled {chunks}"
     elif cut in ("deadline", "wave_deadline") or (exception is not None and exception[0] == "timeout"):
@@ -283,7 +309,8 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         status, reason = "failed", f"stream ended without [DONE] {chunks}"
     early = status == "ok" and delivered < max_tokens
     if early:
-        reason = f"stopped early: {delivered} of {max_tokens} tokens, finish_reason {p.finish_reason}"
+        reason = "; ".join(filter(None, [reason, f"stopped early: {delivered} of {max_tokens} tokens, "
+                                                 f"finish_reason {p.finish_reason}"]))
     return RequestRecord(
         index=index, prompt_id=prompt_id, status=status, reason=reason, sent_at=sent_at, send_t=p.send_t,
         ended_s=ended_s, seed=seed if isinstance(seed, int) else None, max_tokens=max_tokens, cache_salt=salt,

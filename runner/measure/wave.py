@@ -60,9 +60,10 @@ def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0) -> Scr
         return Scrape(None, f"metrics at {url} unreadable: {exc}")
 
 
-def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None) -> list[str]:
+def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
+                headers: Mapping[str, str] | None = None) -> list[str]:
     """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer."""
-    client = http or httpx.Client()
+    client = http or httpx.Client(headers=dict(headers or {}))
     url = f"{_base(base_url)}/v1/models"
     try:
         response = client.get(url, timeout=timeout_s)

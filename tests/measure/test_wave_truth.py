@@ -13,10 +13,10 @@ from runner.sim import SimHandle
 
 from .conftest import MODEL, fast_config, prompts
 
-# Stated tolerances (client and simulator share this process and its GIL):
-TTFT_TOLERANCE_MS = 5.0          # |client TTFT - (sim first send - client send)| per request
-INTERVAL_P95_TOLERANCE_MS = 1.0  # |client chunk interval - sim send interval|, 95th percentile
-INTERVAL_MAX_TOLERANCE_MS = 10.0
+# Stated tolerances (the simulator runs in a child process; the machine may be busy):
+TTFT_TOLERANCE_MS = 10.0         # |client TTFT - (sim first send - client send)| per request
+INTERVAL_P95_TOLERANCE_MS = 2.0  # |client chunk interval - sim send interval|, 95th percentile
+INTERVAL_MAX_TOLERANCE_MS = 25.0
 
 
 def truth_by_id(host: SimHandle, after: int) -> dict[str, dict]:
@@ -54,17 +54,17 @@ def test_two_engines_summed_against_truth() -> None:
     assert wave.summary()["counters"]["generation_tokens"] == truth["generation_tokens"] == 256
 
 
-def test_ttft_and_chunk_intervals_agree_with_sim_timestamps(server: SimHandle) -> None:
-    after = server.truth()["next"]
-    wave = measure_wave(server.url, server.metrics_url, prompts(4), model=MODEL, max_tokens=128, seed=7)
-    truth = truth_by_id(server, after)
+def test_ttft_and_chunk_intervals_agree_with_sim_timestamps() -> None:
+    with sim.spawn(fast_config(time_scale=0.2), seed=5) as host:  # steps of ~4 ms
+        wave = measure_wave(host.url, host.metrics_url, prompts(4), model=MODEL, max_tokens=128, seed=7)
+        truth = {r["request_id"]: r for r in host.truth()["requests"]}
     diffs: list[float] = []
     for record in wave.requests:
         assert record.request_id is not None
         sim_record = truth[record.request_id]
         assert len(record.chunk_t) == len(sim_record["sent"])
         assert list(record.chunk_tokens or ()) == sim_record["tokens"]
-        sim_ttft = sim_record["sent"][0] - record.send_t      # same clock: perf_counter in one process
+        sim_ttft = sim_record["sent"][0] - record.send_t      # same clock: CLOCK_MONOTONIC across processes
         assert record.ttft_s is not None and abs(record.ttft_s - sim_ttft) * 1000 < TTFT_TOLERANCE_MS
         assert record.ttft_s >= sim_ttft                       # received after it was sent
         sim_gaps = numpy.diff(sim_record["sent"]) * 1000
@@ -110,3 +110,16 @@ def test_chat_wave(server: SimHandle) -> None:
     assert [r.status for r in wave.requests] == ["ok", "ok"]
     assert all(r.delivered_tokens == 20 and r.request_id and r.request_id.startswith("chatcmpl-")
                for r in wave.requests)
+
+
+def test_same_seed_same_counters() -> None:
+    """Deterministic for a seed: two simulators, the same wave, the same server counters (decode_s included)."""
+    results = []
+    for _ in range(2):
+        with sim.start(fast_config(step_jitter=0.05), seed=8) as host:
+            wave = measure_wave(host.url, host.metrics_url, prompts(3), model=MODEL, max_tokens=60, seed=44)
+            results.append(wave.summary()["counters"])
+    assert results[0] == results[1]
+    with sim.start(fast_config(step_jitter=0.05), seed=9) as host:
+        other = measure_wave(host.url, host.metrics_url, prompts(3), model=MODEL, max_tokens=60, seed=44)
+    assert other.summary()["counters"] != results[0]
