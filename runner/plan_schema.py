@@ -8,7 +8,6 @@ rules are listed in ``docs/plan.md``; each has a test in ``tests/runner/test_pla
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tomllib
 from collections.abc import Mapping
@@ -315,40 +314,22 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
 # ---------------------------------------------------------------------- files
 
 
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    context: str
-    line: int
+def read_family_file(data: bytes, name: str, where: str) -> dict[str, Any]:
+    """Parse a family file with the measurement client's parser (``runner.measure.family``).
 
+    One JSON object per line with ``id`` and ``prompt`` (or ``messages``); a ``kind`` that
+    names a context (``short``, ``32k``, ...) is checked against the frozen orders.
+    Returns prompt id -> prompt.
+    """
+    from .measure.family import parse_family
 
-def read_family_file(data: bytes, where: str) -> dict[str, Prompt]:
-    """Parse a family file (JSONL: one object per line with ``id``, ``context``, ``prompt``)."""
-    prompts: dict[str, Prompt] = {}
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise FieldError(where, "the prompts file is not UTF-8") from None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FieldError(where, f"line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise FieldError(where, f"line {number}: expected a JSON object")
-        pid, context, prompt = obj.get("id"), obj.get("context"), obj.get("prompt", obj.get("messages"))
-        if not isinstance(pid, str) or not NAME.fullmatch(pid):
-            raise FieldError(where, f"line {number}: id must be a prompt id string")
-        if context not in CONTEXTS:
-            raise FieldError(where, f"line {number}: context must be one of {', '.join(CONTEXTS)}")
-        if not isinstance(prompt, str | list) or not prompt:
-            raise FieldError(where, f"line {number}: needs a non-empty prompt (or messages)")
-        if pid in prompts:
-            raise FieldError(where, f"line {number}: prompt id {pid!r} appears twice")
-        prompts[pid] = Prompt(pid, str(context), number)
-    return prompts
+        family = parse_family(data, name, where)
+    except FieldError:
+        raise
+    except FormatError as exc:
+        raise FieldError(where, str(exc).removeprefix(where).lstrip(": ")) from None
+    return {prompt.id: prompt for prompt in family.prompts}
 
 
 def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, bytes]:
@@ -364,15 +345,16 @@ def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, 
         digest = hashlib.sha256(data).hexdigest()
         if digest != family.sha256:
             raise FieldError(f"{where}.sha256", f"does not match {family.prompts} (the file has {digest})")
-        prompts = read_family_file(data, f"{where}.prompts")
+        prompts = read_family_file(data, family.name, f"{where}.prompts")
         for context, ids in family.orders.items():
             for i, pid in enumerate(ids):
                 prompt = prompts.get(pid)
                 if prompt is None:
                     raise FieldError(f"{where}.orders.{context}[{i}]", f"prompt {pid!r} is not in {family.prompts}")
-                if prompt.context != context:
+                kind = getattr(prompt, "kind", "")
+                if kind in CONTEXTS and kind != context:
                     raise FieldError(f"{where}.orders.{context}[{i}]",
-                                     f"prompt {pid!r} has context {prompt.context}, not {context}")
+                                     f"prompt {pid!r} has kind {kind}, not context {context}")
         out[family.name] = data
     return out
 

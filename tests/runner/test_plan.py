@@ -196,7 +196,7 @@ BROKEN = [
     ("no_decision_cell", PP, "decision = true\n\n[[cells]]", "decision = false\n\n[[cells]]",
      None),  # patched below: both cells off
     ("concurrency_zero", PP, "concurrency = 1", "concurrency = 0", "plan.cells[0].concurrency: must be >= 1"),
-    ("family_sha256_mismatch", PP, 'sha256 = "db2a', 'sha256 = "0b2a', "plan.families[0].sha256: does not match"),
+    ("family_sha256_mismatch", PP, 'sha256 = "b40d', 'sha256 = "0b0d', "plan.families[0].sha256: does not match"),
     ("family_file_missing", PP, "families/opinions.jsonl", "families/nope.jsonl",
      "plan.families[0].prompts: cannot read"),
     ("family_path_escapes", PP, "families/opinions.jsonl", "../opinions.jsonl",
@@ -204,7 +204,7 @@ BROKEN = [
     ("order_names_unknown_prompt", PP, '"op-short-03"', '"op-short-09"',
      "plan.families[0].orders.short[0]: prompt 'op-short-09' is not in families/opinions.jsonl"),
     ("order_prompt_of_other_context", PP, '"op-short-03"', '"op-150k-01"',
-     "plan.families[0].orders.short[0]: prompt 'op-150k-01' has context 150k, not short"),
+     "plan.families[0].orders.short[0]: prompt 'op-150k-01' has kind 150k, not context short"),
     ("order_missing_for_cell_context", PP, ', 32k = ["op-32k-02", "op-32k-01"]', "",
      "plan.families[0].orders: no frozen order for context 32k"),
     ("order_prompt_twice", PP, '"op-short-01", "op-short-04"', '"op-short-01", "op-short-01"',
@@ -276,3 +276,15 @@ def test_broken_plan_is_refused(site: Site, tmp_path: Path, rule: str, name: str
     assert expected in result.err, (rule, result.err)
     assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
     assert site.size() == size, "a refused plan appended something"
+
+
+def test_family_file_that_is_not_jsonl_is_refused(site: Site, tmp_path: Path) -> None:
+    path = _copy(tmp_path, PP)
+    family = tmp_path / "plan" / "families" / "opinions.jsonl"
+    family.write_bytes(family.read_bytes() + b"{not json\n")
+    digest = hashlib.sha256(family.read_bytes()).hexdigest()
+    path.write_text(path.read_text().replace(load_plan(EXAMPLES / PP).family("opinions").sha256, digest))
+    size = site.size()
+    result = tally("window", "register", path)
+    assert result.code == 2 and result.err.startswith("tally: plan.families[0].prompts: line 8: not valid JSON")
+    assert site.size() == size
