@@ -8,21 +8,25 @@ most once: the same plan again is a no-op, a different plan is refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ledger.errors import PolicyError
+from ledger.errors import IntegrityError, PolicyError
 
 from .catalogue import WINDOW_STREAM_PREFIX, append_window_event
 from .plan import Plan
-from .plan_schema import LoadedPlan
+from .plan_schema import LoadedPlan, read_family_file
 
 if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-__all__ = ["Registration", "register_plan", "registered", "registered_plan"]
+    from .measure.family import Prompt
+
+__all__ = ["Registration", "family_prompts", "register_plan", "registered", "registered_plan"]
 
 PLAN_MEDIA_TYPE = "application/toml"
 FAMILY_MEDIA_TYPE = "application/x-ndjson"
@@ -35,6 +39,7 @@ class Registration:
     plan: Plan
     seq: int
     already: bool = False
+    family_blobs: Mapping[str, str] = field(default_factory=dict)  # family -> "sha256:<hex>" of its file
 
 
 def registered(ledger: Ledger, window: str) -> Registration | None:
@@ -42,7 +47,8 @@ def registered(ledger: Ledger, window: str) -> Registration | None:
     for event in ledger.events(stream=WINDOW_STREAM_PREFIX + window, types=["window.registered"]):
         payload = event.payload
         plan = Plan.from_json(payload["plan"], path=f"seq {event.seq} plan")
-        return Registration(window, payload["plan_sha256"], plan, event.seq, already=True)
+        blobs = {name: ref["blob"] for name, ref in (payload.get("family_files") or {}).items()}
+        return Registration(window, payload["plan_sha256"], plan, event.seq, already=True, family_blobs=blobs)
     return None
 
 
@@ -79,4 +85,23 @@ def register_plan(ledger: Ledger, signer: Signer, loaded: LoadedPlan) -> Registr
     event: Event = append_window_event(
         ledger, signer, plan.window_id, sha, "window.registered", payload, [source, *families.values()]
     )
-    return Registration(plan.window_id, sha, plan, event.seq)
+    return Registration(plan.window_id, sha, plan, event.seq,
+                        family_blobs={name: f"sha256:{blob.sha256}" for name, blob in families.items()})
+
+
+def family_prompts(ledger: Ledger, reg: Registration) -> dict[str, dict[str, Prompt]]:
+    """family -> prompt id -> prompt, read from the family files registered as blobs.
+
+    Each file is checked against the plan's sha256, so a window runs exactly the prompts
+    it registered, whatever is on disk now.
+    """
+    out: dict[str, dict[str, Prompt]] = {}
+    for family in reg.plan.families:
+        ref = reg.family_blobs.get(family.name, f"sha256:{family.sha256}")
+        blob = ledger.blob(ref)
+        if blob is None:
+            raise IntegrityError(f"window {reg.window}: family file {family.name} ({ref[:23]}...) is not stored")
+        if hashlib.sha256(blob.data).hexdigest() != family.sha256:
+            raise IntegrityError(f"window {reg.window}: stored family file {family.name} does not match the plan")
+        out[family.name] = read_family_file(blob.data, family.name, f"family {family.name}")
+    return out

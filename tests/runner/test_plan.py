@@ -288,3 +288,15 @@ def test_family_file_that_is_not_jsonl_is_refused(site: Site, tmp_path: Path) ->
     result = tally("window", "register", path)
     assert result.code == 2 and result.err.startswith("tally: plan.families[0].prompts: line 8: not valid JSON")
     assert site.size() == size
+
+
+def test_family_prompts_come_from_the_registered_blobs(site: Site) -> None:
+    from runner.registration import family_prompts
+
+    assert tally("window", "register", EXAMPLES / ABBA).code == 0
+    reg = registered(site.book, "pp3-abba")
+    assert reg is not None
+    prompts = family_prompts(site.book, reg)
+    for wave in reg.plan.waves:
+        for pid in wave.prompt_ids:
+            assert prompts[wave.family][pid].text and prompts[wave.family][pid].kind == reg.plan.cell(wave.cell).context
