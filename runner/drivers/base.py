@@ -126,6 +126,10 @@ class HostDriver(Protocol):
         """Run ``action`` site-wide (``host=None``) or on ``host``; never raises for a failed action."""
         ...
 
+    def close(self) -> None:
+        """Release what the driver holds (connections); it may be used again afterwards."""
+        ...
+
 
 def check_action(driver: HostDriver, action: str, host: str | None) -> None:
     """Refuse (``FormatError``) an action the driver does not know or a host the site does not have."""

@@ -186,6 +186,9 @@ class CommandsDriver:
     def actions(self) -> frozenset[str]:
         return frozenset(self._commands)
 
+    def close(self) -> None:
+        """Nothing to release: each action is its own process."""
+
     def timeout_s(self, action: str) -> float:
         return self._template(action).timeout_s
 

@@ -49,6 +49,7 @@ class SimDriver:
         self._timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
         self._hosts = hosts
         self._cap = production_clock_cap_mhz
+        self._client: httpx.Client | None = None
 
     @classmethod
     def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None) -> SimDriver:
@@ -107,9 +108,19 @@ class SimDriver:
 
     # ------------------------------------------------------------------ running
 
+    def close(self) -> None:
+        """Release the HTTP client (the driver makes a new one if used again)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def _call(self, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        if self._client is None:
+            # one client (building one costs ~25 ms); a fresh connection per call, so no call
+            # ever lands on a kept-alive connection the simulator has already dropped
+            self._client = httpx.Client(headers={"connection": "close"})
         try:
-            response = httpx.request(method, f"{self.url}{path}", json=body, timeout=timeout_s)
+            response = self._client.request(method, f"{self.url}{path}", json=body, timeout=timeout_s)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ExternalError(f"simulator at {self.url} did not answer: {type(exc).__name__}: {exc}") from None
         try:
