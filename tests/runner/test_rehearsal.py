@@ -105,3 +105,16 @@ def test_bad_url_is_bad_input(site: Site, tmp_path: Path) -> None:
     result = tally("rehearse", "--url", "localhost:8000", "--eos", "1", "--out", tmp_path / "r")
     assert result.code == 2 and "must start with http" in result.err
     assert not (tmp_path / "r").exists()
+
+
+def test_rehearsal_against_the_simulator(site: Site, tmp_path: Path) -> None:
+    """The same probes against tally's vLLM simulator (speculative decoding on): PASS, cause confirmed."""
+    import runner.sim as sim
+
+    with sim.start(sim.default_config(), seed=7, time_scale=0.01) as server:
+        code, out, err = _rehearse(server.url, tmp_path / "r")
+    assert code == 0, err
+    assert out["verdict"] == "PASS" and out["cause_confirmed"] is True
+    probes = {p["probe"]: p for p in out["probes"]}
+    assert probes["terminator"]["finish_reason"] == "stop" and probes["control"]["status"] == 400
+    assert all(p["usage"]["completion_tokens"] <= 8 for name, p in probes.items() if name != "control")
