@@ -12,7 +12,8 @@ JSON on the command's stdin and in ``$TALLY_REQUEST``.
 A command runs in its own process group with the site file's directory as working
 directory; its stdout and stderr are captured whole (through files, so a process it
 leaves behind cannot hold the driver up). At its timeout the whole group gets
-SIGTERM, then SIGKILL after ``kill_grace_s``.
+SIGTERM, then SIGKILL after ``kill_grace_s``; so it does when an exception (Ctrl-C, a
+signal handler's) interrupts the wait, before the exception goes on.
 
 Facts come from stdout: each line ``TALLY-FACTS {json object}`` is merged in order
 (later keys win); for ``start_arm``, ``restore`` and ``read_clock_cap`` the last
@@ -284,6 +285,11 @@ class CommandsDriver:
                 timed_out = True
                 _kill_group(process, self.kill_grace_s)
                 code_or_none = None
+            except BaseException:
+                # Ctrl-C, SIGTERM turned into an exception, ...: the command must not outlive the
+                # runner's decision to stop, or it would race the restore that follows
+                _kill_group(process, self.kill_grace_s)
+                raise
             duration = time.monotonic() - began
             stdout, stderr = _read(out), _read(err)
         return self._result(action, host, params, code_or_none, timed_out, duration, stdout, stderr, template)

@@ -16,6 +16,7 @@ into the request body, e.g. ``{"slow_start_s": 3.0}`` for ``start_arm`` and ``re
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,9 @@ _ROUTES: Mapping[str, str | None] = {
 }
 
 
+_CONNECT_TIMEOUT_S = 10.0
+
+
 def _roles(hosts: tuple[str, ...]) -> dict[str, str]:
     return {name: "head" if index == 0 else "worker" for index, name in enumerate(hosts)}
 
@@ -50,6 +54,7 @@ class SimDriver:
         self._hosts = hosts
         self._cap = production_clock_cap_mhz
         self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None) -> SimDriver:
@@ -110,17 +115,21 @@ class SimDriver:
 
     def close(self) -> None:
         """Release the HTTP client (the driver makes a new one if used again)."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def _call(self, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
-        if self._client is None:
-            # one client (building one costs ~25 ms); a fresh connection per call, so no call
-            # ever lands on a kept-alive connection the simulator has already dropped
-            self._client = httpx.Client(headers={"connection": "close"})
+        with self._lock:
+            if self._client is None:
+                # one client (building one costs ~25 ms); a fresh connection per call, so no call
+                # ever lands on a kept-alive connection the simulator has already dropped
+                self._client = httpx.Client(headers={"connection": "close"})
+            client = self._client
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, _CONNECT_TIMEOUT_S))
         try:
-            response = self._client.request(method, f"{self.url}{path}", json=body, timeout=timeout_s)
+            response = client.request(method, f"{self.url}{path}", json=body, timeout=timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ExternalError(f"simulator at {self.url} did not answer: {type(exc).__name__}: {exc}") from None
         try:

@@ -166,3 +166,27 @@ def test_a_process_left_running_does_not_hold_the_action(tmp_path: Path) -> None
         assert _alive(child)  # the placeholder keeps running
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_an_interrupted_wait_kills_the_command_before_the_exception_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "slow.sh").write_text("#!/bin/bash\nsleep 30 &\necho \"$$ $!\" > pids\nwait\n")
+    (tmp_path / "slow.sh").chmod(0o755)
+    driver = make_site(tmp_path, {"start_arm": "./slow.sh"}, kill_grace_s=0.3)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Stop
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.4)
+        with pytest.raises(_Stop):
+            driver.run("start_arm", None, {})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    pgid, child = (int(p) for p in (tmp_path / "pids").read_text().split())
+    assert group_members(pgid) == [] and not _alive(child)
