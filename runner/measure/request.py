@@ -1,6 +1,7 @@
 """One streaming request, measured: send, read SSE frames as they arrive, classify the outcome.
 
-Deadlines are enforced by a :class:`Cutter` thread that shuts the request's socket
+A chunk's arrival is the time the socket read that carried it returned
+(:mod:`.transport`). Deadlines are enforced by a :class:`Cutter` thread that shuts the request's socket
 down when its deadline, the wave deadline or a cancel comes (a blocked read then
 returns at once; closing alone would not wake it). What had arrived is kept.
 """
@@ -21,6 +22,7 @@ import httpx
 
 from .record import RequestRecord, Status, TokensSource
 from .sse import SSEDecoder
+from .transport import read_time
 
 __all__ = ["Cutter", "Ticket", "run_request"]
 
@@ -253,9 +255,11 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
             else:
                 stream = response.extensions.get("network_stream")
                 ticket.attach(stream.get_extra_info("socket") if stream is not None else None)
+                stamping = read_time(stream) is not None
                 decoder = SSEDecoder()
                 for raw in response.iter_raw():
-                    arrived = time.perf_counter()
+                    # the time the socket read carrying these bytes returned (else: now)
+                    arrived = stream.last_read if stamping else time.perf_counter()  # type: ignore[union-attr]
                     for data in decoder.feed(raw):
                         progress.frame(data, arrived)
                 for data in decoder.close():

@@ -27,6 +27,7 @@ from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_
 from .record import RequestRecord
 from .request import Cutter, run_request, utc_now
 from .stats import client_figures, percentile, percentiles
+from .transport import StampingTransport
 
 __all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]
 
@@ -275,7 +276,7 @@ def measure_wave(
     errors: list[BaseException] = []
     lock = threading.Lock()
     next_index = [0]
-    with httpx.Client(limits=limits, headers=dict(headers or {})) as http, \
+    with httpx.Client(transport=StampingTransport(limits), headers=dict(headers or {})) as http, \
             (quiet_interpreter() if quiet else contextlib.nullcontext()):
         started_at = utc_now()
         before = scrape_metrics(http, metrics_url) if metrics_url else None
