@@ -20,10 +20,11 @@ def test_reads_are_stamped(server: SimHandle) -> None:
                          json={"prompt": "p", "max_tokens": 20, "ignore_eos": True, "stream": True}) as response:
             stream = response.extensions["network_stream"]
             assert isinstance(stream, StampingStream)
-            stamps = []
+            stamps: list[float] = []
             for _ in response.iter_raw():
-                stamps.append(read_time(stream))
-                assert stamps[-1] is not None and stamps[-1] <= time.perf_counter()
+                stamp = read_time(stream)
+                assert stamp is not None and stamp <= time.perf_counter()
+                stamps.append(stamp)
     assert before < stamps[0] and stamps == sorted(stamps)
     assert read_time(object()) is None
 
