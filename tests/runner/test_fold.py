@@ -231,3 +231,31 @@ def test_prev_ok_must_come_after_the_current_marker() -> None:
         f"chain_prev_ok: its result (seq 2) predates the marker (seq {state.marker['seq']})"]
     ws.gates["chain_prev_ok"]["seq"] = state.size
     assert admission_blockers(state, "chain-2") == []
+
+
+_names = st.text(alphabet=st.sampled_from('ab1._-"\\:,{}é \u2028'), min_size=1, max_size=12)
+
+
+@given(window=_names, start=_names, cell=_names, wave=st.integers(min_value=0, max_value=10**6),
+       reason=st.text(max_size=30), extra=st.dictionaries(st.sampled_from(["aa", "start", "tt", "window", "zz"]),
+                                                          st.one_of(st.integers(-9, 9), _names, st.just({"start": "x"})),
+                                                          max_size=2))
+def test_wave_fast_path_agrees_with_json(window: str, start: str, cell: str, wave: int, reason: str,
+                                         extra: dict) -> None:
+    """The fold reads four members of wave.measured without parsing it; it must agree with json.loads."""
+    from ledger.canonical import canonical
+    from runner.fold import _wave_keys
+
+    payload = {"cell": cell, "client": {"requests": 0, "reason": reason}, "counters": {"rounds": None},
+               "incomplete_reasons": [reason, '","start":"evil","started_at":"1","wave":9,"window":"w"}'],
+               "requests": [{"start": "nested", "status": "ok"}], "seed": 43, "start": start,
+               "started_at": "2026-11-02T06:00:00.000000Z", "wave": wave, "window": window}
+    payload.update(extra)
+    text = canonical(payload).decode()
+    parsed = json.loads(text)
+    fast = _wave_keys(text)
+    if fast is not None:
+        assert fast == {k: parsed[k] for k in ("window", "start", "cell", "wave")}
+    plain = all(c.isascii() and (c.isalnum() or c in "._-") for c in window + start + cell)
+    if plain and not extra:
+        assert fast is not None  # the fast path is taken for every well-formed payload
