@@ -251,16 +251,19 @@ def export(
 
 def audit(
     bundle: Annotated[Path | None, typer.Argument(metavar="[DIR]", help="An exported bundle (default: the database).")] = None,
-    root_key: Annotated[str | None, typer.Option(help="Pin the root key id.")] = None,
-    vkey: Annotated[list[str] | None, typer.Option(help="C2SP vkey(s) trusted for checkpoints (repeatable).")] = None,
-    witness_threshold: Annotated[int, typer.Option(help="Witness cosignatures required.")] = 0,
-    json_out: JsonOpt = False,
+    root_key: Annotated[str | None, typer.Option(help="Pin the root key id the genesis must name.")] = None,
+    vkey: Annotated[list[str] | None, typer.Option(help="C2SP vkey trusted for checkpoint.txt (repeatable; witness vkeys too).")] = None,
+    witness_threshold: Annotated[int, typer.Option(help="Witness cosignatures required on checkpoint.txt.")] = 0,
+    jobs: Annotated[int, typer.Option(help="Threads checking signatures (database audits).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print a SLSA verification summary-shaped result.")] = False,
 ) -> None:
-    """Cryptographic checks, then every protocol invariant (SPEC 5.4)."""
-    from ledger.audit import run_audit
+    """Cryptographic checks, then every protocol invariant (SPEC 5.4); exit 1 naming the first failure."""
+    from runner.auditor import run_audit
 
-    report = run_audit(bundle=bundle, book=None if bundle else state.ledger(), root_key=root_key,
-                       vkeys=vkey or [], witness_threshold=witness_threshold)
+    if bundle is not None:
+        report = run_audit(bundle=bundle, root_key=root_key, vkeys=vkey or [], witness_threshold=witness_threshold)
+    else:
+        report = run_audit(book=state.ledger(), root_key=root_key, jobs=jobs)
     if json_out:
         print_json(report.to_json())
     else:

@@ -503,6 +503,17 @@ def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = Non
     frontier = merkle.Frontier(size, [(level, hashes[(level, index)]) for level, index in nodes])
     if frontier.root() != root:
         raise rewritten(f"the first {size} events no longer have the saved root")
+    # The stored tree agrees; now the events themselves: re-hash every one of them
+    # (no signatures: that is what the saved checkpoint vouches for) and rebuild the root.
+    from .verify import check_chain
+
+    rebuilt = merkle.Frontier()
+    try:
+        check_chain(ledger.rows(0, until=size), rebuilt)
+    except VerificationError as exc:
+        raise VerificationError(f"history rewritten: {exc.args[0]}", seq=exc.seq, rule=exc.rule) from None
+    if rebuilt.size != size or rebuilt.root() != root:
+        raise rewritten(f"the first {size} stored events do not hash to the saved root")
     last = ledger.get(size)
     if last.computed_hash() != last.hash:
         raise rewritten(f"event {size} does not hash to its stored hash")

@@ -148,6 +148,11 @@ def verify_events(
         raise min(errors, key=lambda e: (e.seq or 0, e.rule if isinstance(e.rule, int) else 99))
     if walk.expected == 1:
         raise VerificationError("the ledger has no events", seq=1, rule=1)
+    beyond = [size for size in walk.checkpoint_sizes if size >= walk.expected]
+    if beyond:
+        raise VerificationError(
+            f"a checkpoint covers {max(beyond)} events but the ledger ends at seq {walk.expected - 1} "
+            "(truncated history)", seq=walk.expected, rule=8)
     return VerifiedLedger(
         size=walk.expected - 1,
         head=walk.prev,
@@ -326,7 +331,7 @@ def verify_ledger(book: Any, *, root_key: str | None = None, jobs: int = 1, sinc
     if checkpoints:
         from .checkpoint import rule8_hook
 
-        hook = rule8_hook(checkpoints)
+        hook = rule8_hook(checkpoints, book.info.origin)
     since_size: int | None = None
     start = None
     if since is not None:
@@ -362,10 +367,13 @@ def verify_stored_blobs(book: Any, references: Iterable[tuple[int, set[str]]]) -
     return len(digests)
 
 
-def check_chain(batches: Iterable[Sequence[tuple[Any, ...]]]) -> tuple[int, str]:
+def check_chain(
+    batches: Iterable[Sequence[tuple[Any, ...]]], frontier: merkle.Frontier | None = None
+) -> tuple[int, str]:
     """Replay check without signatures (rules 1-4) over row batches from ``Ledger.rows``.
 
-    Returns (size, head). Works on raw row tuples, in ``Event`` field order.
+    Returns (size, head). Works on raw row tuples, in ``Event`` field order. With a
+    ``frontier``, every event's leaf is appended to it (the Merkle tree of the events).
     """
     expected, prev, ledger_id = 1, GENESIS_PREV, None
     sha256 = hashlib.sha256
@@ -384,8 +392,11 @@ def check_chain(batches: Iterable[Sequence[tuple[Any, ...]]]) -> tuple[int, str]
             if v != 1:
                 raise _fail(seq, 4, f"unsupported event version {v!r}")
             body = template % (js(actor), js(ledger), payload, js(prev_hash), seq, js(stream), js(time), js(type_), v)
-            if sha256(body.encode("utf-8")).hexdigest() != hash_hex:
+            digest = sha256(body.encode("utf-8")).digest()
+            if digest.hex() != hash_hex:
                 raise _fail(seq, 4, "recomputed hash differs from the stored hash")
+            if frontier is not None:
+                frontier.append(sha256(b"\x00" + digest).digest())
             prev = hash_hex
             expected += 1
     return expected - 1, prev

@@ -1,0 +1,225 @@
+"""Decision inputs from a window's events, and verdict replay (``tally replay verdict``).
+
+``build_input(plan, events, archive)`` turns the recorded measurements of one window
+into the JSON input of its rule (docs/rules.md), exactly as the runner did when it
+decided, and returns the hashes of the events it used, in seq order:
+``inputs_digest`` = SHA-256 over those raw 32-byte hashes. The events used are the
+window's ``start.began`` (clock caps), ``wave.measured``, ``thermal.event`` (inside the
+HOLD) and, for win2, the ``archive.control_start`` events recorded before the
+decision for the same cell, max_tokens and production clock cap (other windows'
+control starts: the day-to-day spread).
+
+``replay(plan, events, archive, decision)`` recomputes and compares field by field.
+Pure: events in, result out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .compare import Difference, diff
+from .digest import inputs_digest
+from .rules import compute
+
+if TYPE_CHECKING:
+    from ledger.event import Event
+
+    from ..plan import Plan
+
+__all__ = ["DecisionInput", "ReplayResult", "build_input", "pp3_failures", "replay"]
+
+@dataclass(frozen=True)
+class DecisionInput:
+    input: dict[str, Any]
+    used: tuple[str, ...]  # event hashes, seq order
+
+    @property
+    def digest(self) -> str:
+        return inputs_digest(list(self.used))
+
+
+def _pooled_rate(payload: dict[str, Any]) -> float | None:
+    counters = payload.get("counters") or {}
+    rounds, accepted, decode = counters.get("rounds"), counters.get("accepted"), counters.get("decode_s")
+    if not rounds or accepted is None or not decode:
+        return None
+    return float((rounds + accepted) / decode)
+
+
+def _archive_entries(
+    plan: Plan, archive: Iterable[Event], before: int | None
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    entries, used = [], []
+    for event in archive:
+        if before is not None and event.seq >= before:
+            continue
+        p = event.payload
+        if p.get("window") == plan.window_id:
+            continue
+        if p.get("max_tokens") != plan.sampling.max_tokens or p.get("clock_cap_mhz") != plan.production_clock_cap_mhz:
+            continue
+        if p.get("cell") not in {c.name for c in plan.cells if c.decision}:
+            continue
+        rate = (p.get("figures") or {}).get("pooled_rate_tps")
+        if not isinstance(rate, int | float) or isinstance(rate, bool):
+            continue
+        entries.append({"cell": p["cell"], "pooled_rate_tps": float(rate), "window": p.get("window"),
+                        "start": p.get("start"), "clock_cap_mhz": p.get("clock_cap_mhz")})
+        used.append(event)
+    return entries, used
+
+
+def _in_hold(events: Sequence[Event]) -> list[Event]:
+    inside, out = False, []
+    for event in events:
+        if event.type == "hold.opened":
+            inside = True
+        elif event.type == "hold.closed":
+            inside = False
+        elif inside:
+            out.append(event)
+    return out
+
+
+def pp3_failures(events: Sequence[Event]) -> list[str]:
+    """Failure kinds observed in the window's events (REJECT reasons of pp3-v1)."""
+    failures: list[str] = []
+    for event in events:
+        p = event.payload
+        if event.type == "restore.finished" and p.get("status") == "failed":
+            failures.append("recovery: restore failed")
+        elif event.type == "start.ended" and not p.get("ok", True) and not p.get("truncated"):
+            failures.append(f"lifecycle: start {p.get('start')} {p.get('reason') or 'failed'}")
+    return failures
+
+
+def build_input(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),
+                before: int | None = None) -> DecisionInput:
+    """The rule input of ``plan``'s window from its events (those with seq < ``before``)."""
+    window_events = [e for e in events if before is None or e.seq < before]
+    if plan.protocol == "win2-v1":
+        return _win2(plan, window_events, archive, before)
+    return _pp3(plan, window_events)
+
+
+def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before: int | None) -> DecisionInput:
+    used: list[Event] = []
+    starts: dict[str, dict[str, Any]] = {}
+    waves: list[dict[str, Any]] = []
+    for event in events:
+        p = event.payload
+        if event.type == "start.began":
+            starts[p["start"]] = {"role": p["role"], "clock_cap_mhz": p.get("clock_cap_mhz")}
+            used.append(event)
+        elif event.type == "wave.measured":
+            counters, client = p["counters"], p["client"]
+            waves.append({
+                "start": p["start"], "cell": p["cell"], "repeat": p["repeat"], "family": p["family"],
+                "wave": p["wave"], "seed": p["seed"],
+                "rounds": counters.get("rounds"), "accepted": counters.get("accepted"),
+                "decode_s": counters.get("decode_s"), "ttft_s": list(client.get("ttft_s") or []),
+                "client_tokens_after_first": client.get("tokens_after_first"),
+                "client_decode_s": client.get("decode_s"),
+            })
+            used.append(event)
+    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") == "dial_back"]
+    used.extend(thermal)
+    for start in plan.starts:  # a start that never began still appears, with no clock cap
+        starts.setdefault(start.id, {"role": start.role, "clock_cap_mhz": None})
+    entries, archive_used = _archive_entries(plan, archive, before)
+    used.extend(archive_used)
+    data = {
+        "rule": "win2-v1",
+        "params": dict(plan.decision_params),
+        "decision_cells": [c.name for c in plan.cells if c.decision],
+        "production_clock_cap_mhz": plan.production_clock_cap_mhz,
+        "starts": starts,
+        "thermal_dialbacks_in_hold": len(thermal),
+        "waves": waves,
+        "archive": entries,
+    }
+    return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
+
+
+def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
+    used: list[Event] = []
+    context_of = {c.name: c.context for c in plan.cells}
+    role_of = {s.id: s.role for s in plan.starts}
+    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for event in events:
+        if event.type != "wave.measured":
+            continue
+        p = event.payload
+        used.append(event)
+        for record in p["requests"]:
+            key = (p["start"], p["family"], context_of.get(p["cell"], p["cell"]))
+            seen[key] = {
+                "block": p["start"], "arm": role_of.get(p["start"], "?"), "family": p["family"],
+                "context": key[2], "status": record["status"], "delivered_tokens": record["delivered_tokens"],
+                "decode_s": record["decode_s"], "ttft_s": record["ttft_s"], "round_ms_p95": record["round_ms_p95"],
+                "prompt_id": record.get("prompt_id"),
+            }
+    stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted") for e in events)
+    requests = []
+    for wave in plan.waves:
+        key = (wave.start, wave.family, context_of[wave.cell])
+        if key in seen:
+            requests.append(seen[key])
+        else:  # planned, never recorded: cancelled by a recorded stop, else lost
+            requests.append({"block": wave.start, "arm": wave.role, "family": wave.family, "context": key[2],
+                             "status": "cancelled" if stopped else "lost", "delivered_tokens": None,
+                             "decode_s": None, "ttft_s": None, "round_ms_p95": None})
+    gate_events = [e for e in events if e.type == "window.admitted"]
+    failure_events = [e for e in events if e.type in ("restore.finished", "start.ended")]
+    failures = pp3_failures(failure_events)
+    used.extend(gate_events + [e for e in failure_events if pp3_failures([e])])
+    data = {
+        "rule": "pp3-v1",
+        "params": dict(plan.decision_params),
+        "gates_passed": bool(gate_events),
+        "failures": failures,
+        "requests": requests,
+    }
+    return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    window: str
+    decision_seq: int
+    recorded: dict[str, Any]
+    recomputed: dict[str, Any]
+    differences: tuple[Difference, ...]
+
+    @property
+    def match(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window": self.window, "decision_seq": self.decision_seq,
+            "verdict": "MATCH" if self.match else "MISMATCH",
+            "recorded_decision": self.recorded.get("result", {}).get("decision"),
+            "recomputed_decision": self.recomputed.get("result", {}).get("decision"),
+            "differences": [d.to_json() for d in self.differences],
+        }
+
+
+def replay(plan: Plan, events: Sequence[Event], archive: Iterable[Event], decision: Event) -> ReplayResult:
+    """Rebuild the decision from the events before it and compare with what was recorded.
+
+    Compared: the rule, its params, the inputs digest, the input itself and the result.
+    """
+    rebuilt = build_input(plan, events, archive, before=decision.seq)
+    recomputed = {
+        "rule": rebuilt.input["rule"],
+        "params": rebuilt.input["params"],
+        "inputs_digest": rebuilt.digest,
+        "input": rebuilt.input,
+        "result": compute(rebuilt.input),
+    }
+    recorded = {k: decision.payload.get(k) for k in ("rule", "params", "inputs_digest", "input", "result")}
+    differences = tuple(diff(recorded, recomputed))
+    return ReplayResult(plan.window_id, decision.seq, recorded, recomputed, differences)
