@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
-from ledger.bundle import verify_bundle, export_bundle
+from ledger.bundle import export_bundle, verify_bundle
 from ledger.checkpoint import sign_checkpoint
 from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
