@@ -30,20 +30,19 @@ __all__ = ["FullAudit", "recompute_hook", "run_audit"]
 
 def recompute_hook(all_events: Sequence[Event]) -> RecomputeHook:
     """The ``decision-recomputes`` hook: rebuild the input from events, recompute the rule."""
-    from .decide.replay import build_input
-    from .decide.rules import compute
+    from .decide.replay import decision_for
 
     archive = [e for e in all_events if e.stream == ARCHIVE_STREAM and e.type == "archive.control_start"]
 
     def hook(plan: Plan, window_events: Sequence[Event], decision: Event) -> Mapping[str, Any] | None:
-        rebuilt = build_input(plan, window_events, archive, before=decision.seq)
+        rebuilt, outcome = decision_for(plan, window_events, archive, before=decision.seq)
         recorded = decision.payload
         if recorded.get("inputs_digest") != rebuilt.digest:
             raise ValueError(f"inputs_digest {recorded.get('inputs_digest')} is not the digest of the events "
                              f"used ({rebuilt.digest})")
         if recorded.get("input") != rebuilt.input:
             raise ValueError("the recorded input differs from the input rebuilt from the window's events")
-        return compute(rebuilt.input)
+        return outcome
 
     return hook
 

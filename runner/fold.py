@@ -118,6 +118,8 @@ class WindowState:
     decision: dict[str, Any] | None = None
     interrupted: list[dict[str, Any]] = field(default_factory=list)
     open_actions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    finished: list[dict[str, Any]] = field(default_factory=list)
+    engine: dict[str, Any] | None = None
     actions: int = 0
     budget: list[dict[str, Any]] = field(default_factory=list)
     stop_admitting: bool = False
@@ -136,6 +138,8 @@ class WindowState:
                       for sid, info in self.starts.items()}
         new.placeholders_raised = list(self.placeholders_raised)
         new.interrupted = list(self.interrupted)
+        new.finished = list(self.finished)
+        new.engine = dict(self.engine) if self.engine else None
         new.open_actions = dict(self.open_actions)
         new.budget = list(self.budget)
         new.thermal = list(self.thermal)
@@ -176,6 +180,7 @@ class WindowState:
             "decision": copy.deepcopy(self.decision),
             "interrupted": copy.deepcopy(self.interrupted),
             "open_actions": [dict(v, action_id=k) for k, v in self.open_actions.items()],
+            "engine": copy.deepcopy(self.engine),
             "budget": copy.deepcopy(self.budget),
             "stop_admitting": self.stop_admitting,
             "thermal": copy.deepcopy(self.thermal),
@@ -373,10 +378,33 @@ def _host_action(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None
         if p.get("action") in CLOSING_ACTIONS:
             _closing(ws)
     else:
-        ws.open_actions.pop(action_id, None)
+        started = ws.open_actions.pop(action_id, None) or {}
         probed = p.get("probe_of")
         if probed is not None:  # a finished re-probe settles the unknown outcome it probed
             ws.open_actions.pop(str(probed), None)
+        facts = p.get("detail") or {}
+        ws.finished.append({"action": p.get("action"), "host": p.get("host"), "ok": bool(p.get("ok")),
+                            "seq": e.seq, "time": e.time, "start": facts.get("start"),
+                            "started_seq": started.get("seq")})
+        _engine(ws, str(p.get("action")), bool(p.get("ok")), facts)
+
+
+def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> None:
+    """What the hosts serve, as the window's finished host actions last established it."""
+    if action in ("probe", "preflight") and "serving" in facts:
+        arm = facts.get("arm")
+        ws.engine = {"arm": arm, "role": facts.get("role"), "start": facts.get("start"),
+                     "status": facts.get("engine"), "serving": facts.get("serving")} if arm else None
+    elif not ok:
+        return
+    elif action == "start_arm":
+        ws.engine = {"arm": facts.get("arm"), "role": facts.get("role"), "start": facts.get("start"),
+                     "status": facts.get("engine") or "ready", "serving": "experiment"}
+    elif action in ("stop_arm", "experiment_stop", "drain"):
+        ws.engine = None
+    elif action == "restore":
+        ws.engine = {"arm": facts.get("arm"), "role": "production", "start": None, "status": "ready",
+                     "serving": "up"}
 
 
 def _start_began(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:

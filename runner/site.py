@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import FormatError
+from ledger.errors import ExternalError, FormatError
 
 from .drivers.base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
 from .drivers.commands import CommandsDriver, CommandTemplate, parse_template
 from .drivers.sim import SimDriver
 
-__all__ = ["HOST_NAME", "REQUIRED_COMMAND_ACTIONS", "load_site", "site_from_dict"]
+__all__ = ["HOST_NAME", "REQUIRED_COMMAND_ACTIONS", "load_site", "site_from_dict", "site_time_scale"]
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS)
@@ -224,3 +224,20 @@ def _program(program: str, base_dir: Path, where: str) -> None:
 
 def _executable(path: Path) -> bool:
     return os.access(path, os.X_OK)
+
+
+def site_time_scale(driver: HostDriver) -> float:
+    """Window minutes per wall minute, inverted: 1.0 on a real site, the simulator's own scale on a sim site."""
+    if driver.kind != "sim":
+        return 1.0
+    import httpx
+
+    url = getattr(driver, "url", None)
+    if not isinstance(url, str):
+        return 1.0
+    try:
+        body = httpx.get(f"{url}/_sim/config", timeout=10.0).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ExternalError(f"simulator at {url} did not give its config: {exc}") from None
+    scale = body.get("time_scale", 1.0) if isinstance(body, dict) else 1.0
+    return float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0

@@ -25,10 +25,14 @@ from .rules import compute
 
 if TYPE_CHECKING:
     from ledger.event import Event
+    from ledger.store import Ledger
 
     from ..plan import Plan
 
-__all__ = ["DecisionInput", "ReplayResult", "build_input", "pp3_failures", "replay"]
+__all__ = [
+    "DecisionInput", "ReplayResult", "abort_reasons", "build_input", "decision_for", "pp3_failures", "replay",
+    "replay_window",
+]
 
 @dataclass(frozen=True)
 class DecisionInput:
@@ -185,6 +189,37 @@ def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
     return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
 
 
+def abort_reasons(events: Sequence[Event]) -> list[str]:
+    """Why a window that closed ``aborted`` was aborted (its decision is REJECT)."""
+    reasons = []
+    for event in events:
+        p = event.payload
+        if event.type == "chain.aborted":
+            reasons.append(f"chain aborted: {p.get('reason')}")
+        elif event.type == "window.interrupted" and p.get("reason") == "abort":
+            reasons.append("aborted by the operator")
+        elif event.type == "gate.result" and p.get("gate") == "standard_spec" and p.get("verdict") == "FAIL":
+            reasons.append(f"standard_spec FAIL for start {p.get('start')}: {p.get('summary') or 'not standard'}")
+    return reasons or ["window aborted"]
+
+
+def decision_for(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),
+                 before: int | None = None) -> tuple[DecisionInput, dict[str, Any]]:
+    """The input and the result a window's decision must record.
+
+    A window that closed ``aborted`` is decided REJECT (SPEC 5.6) with the reasons its
+    events give; otherwise the registered rule decides from the rebuilt input.
+    """
+    window_events = [e for e in events if before is None or e.seq < before]
+    built = build_input(plan, window_events, archive, before)
+    ending = next((e.payload.get("ending") for e in window_events if e.type == "window.closed"), None)
+    if ending == "aborted":
+        result = {"rule": plan.protocol, "decision": "REJECT", "reasons": abort_reasons(window_events),
+                  "params": built.input["params"]}
+        return built, result
+    return built, compute(built.input)
+
+
 @dataclass(frozen=True)
 class ReplayResult:
     window: str
@@ -212,14 +247,29 @@ def replay(plan: Plan, events: Sequence[Event], archive: Iterable[Event], decisi
 
     Compared: the rule, its params, the inputs digest, the input itself and the result.
     """
-    rebuilt = build_input(plan, events, archive, before=decision.seq)
+    rebuilt, outcome = decision_for(plan, events, archive, before=decision.seq)
     recomputed = {
         "rule": rebuilt.input["rule"],
         "params": rebuilt.input["params"],
         "inputs_digest": rebuilt.digest,
         "input": rebuilt.input,
-        "result": compute(rebuilt.input),
+        "result": outcome,
     }
     recorded = {k: decision.payload.get(k) for k in ("rule", "params", "inputs_digest", "input", "result")}
     differences = tuple(diff(recorded, recomputed))
     return ReplayResult(plan.window_id, decision.seq, recorded, recomputed, differences)
+
+
+def replay_window(ledger: Ledger, window: str) -> ReplayResult:
+    """``tally replay verdict``: the window's first decision, rebuilt and compared."""
+    from ledger.errors import PolicyError
+
+    from ..registration import registered_plan
+
+    reg = registered_plan(ledger, window)
+    events = list(ledger.events(stream=f"window/{window}"))
+    decision = next((e for e in events if e.type == "decision.recorded"), None)
+    if decision is None:
+        raise PolicyError(f"window {window} has no recorded decision")
+    archive = list(ledger.events(stream="archive", types=["archive.control_start"], until=decision.seq))
+    return replay(reg.plan, events, archive, decision)

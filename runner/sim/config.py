@@ -64,6 +64,9 @@ class ArmConfig:
     method: str = "draft_model"
     verification: str = "standard"
     image: str = "sim/vllm-openai:v0.12.0"
+    # What the host reports as this arm's speculative config (e.g. the plan's declared
+    # config, so that a simulated start is checked like a real one); None: derived.
+    reported_config: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def speculative(self) -> bool:
@@ -73,12 +76,18 @@ class ArmConfig:
         """The arm's speculative config as a host reports it (``None`` without spec decode)."""
         if not self.speculative:
             return None
+        if self.reported_config is not None:
+            return json.loads(json.dumps(dict(self.reported_config)))
         return {"method": self.method, "num_speculative_tokens": self.k, "verification": self.verification,
                 "acceptance": list(self.acceptance)}
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["acceptance"] = list(self.acceptance)
+        if data.get("reported_config") is None:
+            data.pop("reported_config", None)
+        else:
+            data["reported_config"] = json.loads(json.dumps(dict(self.reported_config or {})))
         return data
 
     def to_table(self) -> dict[str, Any]:
@@ -291,6 +300,10 @@ def _arm(name: Any, spec: Any, where: str) -> ArmConfig:
     for fname in ("method", "verification", "image"):
         if fname in spec:
             kw[fname] = _string(spec[fname], f"{where}.{fname}")
+    if "reported_config" in spec:
+        if not isinstance(spec["reported_config"], Mapping):
+            raise FormatError(f"{where}.reported_config: must be a table")
+        kw["reported_config"] = dict(spec["reported_config"])
     return ArmConfig(name, **kw)
 
 

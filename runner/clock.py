@@ -1,0 +1,88 @@
+"""The budget clock (SPEC 5.5): window minutes from event times, and the limits they hit.
+
+The clock's zero is the window's first host action (as recorded in the ledger). A
+site's ``time_scale`` converts wall time to window time: a real site runs at 1.0; the
+simulator at 0.01 runs a 75-minute window in 45 seconds, and its budget is enforced in
+the same window minutes the plan registers. Pure: the caller passes ``now``.
+
+Limits (plan ``[budget]``):
+- ``stop_admitting_min``: no wave starts after it;
+- ``restore_by`` = min(measurement-end limit, hard ceiling - restore reserve): whatever
+  is running is cut there and the restore begins, so that it fits the hard ceiling;
+- ``per_block_limit_min``: a start running longer is truncated (its running wave is cut,
+  partial requests kept as censored) and the next start begins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from .plan import Budget
+
+__all__ = ["BudgetClock", "Limit", "parse_time"]
+
+LimitName = Literal["stop_admitting", "begin_restore", "truncate_block"]
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Limit:
+    action: LimitName
+    at_min: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class BudgetClock:
+    budget: Budget
+    time_scale: float = 1.0
+
+    @property
+    def restore_by_min(self) -> float:
+        b = self.budget
+        return min(b.measurement_end_limit_min, b.hard_ceiling_min - b.restore_reserve_min)
+
+    def minutes(self, since: datetime | None, now: datetime) -> float:
+        """Window minutes elapsed from ``since`` to ``now`` (0 before the clock starts)."""
+        if since is None:
+            return 0.0
+        return (now - since).total_seconds() / 60.0 / self.time_scale
+
+    def real_seconds(self, window_minutes: float) -> float:
+        return max(0.0, window_minutes * 60.0 * self.time_scale)
+
+    def admitting(self, elapsed_min: float) -> Limit | None:
+        """The limit that forbids starting a new wave now, if any."""
+        if elapsed_min >= self.restore_by_min:
+            return Limit("begin_restore", self.restore_by_min,
+                         f"elapsed {elapsed_min:.1f} min reached the restore point {self.restore_by_min:g} min "
+                         f"(hard ceiling {self.budget.hard_ceiling_min:g} - restore reserve "
+                         f"{self.budget.restore_reserve_min:g}, "
+                         f"measurement end {self.budget.measurement_end_limit_min:g})")
+        if elapsed_min >= self.budget.stop_admitting_min:
+            return Limit("stop_admitting", self.budget.stop_admitting_min,
+                         f"elapsed {elapsed_min:.1f} min reached stop-admitting at "
+                         f"{self.budget.stop_admitting_min:g} min")
+        return None
+
+    def block_over(self, block_min: float) -> Limit | None:
+        limit = self.budget.per_block_limit_min
+        if limit is not None and block_min >= limit:
+            return Limit("truncate_block", limit, f"block ran {block_min:.1f} min, over its {limit:g}-minute limit")
+        return None
+
+    def wave_cut_s(self, elapsed_min: float, block_min: float | None) -> tuple[float, Limit | None]:
+        """Real seconds a wave starting now may run before a limit cuts it, and that limit."""
+        cuts = [Limit("begin_restore", self.restore_by_min, "the restore point arrived while a wave ran")]
+        minutes = [self.restore_by_min - elapsed_min]
+        limit = self.budget.per_block_limit_min
+        if limit is not None and block_min is not None:
+            cuts.append(Limit("truncate_block", limit, f"the block reached its {limit:g}-minute limit mid-wave"))
+            minutes.append(limit - block_min)
+        index = min(range(len(minutes)), key=lambda i: minutes[i])
+        return self.real_seconds(minutes[index]), cuts[index]

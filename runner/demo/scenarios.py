@@ -1,0 +1,308 @@
+"""``tally demo``: a simulated window end to end, in one process tree, with no setup.
+
+Starts the simulator on a free loopback port, makes a fresh ledger in the demo
+directory, registers one of the example plans against the synthetic families, passes
+its gates (qualification and RNG against a small git repository and receipts the demo
+makes, the budget, the API rehearsal against the simulator), executes it with progress,
+restores, decides, writes the report, then verifies and audits the ledger, and says
+where everything is.
+
+Scenarios: ``window`` (seed 000's production-policy window), ``chain`` (two chained
+windows, then a restoring one), ``pp3`` (seed 003's ABBA window), ``faults`` (a stall, a
+5xx burst and a thermal dial-back: the verdict turns INCONCLUSIVE with reasons).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.keys import Signer, generate_key_file
+from ledger.store import Ledger
+
+__all__ = ["DEMO_TIME_SCALE", "DemoWindow", "run_demo", "sim_config_for"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DEMO_TIME_SCALE = 0.02
+HOSTS = ("sim-head", "sim-worker")
+
+# Plan arm `sim` tables use the plan's names; the simulator's config uses its own.
+_SIM_NAMES = {"draft_depth": "k", "accept_per_pos": "acceptance", "step_base_ms": "step_base_ms",
+              "step_per_token_ms": "step_per_token_ms", "ttft_base_ms": "ttft_base_ms",
+              "ttft_per_1k_prompt_ms": "ttft_per_1k_tokens_ms", "clock_cap_mhz": "clock_cap_mhz"}
+
+
+@dataclass(frozen=True)
+class DemoWindow:
+    plan_file: str
+    window_id: str
+    overrides: Mapping[str, Any]
+
+
+def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) -> dict[str, Any]:
+    """A simulator config whose arms are the plans' arms (named as the plans name them)."""
+    arms: dict[str, dict[str, Any]] = {}
+    production: dict[str, Any] | None = None
+    for plan in plans:
+        for arm in plan.arms:
+            table = {_SIM_NAMES[k]: v for k, v in arm.sim.items() if k in _SIM_NAMES}
+            table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
+            table["reported_config"] = dict(arm.speculative)
+            table["image"] = f"sim/{arm.name}@{arm.config_digest[:12]}"
+            arms[arm.name] = table
+            if production is None and arm.role in ("P", "A"):
+                production = dict(table, image=f"sim/production@{arm.config_digest[:12]}")
+    arms["production"] = production or next(iter(arms.values()))
+    return {"model": "sim/deepseek-spec-demo", "seed": seed, "time_scale": time_scale, "hosts": list(HOSTS),
+            "production_arm": "production", "start_s": 5.0, "eos_token_id": 1, "arms": arms}
+
+
+# --------------------------------------------------------------------------- the world the gates look at
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "tally demo", "GIT_AUTHOR_EMAIL": "demo@tally.invalid",
+           "GIT_COMMITTER_NAME": "tally demo", "GIT_COMMITTER_EMAIL": "demo@tally.invalid",
+           "GIT_AUTHOR_DATE": "2026-11-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-11-01T00:00:00Z",
+           "HOME": str(repo), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def make_repository(root: Path, plans: Sequence[Any]) -> tuple[Path, str, str]:
+    """A git repository with the plans' carried files: commit Q (qualified), then HEAD.
+
+    HEAD changes only files that are not carried, plus a comment inside a carried unit,
+    so the qualification carry holds (AST-identical units, byte-identical files).
+    """
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    for plan in plans:
+        carry = plan.qualification
+        for path in carry.files:
+            target = repo / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f"# carried file {path}\nVALUE = 1\n")
+        for prefix in carry.prefixes:
+            target = repo / prefix / "module.py"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("def kernel(x):\n    return x * 2\n")
+        for unit in carry.units:
+            path, _, name = unit.partition(":")
+            target = repo / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            existing = target.read_text() if target.exists() else ""
+            parts = name.split(".")
+            if len(parts) == 2:
+                code = f"class {parts[0]}:\n    def {parts[1]}(self):\n        return 'run'\n"
+            else:
+                code = f"def {parts[0]}():\n    return 'prepared'\n"
+            if f"def {parts[-1]}" not in existing:
+                target.write_text(existing + code)
+    (repo / "README.md").write_text("demo experiment repository\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "qualified")
+    qualified = _git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("demo experiment repository\nmeasurement layer changed after admission\n")
+    (repo / "notes.txt").write_text("not carried\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "measurement layer")
+    head = _git(repo, "rev-parse", "HEAD")
+    return repo, qualified, head
+
+
+def write_receipts(root: Path, qualified: str, head: str) -> tuple[Path, Path]:
+    kernel = "5e" * 32
+    admission = root / "admission-receipt.json"
+    admission.write_text(json.dumps({"_type": "tally.admission-receipt/v1", "verdict": "QUALIFIED",
+                                     "commit": qualified, "prepared_verifier_sha256": kernel,
+                                     "window": "demo-admission", "issued_at": "2026-11-01T00:00:00.000000Z",
+                                     "evidence": {"note": "made by tally demo"}}, indent=2))
+    rng = root / "rng-receipt.json"
+    rng.write_text(json.dumps({"_type": "tally.rng-receipt/v1", "verdict": "PASS", "commit": head,
+                               "kernel_sha256": kernel,
+                               "tests": [{"name": "aud1_61161_rejection_law", "outcome": "passed"},
+                                         {"name": "pp4_sampled_q_multiround_4", "outcome": "passed"}],
+                               "generated_at": "2026-11-01T00:00:00.000000Z"}, indent=2))
+    return admission, rng
+
+
+# --------------------------------------------------------------------------- gates
+
+
+def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualified: str, admission: Path,
+               rng: Path, sim_url: str, out: Path, say: Callable[[str], None]) -> None:
+    """Run every gate the plan requires (the chain check first under a marker)."""
+    from ..admission import record_gate
+    from ..gates.budget import budget_report
+    from ..gates.chain import run_prev_ok
+    from ..gates.qualification import qualify
+    from ..gates.receipts import read_admission_receipt, read_rng_receipt
+    from ..gates.rehearsal import rehearse, write_rehearsal
+    from ..gates.rng import check_rng
+    from ..registration import registered_plan
+    from ..replay import replay
+
+    reg = registered_plan(book, window)
+    plan = reg.plan
+    state = replay(book)
+    if state.marker is not None and state.marker.get("window") != window:
+        record = run_prev_ok(book, signer, window)
+        say(f"  gate chain_prev_ok: {record.result.verdict}")
+    receipt = read_admission_receipt(admission)
+    for gate in plan.required_gates:
+        if gate == "qualification":
+            result = qualify(repo, qualified, plan.commit, plan.qualification, receipt)
+            record_gate(book, signer, window, "qualification", result.verdict, result.evidence,
+                        commit=result.head, summary=result.summary)
+            say(f"  gate qualification: {result.verdict} ({result.summary})")
+        elif gate == "rng":
+            checked = check_rng(read_rng_receipt(rng), receipt, plan.commit)
+            record_gate(book, signer, window, "rng", checked.verdict, checked.evidence, commit=plan.commit,
+                        summary=checked.summary)
+            say(f"  gate rng: {checked.verdict}")
+        elif gate == "budget":
+            measured = 333.0 if plan.budget.pair_reserve_s is not None else None
+            report = budget_report(plan.budget, measured_reserve_s=measured)
+            record_gate(book, signer, window, "budget", report.verdict, report.to_json(), commit=plan.commit,
+                        summary=report.summary)
+            say(f"  gate budget: {report.verdict} ({report.summary})")
+        elif gate == "rehearsal":
+            from ledger.store import Blob
+
+            result_r = rehearse(sim_url, 1, timeout=30.0)
+            _, _, responses = write_rehearsal(result_r, out / f"rehearsal-{window}")
+            blob = Blob(responses, "application/x-ndjson")
+            record_gate(book, signer, window, "rehearsal", result_r.verdict,
+                        dict(result_r.to_json(), responses=blob.ref()), commit=plan.commit,
+                        summary=result_r.summary, blobs=[blob])
+            say(f"  gate rehearsal: {result_r.verdict} ({result_r.summary})")
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def _windows(scenario: str) -> list[DemoWindow]:
+    if scenario == "pp3":
+        return [DemoWindow("seed003-abba.toml", "pp3-abba", {})]
+    if scenario == "chain":
+        return [
+            DemoWindow("seed000-production-policy.toml", "chain-1-production-policy", {"chain": "chained"}),
+            DemoWindow("seed000-controlled.toml", "chain-2-controlled", {"chain": "chained"}),
+            DemoWindow("seed000-controlled.toml", "chain-3-controlled-last", {"chain": "last"}),
+        ]
+    if scenario == "faults":
+        return [DemoWindow("seed000-production-policy.toml", "faults-production-policy", {"chain": "none"})]
+    return [DemoWindow("seed000-production-policy.toml", "pp4-win2-production-policy", {"chain": "none"})]
+
+
+def _fault_injector(sim: Any, say: Callable[[str], None]) -> Callable[[int, int, str], None]:
+    """In the faults scenario: a stall, a 5xx burst and a thermal dial-back during s2's waves."""
+    done: set[str] = set()
+
+    def on_wave(count: int, _total: int, label: str) -> None:
+        if label.startswith("s2 ") and "stall" not in done:
+            done.add("stall")
+            sim.set_faults(stall={"after_chunks": 20, "seconds": 30.0, "count": 1})
+            say("  fault: the next stream stalls mid-way (cut by the request deadline)")
+        elif label.startswith("s2 ") and count >= 16 and "5xx" not in done:
+            done.add("5xx")
+            sim.set_faults(http_5xx={"count": 2, "status": 503})
+            say("  fault: a 5xx burst (2 requests)")
+        elif label.startswith("s3 ") and "thermal" not in done:
+            done.add("thermal")
+            sim.control("thermal", cap_mhz=2000)
+            say("  fault: THERMAL-WATCH dials the clock back inside the HOLD")
+
+    return on_wave
+
+
+def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
+             say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run a scenario in ``directory`` (created); returns a summary with ``ok``."""
+    import dataclasses
+
+    from ..auditor import run_audit
+    from ..decide.replay import replay_window
+    from ..drivers.sim import SimDriver
+    from ..plan_schema import read_plan_file
+    from ..registration import register_plan
+    from ..sim import start as start_sim
+    from ..sim.config import config_from_dict
+    from ..window import WindowRunner
+    from ..windowreport import window_report
+
+    emit = say or ((lambda _t: None) if quiet else print)
+    began = time.perf_counter()
+    directory.mkdir(parents=True, exist_ok=True)
+    windows = _windows(scenario)
+    loaded = [read_plan_file(EXAMPLES / w.plan_file, overrides={"window_id": w.window_id, **w.overrides})
+              for w in windows]
+    repo, qualified, head = make_repository(directory, [item.plan for item in loaded])
+    admission, rng = write_receipts(directory, qualified, head)
+    loaded = [read_plan_file(EXAMPLES / w.plan_file,
+                             overrides={"window_id": w.window_id, "commit": head, **w.overrides})
+              for w in windows]
+    config = config_from_dict(sim_config_for([item.plan for item in loaded], time_scale=DEMO_TIME_SCALE))
+    root = generate_key_file(directory / ".tally" / "root.pem", "root")
+    book = Ledger(f"sqlite:///{directory / 'tally.db'}")
+    book.init(f"tally.demo/{scenario}", root)
+    emit(f"tally demo ({scenario}): ledger {directory / 'tally.db'}, simulator time scale {DEMO_TIME_SCALE}")
+    summary: dict[str, Any] = {"scenario": scenario, "dir": str(directory), "db": str(directory / "tally.db"),
+                               "windows": [], "ok": True}
+    sim = start_sim(config, port=0)
+    try:
+        emit(f"simulator serving at {sim.url} (hosts {', '.join(HOSTS)})")
+        driver = SimDriver.for_handle(sim)
+        for item in loaded:
+            reg = register_plan(book, root, item)
+            emit(f"\nregistered {reg.window} (plan {reg.plan_sha256[:16]}) at seq {reg.seq}")
+            pass_gates(book, root, reg.window, repo=repo, qualified=qualified, admission=admission, rng=rng,
+                       sim_url=sim.url, out=directory, say=emit)
+            on_wave = _fault_injector(sim, emit) if scenario == "faults" else None
+            runner = WindowRunner(book, root, reg.window, driver, time_scale=DEMO_TIME_SCALE,
+                                  say=emit, on_wave=on_wave)
+            result = runner.run()
+            replayed = replay_window(book, reg.window)
+            report = window_report(book, reg.window, directory / "reports" / reg.window)
+            entry = dataclasses.asdict(result) | {"replay": "MATCH" if replayed.match else "MISMATCH",
+                                                  "report": report["html"]}
+            summary["windows"].append(entry)
+            emit(f"decision {result.decision} ({'; '.join(result.reasons) or 'no reasons'}); replay verdict "
+                 f"{entry['replay']}; report {report['html']}")
+            if result.blocked or not replayed.match:
+                summary["ok"] = False
+        driver.close()
+    finally:
+        sim.stop()
+    from ledger.bundle import export_bundle
+    from ledger.checkpoint import sign_checkpoint
+    from ledger.verify import verify_ledger
+
+    checkpoint = sign_checkpoint(book, root)
+    (directory / "checkpoint.txt").write_text(checkpoint.note)
+    verified = verify_ledger(book)
+    emit(f"\n{verified.summary()}")
+    audit = run_audit(book=book)
+    summary["audit"] = audit.to_json()
+    summary["ok"] = summary["ok"] and audit.ok
+    bundle = directory / "bundle"
+    export_bundle(book, bundle, signer=root)
+    bundle_audit = run_audit(bundle=bundle, root_key=root.id)
+    summary["bundle_audit"] = bundle_audit.ok
+    summary["ok"] = summary["ok"] and bundle_audit.ok
+    summary["seconds"] = round(time.perf_counter() - began, 1)
+    for line in audit.lines():
+        emit(line)
+    emit(f"bundle {bundle}: offline audit {'PASS' if bundle_audit.ok else 'FAIL'}")
+    emit(f"\nEverything is in {directory}/: tally.db (the ledger; try `tally --db {directory}/tally.db replay state`), "
+         f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), repo/ and the "
+         f"receipts the gates read. {summary['seconds']} s.")
+    book.close()
+    return summary

@@ -1,0 +1,86 @@
+"""One runner per window at a time, on any host.
+
+The ledger shows who holds the HOLD; this lock makes sure no two live runners act on
+one window at once (the second refuses). It dies with its process, so a crashed
+runner never blocks ``tally window resume``. PostgreSQL: a session-level advisory
+lock (every host sees it). SQLite: an ``flock`` on a file beside the database.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from ledger.db import sqlite_path
+from ledger.errors import PolicyError
+
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+__all__ = ["window_lock"]
+
+LOCK_CLASS = 0x7A11  # first key of pg_try_advisory_lock(int, int)
+_MEMORY: dict[str, threading.Lock] = {}
+_MEMORY_GUARD = threading.Lock()
+
+
+def _key(window: str) -> int:
+    return int.from_bytes(hashlib.sha256(window.encode()).digest()[:4], "big", signed=True)
+
+
+def _refuse(window: str) -> PolicyError:
+    return PolicyError(f"window {window} is being run by another runner right now (its lock is held); "
+                       "wait for it, or stop it, then `tally window resume`")
+
+
+@contextmanager
+def window_lock(ledger: Ledger, window: str) -> Iterator[None]:
+    """Hold the window's runner lock for the duration of the block, or refuse."""
+    if ledger.engine.dialect.name == "postgresql":
+        raw = ledger.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, _key(window)))
+            row = cursor.fetchone()
+            raw.commit()
+            if not row or not row[0]:
+                raise _refuse(window)
+            try:
+                yield
+            finally:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, _key(window)))
+                raw.commit()
+        finally:
+            raw.close()
+        return
+    path = sqlite_path(ledger.url)
+    if path is None:
+        with _MEMORY_GUARD:
+            lock = _MEMORY.setdefault(f"{id(ledger.engine)}:{window}", threading.Lock())
+        if not lock.acquire(blocking=False):
+            raise _refuse(window)
+        try:
+            yield
+        finally:
+            lock.release()
+        return
+    lock_path = path.with_name(f"{path.name}.window-{hashlib.sha256(window.encode()).hexdigest()[:16]}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _refuse(window) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

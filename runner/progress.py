@@ -1,0 +1,58 @@
+"""What a running window shows on a terminal: a progress bar over waves, and step lines.
+
+Quiet (no bar, lines only when asked) when stdout is not a terminal or in ``--json``
+mode. Rich is imported only when the bar is shown.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["Progress"]
+
+
+class Progress:
+    def __init__(self, *, enabled: bool, echo: bool = True) -> None:
+        self.enabled = enabled
+        self.echo = echo
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), transient=False)
+            self._bar.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(kind, value, traceback)
+
+    def begin(self, total: int, plan: Plan) -> None:
+        starts = " / ".join(s.label for s in plan.starts)
+        self.say(f"window {plan.window_id} ({plan.protocol}, {plan.mode}): {starts}; {total} waves; "
+                 f"budget {plan.budget.hard_ceiling_min:g} min")
+        if self._bar is not None:
+            self._task = self._bar.add_task("waves", total=total)
+
+    def say(self, text: str) -> None:
+        if not self.echo:
+            return
+        if self._bar is not None:
+            self._bar.console.print(text, highlight=False)
+        else:
+            print(text, file=sys.stdout, flush=True)
+
+    def wave(self, done: int, total: int, label: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=done, total=total, description=label)

@@ -1,0 +1,317 @@
+"""What a window does next, decided from replayed state only (SPEC 5.5-5.7). Pure.
+
+``next_step(ctx)`` looks at the folded state of the ledger (``runner.fold``), the plan,
+the site's hosts and the budget clock's reading, and names the one step to take now.
+The runner performs it, records it, replays, and asks again; a runner killed at any
+instant asks the same question on resume and gets the step that brings the window to
+a safe, recorded state. The order of steps is the reference sequence of SPEC 5.7:
+
+    preflight [placeholder proofs, quiet proof under a marker] -> drain -> hold.opened
+    -> snapshot -> for each start: start_arm, clock cap, start.began, standard_spec,
+    warm-up, waves, end of start -> measurement.ended -> ending -> decision
+
+Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
+cleared], production up, HOLD closed), ``chained`` (placeholders up before the first
+fence, fences, experiment stop, quiet proof, production-down proof, placeholder proofs,
+HOLD closed, marker set) and ``aborted`` (a restore that ends in ``window.closed
+aborted`` and decision REJECT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .clock import Limit
+from .fold import State, WindowState
+from .plan import Plan, WaveSpec
+
+__all__ = ["MAX_RESTORE_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
+
+MAX_RESTORE_ATTEMPTS = 3
+
+StepKind = Literal[
+    "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
+    "start_arm", "start_began", "spec_gate", "warmup", "wave", "end_start", "measurement_end",
+    "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
+    "production_up", "hold_close", "close", "placeholder_up", "fence", "experiment_stop",
+    "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "marker_set", "decide",
+    "done", "blocked",
+]
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    start: str | None = None
+    host: str | None = None
+    wave: WaveSpec | None = None
+    reason: str = ""
+    limit: Limit | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    plan: Plan
+    state: State
+    ws: WindowState
+    hosts: tuple[str, ...]
+    stop_limit: Limit | None = None      # the budget forbids new waves (stop admitting / restore point)
+    block_limit: Limit | None = None     # the running start is over its per-block limit
+
+
+def _done(ws: WindowState, action: str, *, host: str | None = None, after: int = 0, start: str | None = None,
+          ok: bool | None = True) -> bool:
+    for item in ws.finished:
+        if item["action"] != action or item["seq"] <= after:
+            continue
+        if host is not None and item["host"] != host:
+            continue
+        if start is not None and item.get("start") != start:
+            continue
+        if ok is None or item["ok"] == ok:
+            return True
+    return False
+
+
+def _failed_after(ws: WindowState, action: str, after: int) -> int:
+    return sum(1 for item in ws.finished if item["action"] == action and item["seq"] > after and not item["ok"])
+
+
+def _under_foreign_marker(ctx: Context) -> bool:
+    marker = ctx.state.marker
+    return marker is not None and marker.get("window") != ctx.ws.id
+
+
+def _aborting(ws: WindowState) -> str | None:
+    """Why the window ends aborted (None: it does not)."""
+    if ws.chain_aborted is not None:
+        return f"chain aborted: {ws.chain_aborted.get('reason')}"
+    if any(item.get("reason") == "abort" for item in ws.interrupted):
+        return "aborted by the operator (tally window abort)"
+    spec = ws.gates.get("standard_spec")
+    if spec is not None and spec.get("verdict") == "FAIL":
+        failed = [sid for sid, r in (spec.get("starts") or {}).items() if r.get("verdict") == "FAIL"]
+        return f"standard_spec FAIL for start {', '.join(failed) or '?'}"
+    return None
+
+
+def ending_of(plan: Plan, ws: WindowState) -> Literal["restored", "chained", "aborted"]:
+    """How this window ends, from what the ledger says about it so far."""
+    if _aborting(ws) is not None:
+        return "aborted"
+    failed = (ws.measurement_ended or {}).get("reason") in ("failed",)
+    if plan.chain == "chained" and not failed:
+        return "chained"
+    return "restored"
+
+
+def next_step(ctx: Context) -> Step:
+    ws, plan = ctx.ws, ctx.plan
+    if ws.decision is not None:
+        return Step("done")
+    if ws.ending is not None:
+        return Step("decide", reason=ws.ending)
+    if ws.open_actions:
+        action_id, info = min(ws.open_actions.items(), key=lambda item: item[1]["seq"])
+        return Step("probe", host=info.get("host"), reason=f"{info.get('action')} started at seq {info['seq']} "
+                    "has no recorded outcome", args={"probe_of": action_id, "action": info.get("action")})
+    if ws.chain_aborted is not None and ws.hold_seq is None and ws.measurement_ended is None:
+        return _ending(ctx, "aborted")
+    if ws.admitted_seq is None:
+        return Step("blocked", reason=f"window {ws.id} is not admitted (phase {ws.phase})")
+    if ws.measurement_ended is not None:
+        return _ending(ctx, ending_of(plan, ws))
+    if ws.hold_seq is None and not ws.starts:
+        return _opening(ctx)
+    return _measuring(ctx)
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def _opening(ctx: Context) -> Step:
+    ws, state = ctx.ws, ctx.state
+    if state.hold is not None and state.hold.get("owner") != ws.id:
+        return Step("blocked", reason=f"the HOLD is owned by {state.hold.get('owner')} (seq {state.hold.get('seq')})")
+    if _aborting(ws) is not None:
+        return _ending(ctx, "aborted")
+    if any(item.get("reason") == "signal" for item in ws.interrupted):
+        if _under_foreign_marker(ctx):
+            return Step("chain_abort", reason="interrupted before the HOLD under the marker")
+        return Step("measurement_end", reason="interrupted before the HOLD", args={"why": "interrupted"})
+    if not _done(ws, "preflight"):
+        if _done(ws, "preflight", ok=False):
+            if _under_foreign_marker(ctx):
+                return Step("chain_abort", reason="preflight failed before the HOLD")
+            return Step("measurement_end", reason="preflight failed before the HOLD", args={"why": "failed"})
+        return Step("preflight")
+    if _under_foreign_marker(ctx):
+        for host in ctx.hosts:  # placeholders are probed only while the marker is present
+            if not _done(ws, "placeholder_proof", host=host):
+                if _done(ws, "placeholder_proof", host=host, ok=False):
+                    return Step("chain_abort", reason=f"placeholder proof failed on {host} before the HOLD")
+                return Step("placeholder_proof", host=host)
+        if not _done(ws, "quiet_proof"):
+            if _done(ws, "quiet_proof", ok=False):
+                return Step("chain_abort", reason="hosts not proved quiet before the HOLD")
+            return Step("quiet_proof")
+        return Step("hold_open", args={"from_marker": True})
+    if state.production != "down" or not _done(ws, "drain"):
+        if _done(ws, "drain", ok=False):
+            return Step("measurement_end", reason="drain failed before the HOLD", args={"why": "failed"})
+        return Step("drain")
+    return Step("hold_open", args={"from_marker": False})
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _measuring(ctx: Context) -> Step:
+    ws, plan = ctx.ws, ctx.plan
+    if ws.hold_seq is None:  # starts exist but the HOLD is gone: nothing may be measured now
+        return Step("measurement_end", reason="the HOLD is not open", args={"why": "failed"})
+    if ws.production_snapshot is None:
+        return Step("snapshot", args={"from_marker": _under_foreign_marker(ctx)})
+    if _aborting(ws) is not None:
+        return _stop_measuring(ctx, "aborted", _aborting(ws) or "")
+    if any(item.get("reason") == "signal" for item in ws.interrupted):
+        return _stop_measuring(ctx, "interrupted", "interrupted by a signal")
+    for start in plan.starts:
+        info = ws.starts.get(start.id)
+        if info is not None and info["status"] == "ended":
+            continue
+        return _start_step(ctx, start.id, info)
+    return Step("measurement_end", reason="every planned wave was measured", args={"why": "complete"})
+
+
+def _stop_measuring(ctx: Context, why: str, reason: str) -> Step:
+    current = ctx.ws.current_start
+    if current is not None:
+        return Step("end_start", start=current, reason=reason, args={"truncated": True})
+    return Step("measurement_end", reason=reason, args={"why": why})
+
+
+def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Step:
+    ws, plan = ctx.ws, ctx.plan
+    engine = ws.engine or {}
+    running = engine.get("start") == start_id and engine.get("status") in ("ready", "starting", None) \
+        and engine.get("arm") == plan.arm(plan.start(start_id).role).name
+    if info is None:
+        if ctx.stop_limit is not None:
+            return _budget_or_end(ctx, ctx.stop_limit, None)
+        if not running:
+            if _failed_after_start(ws, "start_arm", start_id) >= 2:
+                return Step("measurement_end", reason=f"start_arm failed twice for {start_id}", args={"why": "failed"})
+            return Step("start_arm", start=start_id)
+        return Step("start_began", start=start_id)
+    if not running:  # began, and the engine is gone (a crash took it, or it never came back)
+        return Step("end_start", start=start_id, reason="the engine of this start is not running",
+                    args={"truncated": True, "lost": True})
+    spec = (ws.gates.get("standard_spec") or {}).get("starts", {}).get(start_id)
+    if spec is None:
+        return Step("spec_gate", start=start_id)
+    if info.get("warmup") is None:
+        return Step("warmup", start=start_id)
+    if ctx.block_limit is not None:
+        return _budget_or_end(ctx, ctx.block_limit, start_id)
+    if ctx.stop_limit is not None:
+        return _budget_or_end(ctx, ctx.stop_limit, start_id)
+    done = info.get("waves") or {}
+    for wave in plan.waves_of(start_id):
+        if wave.wave not in done.get(wave.cell, []):
+            return Step("wave", start=start_id, wave=wave)
+    return Step("end_start", start=start_id, reason="every wave of the start was measured")
+
+
+def _budget_or_end(ctx: Context, limit: Limit, start_id: str | None) -> Step:
+    """Record the budget's decision once, then act on it."""
+    ws = ctx.ws
+    if not any(b.get("action") == limit.action and b.get("start") == start_id for b in ws.budget):
+        return Step("budget", start=start_id, limit=limit, reason=limit.reason)
+    if start_id is not None:
+        return Step("end_start", start=start_id, reason=limit.reason, args={"truncated": True})
+    why = "hard_limit" if limit.action == "begin_restore" else "stop_admitting"
+    return Step("measurement_end", reason=limit.reason, args={"why": why})
+
+
+# --------------------------------------------------------------------------- endings
+
+
+def _ending(ctx: Context, ending: str) -> Step:
+    if ending == "chained":
+        return _chained_close(ctx)
+    return _restore_ending(ctx, ending)
+
+
+def _restore_ending(ctx: Context, ending: str) -> Step:
+    ws, state = ctx.ws, ctx.state
+    if ending == "aborted" and ws.chain_aborted is None and _under_foreign_marker(ctx) and ws.hold_seq is None:
+        return Step("chain_abort", reason=_aborting(ws) or "aborted before the HOLD under the marker")
+    since = max((ws.measurement_ended or {}).get("seq") or 0, (ws.chain_aborted or {}).get("seq") or 0)
+    latest = ws.restore if ws.restore is not None and ws.restore["seq"] > since else None
+    # An escalated (failed) restore ends a run; a resumed run tries again from there.
+    base = latest["seq"] if latest is not None and latest.get("status") == "failed" else since
+    restored = latest if latest is not None and latest.get("status") == "ok" else None
+    failures = _failed_after(ws, "restore", base) + _failed_after(ws, "watch", base)
+    watch = ws.watch if ws.watch is not None and restored is not None and ws.watch["seq"] > restored["seq"] else None
+    if restored is None or (watch is not None and watch.get("verdict") != "PASS"):
+        if failures >= MAX_RESTORE_ATTEMPTS:
+            return Step("restore_failed", reason=f"restore did not hold after {failures} attempts",
+                        args={"attempts": failures})
+        return Step("restore", args={"attempt": failures + 1})
+    if watch is None:
+        return Step("watch")
+    marker = state.marker
+    if marker is not None:
+        for host in sorted(state.placeholders):
+            return Step("placeholder_down", host=host)
+        return Step("marker_clear", args={"watch_seq": watch["seq"], "sha": marker.get("production_snapshot_sha256")})
+    if state.production != "up":
+        return Step("production_up", args={"watch_seq": watch["seq"]})
+    if state.hold is not None and state.hold.get("owner") == ws.id:
+        return Step("hold_close", reason="restored")
+    summary = ("ABORTED: production restored, watch PASS" if ending == "aborted"
+               else "RESTORED: production up, watch PASS")
+    return Step("close", args={"ending": ending, "summary": summary})
+
+
+def _chained_close(ctx: Context) -> Step:
+    ws, state, hosts = ctx.ws, ctx.state, ctx.hosts
+    since = (ws.measurement_ended or {}).get("seq", 0)
+    for host in hosts:  # placeholders up on every host before the first fence
+        if host not in state.placeholders or state.placeholders[host].get("window") != ws.id:
+            if host in state.placeholders:
+                continue  # held by an earlier window of the chain: still up
+            return Step("placeholder_up", host=host)
+    sequence: Sequence[tuple[StepKind, str, str | None]] = (
+        *(("fence", "fence", h) for h in hosts),
+        ("experiment_stop", "experiment_stop", None),
+        ("closing_quiet_proof", "quiet_proof", None),
+        ("production_down_proof", "production_down_proof", None),
+        *(("closing_placeholder_proof", "placeholder_proof", h) for h in hosts),
+    )
+    for kind, action, target in sequence:
+        if not _done(ws, action, host=target, after=since):
+            if _failed_after_host(ws, action, target, since) >= MAX_RESTORE_ATTEMPTS:
+                return Step("blocked", reason=f"{action} failed {MAX_RESTORE_ATTEMPTS} times during the chained "
+                            "close; production is down and the HOLD stays ours: escalate")
+            return Step(kind, host=target)
+    if state.production != "down":
+        return Step("production_down_proof")
+    if state.hold is not None and state.hold.get("owner") == ws.id:
+        return Step("hold_close", reason="chained")
+    if ws.marker_set_seq is None:
+        return Step("marker_set")
+    return Step("close", args={"ending": "chained", "summary": "CHAINED: production left down"})
+
+
+def _failed_after_start(ws: WindowState, action: str, start: str) -> int:
+    return sum(1 for i in ws.finished if i["action"] == action and i.get("start") == start and not i["ok"])
+
+
+def _failed_after_host(ws: WindowState, action: str, host: str | None, after: int) -> int:
+    return sum(1 for i in ws.finished
+               if i["action"] == action and i["seq"] > after and not i["ok"] and (host is None or i["host"] == host))

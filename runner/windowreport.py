@@ -1,0 +1,49 @@
+"""``tally window report``: the report of a decided window, from its recorded decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.errors import PolicyError
+
+from .registration import registered_plan
+
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+__all__ = ["window_report"]
+
+
+def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
+    """Write report.html and report.md for ``window``; returns their paths and the decision."""
+    from .report import write_report
+
+    reg = registered_plan(ledger, window)
+    decision = None
+    closed = None
+    for event in ledger.events(stream=f"window/{window}", types=["decision.recorded", "window.closed"]):
+        if event.type == "decision.recorded" and decision is None:
+            decision = event
+        elif event.type == "window.closed" and closed is None:
+            closed = event
+    if decision is None:
+        raise PolicyError(f"window {window} has no recorded decision yet")
+    payload = decision.payload
+    context = {
+        "window": window, "plan_sha256": reg.plan_sha256, "protocol": reg.plan.protocol, "mode": reg.plan.mode,
+        "registered_seq": reg.seq, "decision_seq": decision.seq, "decision_hash": decision.hash,
+        "inputs_digest": payload["inputs_digest"], "ending": closed.payload.get("ending") if closed else None,
+        "ledger": ledger.info.origin,
+    }
+    result = payload["result"]
+    if result.get("decision") == "REJECT" and result.get("rule") and "cells" not in result and "per_pair" not in result:
+        # An aborted window: render what the rule computes from the recorded input, headed by the REJECT.
+        from .decide import compute
+
+        computed = compute(payload["input"])
+        computed["decision"] = "REJECT"
+        computed["reasons"] = list(result.get("reasons", [])) + computed.get("reasons", [])
+        result = computed
+    paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context)
+    return {**paths.to_json(), "decision": payload["result"].get("decision")}
