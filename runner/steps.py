@@ -281,10 +281,8 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
 def _chained_close(ctx: Context) -> Step:
     ws, state, hosts = ctx.ws, ctx.state, ctx.hosts
     since = (ws.measurement_ended or {}).get("seq", 0)
-    for host in hosts:  # placeholders up on every host before the first fence
-        if host not in state.placeholders or state.placeholders[host].get("window") != ws.id:
-            if host in state.placeholders:
-                continue  # held by an earlier window of the chain: still up
+    for host in hosts:  # this window raises placeholders on every host before the first fence
+        if (state.placeholders.get(host) or {}).get("window") != ws.id:
             return Step("placeholder_up", host=host)
     sequence: Sequence[tuple[StepKind, str, str | None]] = (
         *(("fence", "fence", h) for h in hosts),

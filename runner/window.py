@@ -422,13 +422,16 @@ class WindowRunner:
         began = self._block_began(ws, step.start)
         block = self.clock.minutes(began, now) if began else None
         cut_s, cut = self.clock.wave_cut_s(elapsed, block)
-        deadline = min(self.plan.measurement.wave_deadline_s, cut_s) if cut_s > 0 else 0.001
+        # Plan deadlines are in window seconds; the site's time scale makes them real ones.
+        wave_deadline = self.plan.measurement.wave_deadline_s * self.clock.time_scale
+        request_deadline = self.plan.measurement.request_deadline_s * self.clock.time_scale
+        deadline = min(wave_deadline, cut_s) if cut_s > 0 else 0.001
         sampling = self.plan.sampling
         t0 = time.perf_counter()
         measured = measure_wave(
             self.driver.serving_url, self.driver.metrics_urls[0] if self.driver.metrics_urls else None, prompts,
             model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
-            deadline_s=self.plan.measurement.request_deadline_s, wave_deadline_s=deadline,
+            deadline_s=request_deadline, wave_deadline_s=deadline,
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
         )
@@ -436,7 +439,7 @@ class WindowRunner:
         result.measuring_s += spent
         result.waves += 1
         items = [self._wave_event(step.start, wave.cell, wave.repeat, wave.wave, measured)]
-        cut_by_budget = deadline < self.plan.measurement.wave_deadline_s and spent >= deadline * 0.98
+        cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", {
                 "action": cut.action, "reason": cut.reason, "elapsed_min": round(self.clock.minutes(

@@ -112,12 +112,20 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     used: list[Event] = []
     starts: dict[str, dict[str, Any]] = {}
     waves: list[dict[str, Any]] = []
+    incomplete: list[str] = []
     for event in events:
         p = event.payload
         if event.type == "start.began":
             starts[p["start"]] = {"role": p["role"], "clock_cap_mhz": p.get("clock_cap_mhz")}
             used.append(event)
         elif event.type == "wave.measured":
+            used.append(event)
+            if not p.get("complete", True):
+                # A wave the client marked incomplete (failed, timed-out or cancelled requests,
+                # unreadable counters) is not a measurement: its repeat lacks data.
+                incomplete.append(f"{p['start']}/{p['cell']}/wave {p['wave']}: "
+                                  + "; ".join(p.get("incomplete_reasons") or ["incomplete"]))
+                continue
             counters, client = p["counters"], p["client"]
             waves.append({
                 "start": p["start"], "cell": p["cell"], "repeat": p["repeat"], "family": p["family"],
@@ -127,7 +135,6 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
                 "client_tokens_after_first": client.get("tokens_after_first"),
                 "client_decode_s": client.get("decode_s"),
             })
-            used.append(event)
     thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") == "dial_back"]
     used.extend(thermal)
     for start in plan.starts:  # a start that never began still appears, with no clock cap
@@ -144,6 +151,8 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
         "waves": waves,
         "archive": entries,
     }
+    if incomplete:
+        data["excluded_waves"] = incomplete
     return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
 
 

@@ -108,6 +108,7 @@ class Win2Input:
     thermal_dialbacks_in_hold: int
     waves: tuple[Wave, ...]
     archive: tuple[ArchiveEntry, ...]
+    excluded: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -116,7 +117,7 @@ def parse(data: Any) -> Win2Input:
     """Validate a ``win2-v1`` input; raise ``FormatError`` naming the first bad field."""
     obj = get_object(data, "input")
     check_keys(obj, "", ("rule", "decision_cells", "production_clock_cap_mhz", "starts",
-                         "thermal_dialbacks_in_hold", "waves"), ("params", "archive"))
+                         "thermal_dialbacks_in_hold", "waves"), ("params", "archive", "excluded_waves"))
     get_str(obj["rule"], "rule", choices=(RULE,))
     params = _params(obj.get("params", {}))
     cells_raw = get_list(obj["decision_cells"], "decision_cells")
@@ -137,7 +138,9 @@ def parse(data: Any) -> Win2Input:
     _check_duplicates(waves)
     archive = tuple(_archive_entry(e, f"archive[{i}]", production_cap)
                     for i, e in enumerate(get_list(obj.get("archive", []), "archive")))
-    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive)
+    excluded = tuple(get_str(x, f"excluded_waves[{i}]")
+                     for i, x in enumerate(get_list(obj.get("excluded_waves", []), "excluded_waves")))
+    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, excluded)
 
 
 def _params(value: Any) -> Win2Params:
@@ -288,6 +291,7 @@ def decide(inp: Win2Input) -> dict[str, Any]:
         grouped.setdefault((w.start, w.cell, w.repeat), []).append(w)
 
     inconclusive: list[str] = _clock_reasons(inp)
+    inconclusive.extend(f"missing data: wave not counted ({why})" for why in inp.excluded)
     if inp.thermal_dialbacks_in_hold > 0:
         inconclusive.append(f"thermal dial-back inside the HOLD ({inp.thermal_dialbacks_in_hold} event(s))")
     if len(families) != FAMILIES_PER_REPEAT:

@@ -141,20 +141,14 @@ def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualifi
     """Run every gate the plan requires (the chain check first under a marker)."""
     from ..admission import record_gate
     from ..gates.budget import budget_report
-    from ..gates.chain import run_prev_ok
     from ..gates.qualification import qualify
     from ..gates.receipts import read_admission_receipt, read_rng_receipt
     from ..gates.rehearsal import rehearse, write_rehearsal
     from ..gates.rng import check_rng
     from ..registration import registered_plan
-    from ..replay import replay
 
     reg = registered_plan(book, window)
     plan = reg.plan
-    state = replay(book)
-    if state.marker is not None and state.marker.get("window") != window:
-        record = run_prev_ok(book, signer, window)
-        say(f"  gate chain_prev_ok: {record.result.verdict}")
     receipt = read_admission_receipt(admission)
     for gate in plan.required_gates:
         if gate == "qualification":
@@ -183,6 +177,17 @@ def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualifi
                         dict(result_r.to_json(), responses=blob.ref()), commit=plan.commit,
                         summary=result_r.summary, blobs=[blob])
             say(f"  gate rehearsal: {result_r.verdict} ({result_r.summary})")
+
+
+def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[str], None]) -> None:
+    """Under another window's marker: the previous window must have left a consistent chain."""
+    from ..gates.chain import run_prev_ok
+    from ..replay import replay
+
+    state = replay(book)
+    if state.marker is not None and state.marker.get("window") != window:
+        record = run_prev_ok(book, signer, window)
+        say(f"  gate chain_prev_ok: {record.result.verdict} ({record.result.summary})")
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -260,11 +265,16 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
     try:
         emit(f"simulator serving at {sim.url} (hosts {', '.join(HOSTS)})")
         driver = SimDriver.for_handle(sim)
-        for item in loaded:
+        registrations = []
+        for item in loaded:  # every gate before any host contact (the rehearsal needs production up)
             reg = register_plan(book, root, item)
+            registrations.append(reg)
             emit(f"\nregistered {reg.window} (plan {reg.plan_sha256[:16]}) at seq {reg.seq}")
             pass_gates(book, root, reg.window, repo=repo, qualified=qualified, admission=admission, rng=rng,
                        sim_url=sim.url, out=directory, say=emit)
+        for reg in registrations:
+            emit(f"\nwindow {reg.window}")
+            pass_chain_gate(book, root, reg.window, emit)
             on_wave = _fault_injector(sim, emit) if scenario == "faults" else None
             runner = WindowRunner(book, root, reg.window, driver, time_scale=DEMO_TIME_SCALE,
                                   say=emit, on_wave=on_wave)
