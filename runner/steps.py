@@ -149,6 +149,11 @@ def _opening(ctx: Context) -> Step:
             return Step("measurement_end", reason="preflight failed before the HOLD", args={"why": "failed"})
         return Step("preflight")
     if _under_foreign_marker(ctx):
+        marker_seq = (ctx.state.marker or {}).get("seq", 0)
+        prev_ok = ws.gates.get("chain_prev_ok") or {}
+        if prev_ok.get("verdict") != "PASS" or int(prev_ok.get("seq", 0)) < marker_seq:
+            return Step("blocked", reason=f"a chain marker (window {(ctx.state.marker or {}).get('window')}) is "
+                        "present: run `tally chain prev-ok` for this window first")
         for host in ctx.hosts:  # placeholders are probed only while the marker is present
             if not _done(ws, "placeholder_proof", host=host):
                 if _done(ws, "placeholder_proof", host=host, ok=False):

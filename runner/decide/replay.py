@@ -75,6 +75,15 @@ def _archive_entries(
     return entries, used
 
 
+def _not_counted(payload: dict[str, Any]) -> str:
+    """Why a wave does not count for win2 ('' when it does)."""
+    reasons = [] if payload.get("complete", True) else list(payload.get("incomplete_reasons") or ["incomplete"])
+    censored = (payload.get("client") or {}).get("censored", 0)
+    if censored:
+        reasons.append(f"{censored} request(s) censored by a deadline")
+    return "; ".join(reasons)
+
+
 def _in_hold(events: Sequence[Event]) -> list[Event]:
     inside, out = False, []
     for event in events:
@@ -120,11 +129,12 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
             used.append(event)
         elif event.type == "wave.measured":
             used.append(event)
-            if not p.get("complete", True):
+            why = _not_counted(p)
+            if why:
                 # A wave the client marked incomplete (failed, timed-out or cancelled requests,
-                # unreadable counters) is not a measurement: its repeat lacks data.
-                incomplete.append(f"{p['start']}/{p['cell']}/wave {p['wave']}: "
-                                  + "; ".join(p.get("incomplete_reasons") or ["incomplete"]))
+                # unreadable counters), or one with requests cut short by a deadline (no longer
+                # the registered forced length), is not a measurement: its repeat lacks data.
+                incomplete.append(f"{p['start']}/{p['cell']}/wave {p['wave']}: {why}")
                 continue
             counters, client = p["counters"], p["client"]
             waves.append({

@@ -15,6 +15,7 @@ windows, then a restoring one), ``pp3`` (seed 003's ABBA window), ``faults`` (a 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,8 @@ from typing import Any
 from ledger.keys import Signer, generate_key_file
 from ledger.store import Ledger
 
-__all__ = ["DEMO_TIME_SCALE", "DemoWindow", "run_demo", "sim_config_for"]
+__all__ = ["DEMO_TIME_SCALE", "DemoWindow", "World", "build_world", "pass_chain_gate", "pass_gates", "run_demo",
+           "sim_config_for"]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO_TIME_SCALE = 0.02
@@ -42,6 +44,7 @@ class DemoWindow:
     plan_file: str
     window_id: str
     overrides: Mapping[str, Any]
+    edit: Callable[[str], str] | None = None  # a change to the plan's TOML text (tests)
 
 
 def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) -> dict[str, Any]:
@@ -228,69 +231,108 @@ def _fault_injector(sim: Any, say: Callable[[str], None]) -> Callable[[int, int,
     return on_wave
 
 
+@dataclass
+class World:
+    """Everything a demo (or an end-to-end test) runs windows in."""
+
+    directory: Path
+    book: Ledger
+    root: Signer
+    repo: Path
+    qualified: str
+    head: str
+    admission: Path
+    rng: Path
+    sim: Any
+    driver: Any
+    time_scale: float
+    plans: list[Any]
+
+
+def _plan_file(directory: Path, window: DemoWindow) -> Path:
+    """The example plan copied into the demo directory (edited if the window says so)."""
+    target = directory / "plans"
+    if not (target / "families").exists():
+        shutil.copytree(EXAMPLES / "families", target / "families")
+    text = (EXAMPLES / window.plan_file).read_text()
+    if window.edit is not None:
+        text = window.edit(text)
+    path = target / f"{window.window_id}.toml"
+    path.write_text(text)
+    return path
+
+
+def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: float = DEMO_TIME_SCALE,
+                origin: str = "tally.demo/window", sim_config: Mapping[str, Any] | None = None) -> World:
+    """Plans, a git repository and receipts for the gates, a fresh ledger, a running simulator."""
+    from ..drivers.sim import SimDriver
+    from ..plan_schema import read_plan_file
+    from ..sim import start as start_sim
+    from ..sim.config import config_from_dict
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = [(_plan_file(directory, w), w) for w in windows]
+    first = [read_plan_file(path, overrides={"window_id": w.window_id, **w.overrides}).plan for path, w in files]
+    repo, qualified, head = make_repository(directory, first)
+    admission, rng = write_receipts(directory, qualified, head)
+    loaded = [read_plan_file(path, overrides={"window_id": w.window_id, "commit": head, **w.overrides})
+              for path, w in files]
+    config = dict(sim_config_for([item.plan for item in loaded], time_scale=time_scale))
+    config.update(sim_config or {})
+    root = generate_key_file(directory / ".tally" / "root.pem", "root")
+    book = Ledger(f"sqlite:///{directory / 'tally.db'}")
+    book.init(origin, root)
+    sim = start_sim(config_from_dict(config), port=0)
+    (directory / "site.toml").write_text(f'kind = "sim"\nurl = "{sim.url}"\n')
+    return World(directory, book, root, repo, qualified, head, admission, rng, sim, SimDriver.for_handle(sim),
+                 time_scale, loaded)
+
+
 def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
-             say: Callable[[str], None] | None = None) -> dict[str, Any]:
+             say: Callable[[str], None] | None = None, time_scale: float = DEMO_TIME_SCALE) -> dict[str, Any]:
     """Run a scenario in ``directory`` (created); returns a summary with ``ok``."""
     import dataclasses
 
     from ..auditor import run_audit
     from ..decide.replay import replay_window
-    from ..drivers.sim import SimDriver
-    from ..plan_schema import read_plan_file
     from ..registration import register_plan
-    from ..sim import start as start_sim
-    from ..sim.config import config_from_dict
     from ..window import WindowRunner
     from ..windowreport import window_report
 
     emit = say or ((lambda _t: None) if quiet else print)
     began = time.perf_counter()
-    directory.mkdir(parents=True, exist_ok=True)
-    windows = _windows(scenario)
-    loaded = [read_plan_file(EXAMPLES / w.plan_file, overrides={"window_id": w.window_id, **w.overrides})
-              for w in windows]
-    repo, qualified, head = make_repository(directory, [item.plan for item in loaded])
-    admission, rng = write_receipts(directory, qualified, head)
-    loaded = [read_plan_file(EXAMPLES / w.plan_file,
-                             overrides={"window_id": w.window_id, "commit": head, **w.overrides})
-              for w in windows]
-    config = config_from_dict(sim_config_for([item.plan for item in loaded], time_scale=DEMO_TIME_SCALE))
-    root = generate_key_file(directory / ".tally" / "root.pem", "root")
-    book = Ledger(f"sqlite:///{directory / 'tally.db'}")
-    book.init(f"tally.demo/{scenario}", root)
-    emit(f"tally demo ({scenario}): ledger {directory / 'tally.db'}, simulator time scale {DEMO_TIME_SCALE}")
+    world = build_world(directory, _windows(scenario), time_scale=time_scale, origin=f"tally.demo/{scenario}")
+    book, root = world.book, world.root
+    emit(f"tally demo ({scenario}): ledger {directory / 'tally.db'}, simulator at {world.sim.url} "
+         f"(hosts {', '.join(HOSTS)}, time scale {time_scale})")
     summary: dict[str, Any] = {"scenario": scenario, "dir": str(directory), "db": str(directory / "tally.db"),
                                "windows": [], "ok": True}
-    sim = start_sim(config, port=0)
     try:
-        emit(f"simulator serving at {sim.url} (hosts {', '.join(HOSTS)})")
-        driver = SimDriver.for_handle(sim)
         registrations = []
-        for item in loaded:  # every gate before any host contact (the rehearsal needs production up)
+        for item in world.plans:  # every gate before any host contact (the rehearsal needs production up)
             reg = register_plan(book, root, item)
             registrations.append(reg)
             emit(f"\nregistered {reg.window} (plan {reg.plan_sha256[:16]}) at seq {reg.seq}")
-            pass_gates(book, root, reg.window, repo=repo, qualified=qualified, admission=admission, rng=rng,
-                       sim_url=sim.url, out=directory, say=emit)
+            pass_gates(book, root, reg.window, repo=world.repo, qualified=world.qualified,
+                       admission=world.admission, rng=world.rng, sim_url=world.sim.url, out=directory, say=emit)
         for reg in registrations:
             emit(f"\nwindow {reg.window}")
             pass_chain_gate(book, root, reg.window, emit)
-            on_wave = _fault_injector(sim, emit) if scenario == "faults" else None
-            runner = WindowRunner(book, root, reg.window, driver, time_scale=DEMO_TIME_SCALE,
-                                  say=emit, on_wave=on_wave)
+            on_wave = _fault_injector(world.sim, emit) if scenario == "faults" else None
+            runner = WindowRunner(book, root, reg.window, world.driver, time_scale=time_scale, say=emit,
+                                  on_wave=on_wave)
             result = runner.run()
             replayed = replay_window(book, reg.window)
             report = window_report(book, reg.window, directory / "reports" / reg.window)
             entry = dataclasses.asdict(result) | {"replay": "MATCH" if replayed.match else "MISMATCH",
                                                   "report": report["html"]}
             summary["windows"].append(entry)
-            emit(f"decision {result.decision} ({'; '.join(result.reasons) or 'no reasons'}); replay verdict "
-                 f"{entry['replay']}; report {report['html']}")
+            emit(f"decision {result.decision}; replay verdict {entry['replay']}; report {report['html']}")
             if result.blocked or not replayed.match:
                 summary["ok"] = False
-        driver.close()
+        world.driver.close()
     finally:
-        sim.stop()
+        world.sim.stop()
     from ledger.bundle import export_bundle
     from ledger.checkpoint import sign_checkpoint
     from ledger.verify import verify_ledger
@@ -312,7 +354,7 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
         emit(line)
     emit(f"bundle {bundle}: offline audit {'PASS' if bundle_audit.ok else 'FAIL'}")
     emit(f"\nEverything is in {directory}/: tally.db (the ledger; try `tally --db {directory}/tally.db replay state`), "
-         f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), repo/ and the "
+         f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), plans/, repo/ and the "
          f"receipts the gates read. {summary['seconds']} s.")
     book.close()
     return summary

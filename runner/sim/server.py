@@ -360,7 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
         config = self.server.config
         if request.seed is not None:
             fingerprint = hashlib.sha256(repr(request.prompt_ids).encode()).hexdigest()[:16]
-            key = f"{config.seed}|{engine.arm.name}|seed={request.seed}|{fingerprint}|{request.params.max_tokens}"
+            # Common random numbers: the same request draws the same uniforms on every arm, so
+            # arms differ only by what they do with them (an identical arm gives identical steps).
+            key = f"{config.seed}|seed={request.seed}|{fingerprint}|{request.params.max_tokens}"
         else:
             with engine._lock:
                 engine.unseeded += 1
