@@ -383,6 +383,7 @@ class WindowRunner:
         record_gate(self.ledger, self.signer, self.window, "standard_spec", checked.verdict, checked.evidence,
                     commit=self.plan.commit, start=start.id, summary="; ".join(checked.failures) or "standard",
                     auto_admit=False)
+        self._crash.after(["gate.result"])
         self.say(f"  standard_spec {start.label}: {checked.verdict}")
 
     def _do_warmup(self, step: Step, _r: RunResult) -> None:
