@@ -49,7 +49,8 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
     book = state.ledger()
     signer = state.signer(book.url)
     driver, scale = _site(site)
-    with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty()) as progress:
+    with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty(),
+                                             echo=not json_out) as progress:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
                               say=(lambda _t: None) if json_out else progress.say,
                               on_wave=progress.wave, owner=window)

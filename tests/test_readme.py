@@ -1,16 +1,21 @@
-"""The README's commands: `make demo` runs `tally demo`; its walkthrough does what it says."""
+"""The README's commands: `make demo` runs `tally demo`; every demo scenario does what it says."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner.demo.ledger_tour import ledger_tour
+from runner.demo.scenarios import run_demo
 from tests.ledger.independent_checker import check_events_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
+TALLY = str(Path(sys.executable).with_name("tally"))
 
 
 def test_readme_starts_with_the_two_commands() -> None:
@@ -22,6 +27,23 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
+def test_every_command_is_documented_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    from typer.main import get_command
+
+    from cli.app import app
+
+    root = get_command(app)
+    missing = []
+    for name, cmd in root.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(cmd, "commands", None)
+        for sub in (subs or {None: cmd}):
+            line = f"tally {name}" + (f" {sub}" if sub else "")
+            if line not in readme:
+                missing.append(line)
+    assert missing == []
+
+
 def test_ledger_tour_catches_its_tamper(tmp_path: Path) -> None:
     lines: list[str] = []
     result = ledger_tour(tmp_path / "tour", say=lines.append)
@@ -31,12 +53,42 @@ def test_ledger_tour_catches_its_tamper(tmp_path: Path) -> None:
     assert any("caught it" in line for line in lines)
 
 
-def test_tally_demo_command(tmp_path: Path) -> None:
-    tally = Path(sys.executable).with_name("tally")
-    proc = subprocess.run([str(tally), "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
+def test_tally_demo_default_window(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    proc = subprocess.run([TALLY, "demo", "--dir", str(directory), "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] and summary["bundle_audit"]
+    (only,) = summary["windows"]
+    assert only["ending"] == "restored" and only["replay"] == "MATCH" and only["waves"] == 36
+    assert summary["audit"]["protocol"]["ok"] and not summary["audit"]["protocol"]["violations"]
+    assert (directory / "tally.db").exists() and (directory / "bundle" / "checkpoint.txt").exists()
+    html = Path(only["report"]).read_text()
+    assert only["decision"] in html and "data:image/svg+xml;base64," in html
+    again = subprocess.run([TALLY, "demo", "--dir", str(directory)], capture_output=True, text=True)
+    assert again.returncode == 2 and "not empty" in again.stderr
+    audit = subprocess.run([TALLY, "audit", str(directory / "bundle")], capture_output=True, text=True)
+    assert audit.returncode == 0 and "every invariant holds" in audit.stdout
+
+
+@pytest.mark.parametrize(("scenario", "endings", "decisions"), [
+    ("pp3", ["restored"], {"CANDIDATE", "NO_PROMOTION"}),
+    ("chain", ["chained", "chained", "restored"], {"WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"}),
+    ("faults", ["restored"], {"INCONCLUSIVE"}),
+])
+def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decisions: set[str]) -> None:
+    summary = run_demo(tmp_path / scenario, scenario, quiet=True, time_scale=0.01)
+    assert summary["ok"], summary
+    assert [w["ending"] for w in summary["windows"]] == endings
+    assert all(w["decision"] in decisions and w["replay"] == "MATCH" for w in summary["windows"])
+    if scenario == "faults":
+        reasons = " ".join(summary["windows"][0]["reasons"])
+        assert "thermal dial-back inside the HOLD" in reasons and "wave not counted" in reasons
+
+
+def test_tally_demo_ledger_scenario(tmp_path: Path) -> None:
+    proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "caught" in proc.stdout
-    again = subprocess.run([str(tally), "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
-                           capture_output=True, text=True)
-    assert again.returncode == 2 and "not empty" in again.stderr

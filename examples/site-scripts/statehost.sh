@@ -79,7 +79,10 @@ case "$ACTION" in
     hang_if_asked
     echo "$arm $role ready" >"$S/engine"; echo "engine ready" >>"$S/engine.log"
     cat "$S/engine.log"
-    facts "{\"arm\":\"$arm\",\"role\":\"$role\",\"engine\":\"ready\"}"
+    # A real host reports the engine's effective speculative config (e.g. from its config dump);
+    # this pretend host reports what it was asked to start ($TALLY_ARM_CONFIG, the plan's arm).
+    spec=$(python3 -c 'import json, os; print(json.dumps((json.loads(os.environ.get("TALLY_ARM_CONFIG") or "{}")).get("speculative")))')
+    facts "{\"arm\":\"$arm\",\"role\":\"$role\",\"engine\":\"ready\",\"speculative_config\":$spec}"
     ;;
   stop_arm|experiment_stop)
     hang_if_asked

@@ -19,11 +19,16 @@ WORSE = "{ draft_depth = 5, accept_per_pos = [0.55, 0.40, 0.30, 0.20, 0.10], ste
     (A, {"NO_CHANGE", "INCONCLUSIVE"}),
 ])
 def test_known_outcome(tmp_path: Path, candidate: str, expected: set[str]) -> None:
+    """Equal arms: the same draws on every arm (common random numbers), so the starts differ only
+    by their engine-session speed, which the simulator's seed fixes (seed 2: s1 0.991, s2 1.003,
+    s3 1.012 with start_jitter 0.01): s2 sits between its controls, so no guard fires and the
+    primary moves by -0.2%, inside the 2% bar. The time scale is long enough for the client's
+    own timing noise to stay well under those differences."""
     def edit(text: str) -> str:
-        return arms(small(text, max_tokens=128), A=A, B=candidate)
+        return arms(small(text, max_tokens=256), A=A, B=candidate)
 
     w = world(tmp_path, [window("seed000-controlled.toml", "outcome", edit=edit, chain="none")],
-              sim_config={"seed": 11})
+              sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.05)
     try:
         gate_all(w)
         result = run(w, "outcome")

@@ -1,0 +1,128 @@
+"""The runner against a command-template site, two runners on one window, and signals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import PolicyError
+from runner.auditor import run_audit
+from runner.demo.scenarios import EXAMPLES
+from runner.lock import window_lock
+from runner.site import load_site
+from runner.steps import next_step
+from runner.window import RunResult, WindowRunner
+
+from .worlds import close, gate_all, run, state, window, world
+
+TALLY = str(Path(sys.executable).with_name("tally"))
+
+
+def _command_site(tmp_path: Path, serving_url: str) -> Path:
+    shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
+    text = (EXAMPLES / "site-commands.toml").read_text().replace("http://127.0.0.1:8000", serving_url)
+    path = tmp_path / "site-commands.toml"
+    path.write_text(text)
+    return path
+
+
+def test_chained_close_order_on_a_command_site(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
+    try:
+        gate_all(w)
+        driver = load_site(_command_site(tmp_path, w.sim.url))
+        result = WindowRunner(w.book, w.root, "cmd-chain", driver, time_scale=w.time_scale).run()
+        driver.close()
+        assert result.ending == "chained", result.blocked
+        log = [line.split()[0:2] for line in (tmp_path / "site-state" / "actions.log").read_text().splitlines()]
+        actions = [" ".join(parts) for parts in log]
+        close_at = actions.index("placeholder_up spark-head")
+        assert actions[close_at:close_at + 9] == [
+            "placeholder_up spark-head", "placeholder_up spark-worker",  # every host before the first fence
+            "fence spark-head", "fence spark-worker", "experiment_stop", "quiet_proof",
+            "production_down_proof", "placeholder_proof spark-head", "placeholder_proof spark-worker",
+        ]
+        assert actions[:3] == ["preflight", "drain", "snapshot"]
+        assert actions.count("start_arm A") + actions.count("start_arm B") == 0  # arms are named, not roles
+        assert sum(a.startswith("start_arm") for a in actions) == 3
+        types = [e.type for e in w.book.events(stream="window/cmd-chain")]
+        after = [t for t in types[types.index("measurement.ended") + 1:] if t != "host.action"]
+        assert after == ["placeholder.up", "placeholder.up", "production.state", "hold.closed", "chain.marker.set",
+                         "window.closed", "decision.recorded"]
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_second_runner_on_the_same_window_refuses(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "one-runner", chain="none")])
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        with window_lock(w.book, "one-runner"):  # the first runner holds the window
+            second = subprocess.run([TALLY, "window", "run", "one-runner", "--site", str(tmp_path / "site.toml"),
+                                     "--execute"], capture_output=True, text=True, env=env, timeout=120)
+            assert second.returncode == 1 and "another runner" in second.stderr
+            with pytest.raises(PolicyError, match="another runner"), window_lock(w.book, "one-runner"):
+                pass
+        assert state(w.book).windows["one-runner"].actions == 0  # the refusal touched nothing
+    finally:
+        close(w)
+
+
+def test_a_window_waits_while_another_holds_the_hold(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "holder", chain="none"),
+                         window("seed000-controlled.toml", "waiter", chain="none")])
+    try:
+        gate_all(w)
+        runner = WindowRunner(w.book, w.root, "holder", w.driver, time_scale=w.time_scale)
+        runner.cancel.set()
+        for _ in range(8):  # open the HOLD and stop there, as a runner that crashed mid-window would leave it
+            runner.refresh()
+            step = next_step(runner._context(runner.ws))
+            if step.kind == "start_arm":
+                break
+            runner.perform(step, RunResult("holder", None, None, []))
+        assert state(w.book).hold["owner"] == "holder"
+        with pytest.raises(PolicyError, match="HOLD is owned by holder"):
+            run(w, "waiter")
+    finally:
+        close(w)
+
+
+@pytest.mark.parametrize(("chain", "sig", "ending"), [("none", signal.SIGTERM, "restored"),
+                                                      ("chained", signal.SIGINT, "chained")])
+def test_signal_records_interruption_then_ends_the_window(tmp_path: Path, chain: str, sig: int,
+                                                          ending: str) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "signalled", chain=chain)])
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        proc = subprocess.Popen([TALLY, "window", "run", "signalled", "--site", str(tmp_path / "site.toml"),
+                                 "--execute", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 60
+        while state(w.book).windows["signalled"].waves < 4:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        events = list(w.book.events(stream="window/signalled"))
+        interrupted = [e.payload for e in events if e.type == "window.interrupted"]
+        assert interrupted and interrupted[0]["reason"] == "signal"
+        assert interrupted[0]["signal"] == signal.Signals(sig).name
+        assert next(e.payload for e in events if e.type == "measurement.ended")["reason"] == "interrupted"
+        s = state(w.book)
+        assert s.windows["signalled"].ending == ending and s.windows["signalled"].decision is not None
+        assert s.windows["signalled"].decision["result"] == "INCONCLUSIVE"  # waves are missing
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
