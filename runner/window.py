@@ -62,12 +62,17 @@ class RunResult:
     waves: int = 0
     measuring_s: float = 0.0
     overhead_s: float = 0.0
-    wave_overheads_s: list[float] = field(default_factory=list)
+    replay_s: float = 0.0
+    wave_gaps_s: list[float] = field(default_factory=list)  # from one wave's end to the next one's start
 
     def to_json(self) -> dict[str, Any]:
+        gaps = sorted(self.wave_gaps_s)
         return {"window": self.window, "ending": self.ending, "decision": self.decision, "reasons": self.reasons,
                 "blocked": self.blocked, "escalated": self.escalated, "steps": self.steps, "waves": self.waves,
-                "measuring_s": round(self.measuring_s, 4), "overhead_s": round(self.overhead_s, 4)}
+                "measuring_s": round(self.measuring_s, 4), "overhead_s": round(self.overhead_s, 4),
+                "replay_s": round(self.replay_s, 4),
+                "wave_gap_ms": {"p50": round(gaps[len(gaps) // 2] * 1000, 3) if gaps else None,
+                                "max": round(gaps[-1] * 1000, 3) if gaps else None, "total": round(sum(gaps), 4)}}
 
 
 class _CrashHook:
@@ -121,7 +126,7 @@ class WindowRunner:
         self._prompts: dict[str, dict[str, Prompt]] | None = None
         self._model: str | None = None
         self._crash = _CrashHook()
-        self._t_measuring = 0.0
+        self._last_wave_end: float | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -193,7 +198,9 @@ class WindowRunner:
 
     def _loop(self, result: RunResult) -> None:
         while True:
+            t0 = time.perf_counter()
             self.refresh()
+            result.replay_s += time.perf_counter() - t0
             ws = self.ws
             if self.signal_name is not None and not any(i.get("reason") == "signal" for i in ws.interrupted) \
                     and ws.ending is None:
@@ -429,6 +436,8 @@ class WindowRunner:
         deadline = min(wave_deadline, cut_s) if cut_s > 0 else 0.001
         sampling = self.plan.sampling
         t0 = time.perf_counter()
+        if self._last_wave_end is not None:
+            result.wave_gaps_s.append(t0 - self._last_wave_end)
         measured = measure_wave(
             self.driver.serving_url, self.driver.metrics_urls[0] if self.driver.metrics_urls else None, prompts,
             model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
@@ -436,7 +445,8 @@ class WindowRunner:
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
         )
-        spent = time.perf_counter() - t0
+        self._last_wave_end = time.perf_counter()
+        spent = self._last_wave_end - t0
         result.measuring_s += spent
         result.waves += 1
         items = [self._wave_event(step.start, wave.cell, wave.repeat, wave.wave, measured)]
@@ -470,6 +480,7 @@ class WindowRunner:
 
     def _do_end_start(self, step: Step, _r: RunResult) -> None:
         assert step.start is not None
+        self._last_wave_end = None  # the gap to the next start's first wave is host work, not overhead
         start = self.plan.start(step.start)
         info = self.ws.starts.get(start.id) or {}
         lost = bool(step.args.get("lost"))
