@@ -47,15 +47,19 @@ class _Refused(Exception):
     """Raised by the fast walk; the slow walk then finds and names the path."""
 
 
-def _scan(value: Any) -> bool:
-    """Validate ``value`` quickly; True if the fast encoder gives JCS bytes for it."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        if -MAX_INT <= value <= MAX_INT:
-            return True
+def _scan_float(value: float) -> bool:
+    if math.isnan(value) or math.isinf(value) or (MAX_INT < abs(value) < 1e21 and value.is_integer()):
         raise _Refused
+    return False
+
+
+def _scan(value: Any) -> bool:
+    """Validate ``value`` quickly; True if the fast encoder gives JCS bytes for it.
+
+    Scalars inside containers are checked inline (no call per value): this walk runs
+    for every appended event.
+    """
+    kind = type(value)
     if kind is dict:
         fast = True
         for key, item in value.items():
@@ -63,19 +67,35 @@ def _scan(value: Any) -> bool:
                 raise _Refused
             if not key.isascii() and max(key) >= _UTF16_SAFE_LIMIT:
                 fast = False
-            if not _scan(item):
+            kind = type(item)
+            if kind is str or item is None or kind is bool:
+                continue
+            if kind is int:
+                if not -MAX_INT <= item <= MAX_INT:
+                    raise _Refused
+            elif not _scan(item):
                 fast = False
         return fast
     if kind is list or kind is tuple:
         fast = True
         for item in value:
-            if not _scan(item):
+            kind = type(item)
+            if kind is str or item is None or kind is bool:
+                continue
+            if kind is int:
+                if not -MAX_INT <= item <= MAX_INT:
+                    raise _Refused
+            elif not _scan(item):
                 fast = False
         return fast
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        if -MAX_INT <= value <= MAX_INT:
+            return True
+        raise _Refused
     if kind is float:
-        if math.isnan(value) or math.isinf(value) or (MAX_INT < abs(value) < 1e21 and value.is_integer()):
-            raise _Refused
-        return False
+        return _scan_float(value)
     raise _Refused
 
 

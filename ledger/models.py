@@ -13,6 +13,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = ["Base", "BlobRow", "CheckpointRow", "EventRow", "KeyRow", "MerkleNodeRow"]
 
 
+SEQ_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -22,7 +25,8 @@ class EventRow(Base):
 
     __tablename__ = "events"
 
-    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    # INTEGER on SQLite makes seq the rowid itself: one B-tree fewer to write and to read in order.
+    seq: Mapped[int] = mapped_column(SEQ_TYPE, primary_key=True, autoincrement=False)
     ledger: Mapped[str] = mapped_column(String(32))
     prev: Mapped[str] = mapped_column(String(64))
     stream: Mapped[str] = mapped_column(Text)
@@ -47,6 +51,7 @@ class MerkleNodeRow(Base):
     """
 
     __tablename__ = "merkle_nodes"
+    __table_args__ = ({"sqlite_with_rowid": False},)
 
     level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)

@@ -14,6 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,7 +35,7 @@ from .db import (
     sqlite_path,
 )
 from .errors import ExternalError, FormatError, PolicyError, StorageError, TallyError
-from .event import GENESIS_PREV, Event, check_body_size, format_time
+from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, format_time
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
 from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
 
@@ -109,6 +110,30 @@ def _check_name(kind: str, value: Any) -> None:
 
 def _row_event(row: Sequence[Any]) -> Event:
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10])
+
+
+_SIGN_POOL: ThreadPoolExecutor | None = None
+_SIGN_POOL_LOCK = threading.Lock()
+PARALLEL_SIGN_MIN = 64
+
+
+def _sign_part(signer: Signer, digests: Sequence[bytes]) -> list[str]:
+    sign, b64 = signer.private.sign, base64.b64encode
+    return [b64(sign(SIGNING_PREFIX + d)).decode("ascii") for d in digests]
+
+
+def _sign_all(signer: Signer, digests: Sequence[bytes]) -> list[str]:
+    """Sign every event hash; a big batch is split with one helper thread (when there are cores)."""
+    global _SIGN_POOL
+    if len(digests) < PARALLEL_SIGN_MIN or (os.cpu_count() or 1) < 2:
+        return _sign_part(signer, digests)
+    with _SIGN_POOL_LOCK:
+        if _SIGN_POOL is None:
+            _SIGN_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-sign")
+        pool = _SIGN_POOL
+    half = len(digests) // 2
+    other = pool.submit(_sign_part, signer, digests[half:])
+    return _sign_part(signer, digests[:half]) + other.result()
 
 
 def _fetch_raw(tx: RawTx, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -271,11 +296,10 @@ class Ledger:
         actor = signer.id
         actor_json = json_string(actor)
         ledger_json = json_string(ledger_id)
-        sign = signer.private.sign
         sha256 = hashlib.sha256
-        b64 = base64.b64encode
         leaf = merkle.hash_leaf
         now = format_time()  # one append, one time: the transaction's
+        digests: list[bytes] = []
         for item, payload_json in prepared:
             size += 1
             body = (
@@ -286,15 +310,20 @@ class Ledger:
             check_body_size(len(body))
             digest = sha256(body).digest()
             hash_hex = digest.hex()
-            sig = b64(sign(b"tally-event-v1\n" + digest)).decode("ascii")
-            rows.append((size, ledger_id, prev, item.stream, item.type, now, actor, payload_json, hash_hex, sig, 1))
-            events.append(Event(ledger_id, size, prev, item.stream, item.type, now, actor,
-                                payload_json, hash_hex, sig))
+            digests.append(digest)
+            rows.append((size, ledger_id, prev, item.stream, item.type, now, actor, payload_json, hash_hex, "", 1))
             if frontier is not None:
                 nodes.extend(frontier.append(leaf(digest)))
             for blob in item.blobs:
                 blobs[blob.sha256] = blob
             prev = hash_hex
+        # The chain needs only hashes; signatures come after, on two threads for a big batch
+        # (Ed25519 signing releases the GIL).
+        sigs = _sign_all(signer, digests)
+        for index, sig in enumerate(sigs):
+            row = rows[index]
+            rows[index] = (*row[:9], sig, 1)
+            events.append(Event(row[1], row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], sig))
         tx.many(_INSERT_EVENT, rows)
         if nodes:
             tx.many(_INSERT_NODE, nodes)
@@ -430,22 +459,26 @@ class Ledger:
             sql = sql.replace("?", "%s")
         last = after
         while True:
-            try:
-                raw = self.engine.raw_connection()
-            except OperationalError as exc:
-                raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
-            try:
-                cursor = raw.cursor()
-                cursor.execute(sql, (last, *params))
-                rows = cast(list[tuple[Any, ...]], cursor.fetchall())
-                raw.rollback()
-            finally:
-                raw.close()
+            rows = self._fetch_batch(sql, (last, *params))
             if rows:
                 yield rows
             if len(rows) < batch:
                 return
             last = int(rows[-1][1])
+
+    def _fetch_batch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            raw = self.engine.raw_connection()
+        except OperationalError as exc:
+            raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
+        try:
+            cursor = raw.cursor()
+            cursor.execute(sql, params)
+            rows = cast(list[tuple[Any, ...]], cursor.fetchall())
+            raw.rollback()
+        finally:
+            raw.close()
+        return rows
 
     def key_ring(self) -> KeyRing:
         """The key ring as cached in the ``keys`` table (for listing, not for verifying)."""

@@ -19,7 +19,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "events",
-        sa.Column("seq", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=False, nullable=False),
         sa.Column("ledger", sa.String(length=32), nullable=False),
         sa.Column("prev", sa.String(length=64), nullable=False),
         sa.Column("stream", sa.Text(), nullable=False),
@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("index", sa.BigInteger(), autoincrement=False, nullable=False),
         sa.Column("hash", sa.LargeBinary(length=32), nullable=False),
         sa.PrimaryKeyConstraint("level", "index"),
+        sqlite_with_rowid=False,
     )
     op.create_table(
         "checkpoints",
