@@ -126,3 +126,29 @@ def test_signal_records_interruption_then_ends_the_window(tmp_path: Path, chain:
         assert run_audit(book=w.book).ok
     finally:
         close(w)
+
+
+def test_start_arm_timeout_on_a_command_site(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-timeout", chain="none")])
+    try:
+        gate_all(w)
+        site = _command_site(tmp_path, w.sim.url)
+        text = site.read_text().replace('start_arm {arm} {role}"\ntimeout_s = 1800',
+                                        'start_arm {arm} {role}"\ntimeout_s = 2')
+        assert "timeout_s = 2" in text
+        site.write_text(text)
+        (tmp_path / "site-state" / "inject").mkdir(parents=True)
+        (tmp_path / "site-state" / "inject" / "start_arm.hang").write_text("")
+        driver = load_site(site)
+        result = WindowRunner(w.book, w.root, "cmd-timeout", driver, time_scale=w.time_scale).run()
+        driver.close()
+        arms = [e.payload for e in w.book.events(stream="window/cmd-timeout", types=["host.action"])
+                if e.payload["action"] == "start_arm" and e.payload["phase"] == "finished"]
+        assert arms[0]["ok"] is False and arms[0]["detail"]["timed_out"] is True and arms[0]["exit_code"] is None
+        assert result.ending == "restored" and result.decision == "INCONCLUSIVE"
+        ended = next(w.book.events(stream="window/cmd-timeout", types=["measurement.ended"])).payload
+        assert ended["reason"] == "failed"
+        assert state(w.book).production == "up"
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
