@@ -27,11 +27,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from .errors import FormatError, VerificationError
-from .keys import Signer
+from .keys import Signer, verify_signature
 
 __all__ = [
     "MAX_SIGNATURES",
@@ -85,14 +82,6 @@ def _b64decode(value: str, what: str) -> bytes:
         raise FormatError(f"{what} is not standard base64") from None
 
 
-def _ed25519_ok(public_raw: bytes, signature: bytes, message: bytes) -> bool:
-    try:
-        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, message)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class Verifier:
     """A verifier key: a name, a signature type, an Ed25519 public key."""
@@ -127,12 +116,12 @@ class Verifier:
         0x04) or 0 (type 0x01).
         """
         if self.sig_type == SIG_ED25519:
-            ok = len(signature) == 64 and _ed25519_ok(self.public_raw, signature, text.encode("utf-8"))
+            ok = len(signature) == 64 and verify_signature(self.public_raw, signature, text.encode("utf-8"))
             return 0 if ok else None
         if len(signature) != 8 + 64:
             return None
         timestamp = int.from_bytes(signature[:8], "big")
-        ok = _ed25519_ok(self.public_raw, signature[8:], cosignature_message(text, timestamp))
+        ok = verify_signature(self.public_raw, signature[8:], cosignature_message(text, timestamp))
         return timestamp if ok else None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,29 +9,15 @@ import pytest
 
 import runner.sim as sim
 from runner.measure import Prompt, synthetic_family, write_family
-from runner.sim import SimConfig, SimHandle
+from runner.sim import SimHandle
+from tests.simhelpers import fast_config, quick_thread_switches  # noqa: F401 (autouse fixture)
 
 MODEL = "sim/llama-3.1-8b-spec"
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def fast_config(**changes: object) -> SimConfig:
-    """Defaults at time scale 0.05 (a 20 ms model step is 1 ms), no jitter, instant starts."""
-    base = {"time_scale": 0.05, "step_jitter": 0.0, "start_jitter": 0.0, "start_s": 0.0}
-    return sim.default_config().with_(**{**base, **changes})
-
-
 def prompts(n: int = 4, name: str = "opinions") -> tuple[Prompt, ...]:
     return synthetic_family(name, short=n, long=0)
-
-
-@pytest.fixture(autouse=True)
-def _quick_thread_switches() -> Iterator[None]:
-    """Server and client threads share this process: hand the GIL over quickly."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(0.0005)
-    yield
-    sys.setswitchinterval(old)
 
 
 @pytest.fixture
