@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ def _bundle_events(book: Any, size: int, stream: str | None) -> Iterator[Event]:
     from heapq import merge
 
     keys = book.events(0, until=size, types=sorted(KEY_EVENT_TYPES)) if stream != "ledger" else iter(())
-    yield from merge(book.events(0, until=size, stream=stream), keys, key=lambda e: e.seq)
+    # A window's decision also rests on other windows' control starts (the archive).
+    archive = book.events(0, until=size, stream="archive") if stream.startswith("window/") else iter(())
+    yield from merge(book.events(0, until=size, stream=stream), keys, archive, key=lambda e: e.seq)
 
 
 def _write(book: Any, tmp: Path, stream: str | None, signer: Signer | None) -> dict[str, Any]:
@@ -225,8 +228,11 @@ def verify_bundle(
 
         def on_size(size: int, frontier: merkle.Frontier, ring: KeyRing) -> None:
             keys = log_keys or log_verifiers(origin, ring, size)
-            opened = open_checkpoint(note, keys, witnesses=witnesses, threshold=witness_threshold,
-                                     origin=origin)
+            try:
+                opened = open_checkpoint(note, keys, witnesses=witnesses, threshold=witness_threshold,
+                                         origin=origin)
+            except VerificationError as exc:
+                raise VerificationError(f"checkpoint.txt: {exc.args[0]}", seq=size, rule=8) from None
             if opened.size != size or opened.root != frontier.root():
                 raise VerificationError(
                     f"checkpoint.txt (size {opened.size}) does not commit to these {size} events", seq=size, rule=8)
@@ -240,8 +246,14 @@ def verify_bundle(
         checkpoint = checked[0]
         ledger_id, origin = verified.ledger_id, verified.origin
     else:
+        for before, after in pairwise(events):
+            if after.seq <= before.seq:
+                raise VerificationError(f"events.jsonl is not in strictly increasing seq order ({before.seq} then "
+                                        f"{after.seq})", seq=after.seq, rule="bundle")
         origin = _genesis_origin(events[0])
         ring = _partial_ring(events, root_key)
+        trust.append("partial export: each event is proven to be in the ledger, but not that the stream is "
+                     "complete (audit a full export for that)")
         keys = log_keys or log_verifiers(origin, ring)
         checkpoint = open_checkpoint(note, keys, witnesses=witnesses, threshold=witness_threshold, origin=origin)
         proofs = _read(path / "proofs.jsonl", "proofs.jsonl").splitlines()
@@ -319,7 +331,11 @@ def _check_blobs(path: Path, events: Sequence[Event]) -> int:
     directory = path / "blobs"
     present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
     for name in sorted(present):
-        if hashlib.sha256((directory / name).read_bytes()).hexdigest() != name:
+        try:
+            data = (directory / name).read_bytes()
+        except OSError as exc:
+            raise VerificationError(f"blobs/{name[:16]}... cannot be read ({exc.strerror})", rule="blob") from None
+        if hashlib.sha256(data).hexdigest() != name:
             raise VerificationError(f"blobs/{name[:16]}... does not match its digest", rule="blob")
     for event in events:
         missing = sorted(referenced_blobs(event) - present)

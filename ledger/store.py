@@ -56,7 +56,7 @@ _ROW_COLUMNS = "ledger, seq, prev, stream, type, time, actor, payload, hash, sig
 _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, actor, payload, hash, sig, v) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _INSERT_NODE = 'INSERT INTO merkle_nodes (level, "index", hash) VALUES (?, ?, ?)'
-APPEND_RETRIES = 20
+APPEND_RETRIES = 3  # under the append lock a race cannot happen; this guards writers that bypass it
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,8 @@ class Ledger:
                     raise
                 except (db_error, SQLAlchemyError) as exc:
                     raise StorageError(f"append failed: {_first_line(exc)}") from None
-        raise StorageError(f"append lost the race {APPEND_RETRIES} times; giving up")
+        raise StorageError(f"append hit a uniqueness conflict {APPEND_RETRIES} times (another writer bypassing "
+                           "tally's lock, or a duplicate in the batch); nothing was appended")
 
     def _append_locked(
         self, tx: RawTx, prepared: list[tuple[NewEvent, str]], signer: Signer, ledger_id: str | None
@@ -348,9 +349,13 @@ class Ledger:
         key_events = [item for item, _ in prepared if item.type in KEY_EVENT_TYPES]
         if key_events and "root" not in roles:
             raise PolicyError(f"key events must be signed by a root key; {name} is not root")
+        added: set[str] = set()
         for item in key_events:
             if item.type == "key.added":
                 parse_key_entry(item.payload, "key.added")
+                if item.payload["id"] in added:
+                    raise PolicyError(f"key {item.payload['id'][:16]} is added twice in one append")
+                added.add(item.payload["id"])
                 if tx.one("SELECT id FROM keys WHERE id = ?", (item.payload["id"],)):
                     raise PolicyError(f"key {item.payload['id'][:16]} is already in the ledger")
             elif item.type == "key.revoked":

@@ -141,7 +141,9 @@ class _Track:
 
 
 class _Auditor:
-    def __init__(self, plans: Mapping[str, Plan] | None, recompute: RecomputeHook | None) -> None:
+    def __init__(self, plans: Mapping[str, Plan] | None, recompute: RecomputeHook | None,
+                 partial: bool = False) -> None:
+        self.partial = partial
         self.state = State()
         self.tracks: dict[str, _Track] = {}
         self.plans = dict(plans or {})
@@ -171,6 +173,10 @@ class _Auditor:
             self.flag("event-catalogue", event, f"{event.type}: {exc}", window)
             return
         wid = str(payload["window"])
+        if self.partial and window is None and wid not in self.tracks:
+            # A partial (one-window) bundle carries the archive its decision used; the other
+            # windows those control starts came from are not in the bundle.
+            return
         if window is not None and wid != window:
             self.flag("plan-binding", event, f"payload window {wid!r} in stream {stream}", window)
             return
@@ -445,9 +451,14 @@ def audit_report(
     *,
     plans: Mapping[str, Plan] | None = None,
     recompute: RecomputeHook | None = None,
+    partial: bool = False,
 ) -> AuditReport:
-    """Audit every protocol invariant over ``events`` (seq order)."""
-    auditor = _Auditor(plans, recompute)
+    """Audit every protocol invariant over ``events`` (seq order).
+
+    ``partial``: the events are one window's export (plus key events and the archive), not
+    the whole ledger; archive entries of windows not in it are taken as given.
+    """
+    auditor = _Auditor(plans, recompute, partial)
     count = 0
     for event in events:
         count += 1

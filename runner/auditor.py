@@ -154,5 +154,6 @@ def run_audit(
                          "root": v.root.hex(), "checkpoint_size": v.checkpoints[-1] if v.checkpoints else None,
                          "blobs": report.blobs_checked, "trust": [f"root key {root_key} pinned"] if root_key else []}
         result.subjects = [{"name": f"{v.origin}@{v.size}", "digest": {"sha256": v.root.hex()}}]
-    result.protocol = audit_report(events, recompute=recompute_hook(events))
+    partial = bool(result.crypto.get("partial"))
+    result.protocol = audit_report(events, recompute=recompute_hook(events), partial=partial)
     return result

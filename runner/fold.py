@@ -411,7 +411,8 @@ def _start_began(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None
     start = str(p.get("start"))
     ws.starts[start] = {
         "role": p.get("role"), "status": "began", "clock_cap_mhz": p.get("clock_cap_mhz"),
-        "spec_config_sha256": p.get("spec_config_sha256"), "began_seq": e.seq, "ended_seq": None,
+        "spec_config_sha256": p.get("spec_config_sha256"), "began_seq": e.seq, "began_time": e.time,
+        "ended_seq": None, "ok": None,
         "warmup": None, "waves": {}, "truncated": False,
     }
     ws.current_start = start
@@ -430,6 +431,7 @@ def _start_ended(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None
         info["status"] = "ended"
         info["ended_seq"] = e.seq
         info["truncated"] = bool(p.get("truncated"))
+        info["ok"] = bool(p.get("ok", True))
     if ws.current_start == p.get("start"):
         ws.current_start = None
 

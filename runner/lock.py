@@ -12,7 +12,8 @@ import fcntl
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -38,17 +39,35 @@ def _refuse(window: str) -> PolicyError:
                        "wait for it, or stop it, then `tally window resume`")
 
 
+def _retrying(attempt: Callable[[], bool], wait_s: float) -> bool:
+    """Try ``attempt`` until it succeeds or ``wait_s`` seconds have passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if attempt():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 @contextmanager
-def window_lock(ledger: Ledger, window: str) -> Iterator[None]:
-    """Hold the window's runner lock for the duration of the block, or refuse."""
+def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold the window's runner lock for the duration of the block, or refuse.
+
+    ``wait_s`` waits that long for another holder to let go before refusing.
+    """
     if ledger.engine.dialect.name == "postgresql":
         raw = ledger.engine.raw_connection()
         try:
             cursor = raw.cursor()
-            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, _key(window)))
-            row = cursor.fetchone()
-            raw.commit()
-            if not row or not row[0]:
+
+            def take() -> bool:
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, _key(window)))
+                row = cursor.fetchone()
+                raw.commit()
+                return bool(row and row[0])
+
+            if not _retrying(take, wait_s):
                 raise _refuse(window)
             try:
                 yield
@@ -62,7 +81,7 @@ def window_lock(ledger: Ledger, window: str) -> Iterator[None]:
     if path is None:
         with _MEMORY_GUARD:
             lock = _MEMORY.setdefault(f"{id(ledger.engine)}:{window}", threading.Lock())
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(timeout=wait_s) if wait_s > 0 else not lock.acquire(blocking=False):
             raise _refuse(window)
         try:
             yield
@@ -72,10 +91,15 @@ def window_lock(ledger: Ledger, window: str) -> Iterator[None]:
     lock_path = path.with_name(f"{path.name}.window-{hashlib.sha256(window.encode()).hexdigest()[:16]}.lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _refuse(window) from None
+        def take_file() -> bool:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        if not _retrying(take_file, wait_s):
+            raise _refuse(window)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         try:

@@ -352,7 +352,7 @@ class WatchResult(WindowPayload):
 
 @dataclass(frozen=True, kw_only=True)
 class WindowInterrupted(WindowPayload):
-    reason: Literal["signal", "crash", "abort"]
+    reason: Literal["signal", "crash", "abort", "error"]
     signal: str | None = None
     phase: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)

@@ -6,8 +6,9 @@ The runner performs it, records it, replays, and asks again; a runner killed at 
 instant asks the same question on resume and gets the step that brings the window to
 a safe, recorded state. The order of steps is the reference sequence of SPEC 5.7:
 
-    preflight [placeholder proofs, quiet proof under a marker] -> drain -> hold.opened
-    -> snapshot -> for each start: start_arm, clock cap, start.began, standard_spec,
+    preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
+    quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,
+    clock cap, start.began, standard_spec,
     warm-up, waves, end of start -> measurement.ended -> ending -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
@@ -27,16 +28,18 @@ from .clock import Limit
 from .fold import State, WindowState
 from .plan import Plan, WaveSpec
 
-__all__ = ["MAX_RESTORE_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
+__all__ = ["MAX_ATTEMPTS", "MAX_RESTORE_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
 
 MAX_RESTORE_ATTEMPTS = 3
+MAX_ATTEMPTS = 3  # failures of one host action before the runner gives up on it
+STOPPING = ("signal", "error")  # interruptions that stop measuring at once
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
     "start_arm", "start_began", "spec_gate", "warmup", "wave", "end_start", "measurement_end",
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
-    "production_up", "hold_close", "close", "placeholder_up", "fence", "experiment_stop",
-    "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "marker_set", "decide",
+    "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
+    "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
     "done", "blocked",
 ]
 
@@ -99,8 +102,12 @@ def _aborting(ws: WindowState) -> str | None:
 
 
 def ending_of(plan: Plan, ws: WindowState) -> Literal["restored", "chained", "aborted"]:
-    """How this window ends, from what the ledger says about it so far."""
-    if _aborting(ws) is not None:
+    """How this window ends, from what the ledger says about it so far.
+
+    A window that never held the hosts ends aborted (nothing was measured, and it must not
+    chain); one that failed restores.
+    """
+    if _aborting(ws) is not None or ws.clock.get("hold_opened") is None:
         return "aborted"
     failed = (ws.measurement_ended or {}).get("reason") in ("failed",)
     if plan.chain == "chained" and not failed:
@@ -132,23 +139,33 @@ def next_step(ctx: Context) -> Step:
 # --------------------------------------------------------------------------- opening
 
 
+def _stopped(ws: WindowState) -> str | None:
+    """Why measuring must stop now: a signal, or an error the runner could not get past."""
+    for item in ws.interrupted:
+        if item.get("reason") in STOPPING:
+            return f"interrupted ({item.get('reason')})"
+    return None
+
+
 def _opening(ctx: Context) -> Step:
     ws, state = ctx.ws, ctx.state
     if state.hold is not None and state.hold.get("owner") != ws.id:
         return Step("blocked", reason=f"the HOLD is owned by {state.hold.get('owner')} (seq {state.hold.get('seq')})")
     if _aborting(ws) is not None:
         return _ending(ctx, "aborted")
-    if any(item.get("reason") == "signal" for item in ws.interrupted):
-        if _under_foreign_marker(ctx):
-            return Step("chain_abort", reason="interrupted before the HOLD under the marker")
-        return Step("measurement_end", reason="interrupted before the HOLD", args={"why": "interrupted"})
+    marker = _under_foreign_marker(ctx)
+    stopped = _stopped(ws)
+    if stopped is not None:
+        if marker:
+            return Step("chain_abort", reason=f"{stopped} before the HOLD under the marker")
+        return Step("measurement_end", reason=f"{stopped} before the HOLD", args={"why": "interrupted"})
     if not _done(ws, "preflight"):
         if _done(ws, "preflight", ok=False):
-            if _under_foreign_marker(ctx):
+            if marker:
                 return Step("chain_abort", reason="preflight failed before the HOLD")
             return Step("measurement_end", reason="preflight failed before the HOLD", args={"why": "failed"})
         return Step("preflight")
-    if _under_foreign_marker(ctx):
+    if marker:
         marker_seq = (ctx.state.marker or {}).get("seq", 0)
         prev_ok = ws.gates.get("chain_prev_ok") or {}
         if prev_ok.get("verdict") != "PASS" or int(prev_ok.get("seq", 0)) < marker_seq:
@@ -164,6 +181,12 @@ def _opening(ctx: Context) -> Step:
                 return Step("chain_abort", reason="hosts not proved quiet before the HOLD")
             return Step("quiet_proof")
         return Step("hold_open", args={"from_marker": True})
+    # The exact production snapshot comes first, while production serves: whatever happens
+    # from here on, there is something to restore to.
+    if ws.production_snapshot is None:
+        if _failed_after(ws, "snapshot", 0) >= MAX_ATTEMPTS:
+            return Step("measurement_end", reason="no production snapshot could be taken", args={"why": "failed"})
+        return Step("snapshot", args={"from_marker": False})
     if state.production != "down" or not _done(ws, "drain"):
         if _done(ws, "drain", ok=False):
             return Step("measurement_end", reason="drain failed before the HOLD", args={"why": "failed"})
@@ -179,11 +202,18 @@ def _measuring(ctx: Context) -> Step:
     if ws.hold_seq is None:  # starts exist but the HOLD is gone: nothing may be measured now
         return Step("measurement_end", reason="the HOLD is not open", args={"why": "failed"})
     if ws.production_snapshot is None:
+        if _failed_after(ws, "snapshot", ws.hold_seq) >= MAX_ATTEMPTS:
+            return Step("measurement_end", reason="no production snapshot could be taken", args={"why": "failed"})
         return Step("snapshot", args={"from_marker": _under_foreign_marker(ctx)})
     if _aborting(ws) is not None:
         return _stop_measuring(ctx, "aborted", _aborting(ws) or "")
-    if any(item.get("reason") == "signal" for item in ws.interrupted):
-        return _stop_measuring(ctx, "interrupted", "interrupted by a signal")
+    stopped = _stopped(ws)
+    if stopped is not None:
+        return _stop_measuring(ctx, "interrupted", stopped)
+    failed = [sid for sid, info in ws.starts.items() if info["status"] == "ended" and info.get("ok") is False
+              and not info.get("truncated")]
+    if failed:
+        return Step("measurement_end", reason=f"start {', '.join(failed)} failed", args={"why": "failed"})
     for start in plan.starts:
         info = ws.starts.get(start.id)
         if info is not None and info["status"] == "ended":
@@ -211,19 +241,25 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
             if _failed_after_start(ws, "start_arm", start_id) >= 2:
                 return Step("measurement_end", reason=f"start_arm failed twice for {start_id}", args={"why": "failed"})
             return Step("start_arm", start=start_id)
+        if _failed_after_start(ws, "read_clock_cap", start_id) >= MAX_ATTEMPTS:
+            # The start never began: nothing to end; the ending's restore replaces its engine.
+            return Step("measurement_end", reason=f"the clock cap of {start_id} could not be read",
+                        args={"why": "failed"})
         return Step("start_began", start=start_id)
     if not running:  # began, and the engine is gone (a crash took it, or it never came back)
         return Step("end_start", start=start_id, reason="the engine of this start is not running",
                     args={"truncated": True, "lost": True})
-    spec = (ws.gates.get("standard_spec") or {}).get("starts", {}).get(start_id)
-    if spec is None:
-        return Step("spec_gate", start=start_id)
-    if info.get("warmup") is None:
-        return Step("warmup", start=start_id)
     if ctx.block_limit is not None:
         return _budget_or_end(ctx, ctx.block_limit, start_id)
     if ctx.stop_limit is not None:
         return _budget_or_end(ctx, ctx.stop_limit, start_id)
+    spec = (ws.gates.get("standard_spec") or {}).get("starts", {}).get(start_id)
+    if spec is None:
+        return Step("spec_gate", start=start_id)
+    if info.get("warmup") is None:
+        if _failed_after_start(ws, "warmup", start_id) >= MAX_ATTEMPTS:
+            return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})
+        return Step("warmup", start=start_id)
     done = info.get("waves") or {}
     for wave in plan.waves_of(start_id):
         if wave.wave not in done.get(wave.cell, []):
@@ -251,10 +287,23 @@ def _ending(ctx: Context, ending: str) -> Step:
     return _restore_ending(ctx, ending)
 
 
+def _touched(ctx: Context) -> bool:
+    """Did this window change anything on the hosts (so that its ending must restore)?"""
+    ws = ctx.ws
+    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or _under_foreign_marker(ctx):
+        return True
+    changing = ("drain", "start_arm", "stop_arm", "fence", "experiment_stop", "placeholder_up", "restore")
+    return any(item["action"] in changing for item in ws.finished) or \
+        any(info.get("action") in changing for info in ws.open_actions.values())
+
+
 def _restore_ending(ctx: Context, ending: str) -> Step:
     ws, state = ctx.ws, ctx.state
     if ending == "aborted" and ws.chain_aborted is None and _under_foreign_marker(ctx) and ws.hold_seq is None:
         return Step("chain_abort", reason=_aborting(ws) or "aborted before the HOLD under the marker")
+    if ending == "aborted" and not _touched(ctx):
+        return Step("close", args={"ending": "aborted",
+                                   "summary": "ABORTED before touching production: nothing to restore"})
     since = max((ws.measurement_ended or {}).get("seq") or 0, (ws.chain_aborted or {}).get("seq") or 0)
     latest = ws.restore if ws.restore is not None and ws.restore["seq"] > since else None
     # An escalated (failed) restore ends a run; a resumed run tries again from there.
@@ -263,24 +312,27 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     failures = _failed_after(ws, "restore", base) + _failed_after(ws, "watch", base)
     watch = ws.watch if ws.watch is not None and restored is not None and ws.watch["seq"] > restored["seq"] else None
     if restored is None or (watch is not None and watch.get("verdict") != "PASS"):
-        if failures >= MAX_RESTORE_ATTEMPTS:
+        if failures >= MAX_ATTEMPTS:
             return Step("restore_failed", reason=f"restore did not hold after {failures} attempts",
                         args={"attempts": failures})
         return Step("restore", args={"attempt": failures + 1})
     if watch is None:
         return Step("watch")
     marker = state.marker
-    if marker is not None:
-        for host in sorted(state.placeholders):
+    # Placeholders come down after the watch PASSes: all of them at the end of a chain, and
+    # in any case those this window raised (an aborted chained close, say).
+    for host in sorted(state.placeholders):
+        if marker is not None or state.placeholders[host].get("window") == ws.id:
+            if _failed_after_host(ws, "placeholder_down", host, watch["seq"]) >= MAX_ATTEMPTS:
+                return Step("blocked", reason=f"placeholder_down failed {MAX_ATTEMPTS} times on {host}: escalate")
             return Step("placeholder_down", host=host)
+    if marker is not None:
         return Step("marker_clear", args={"watch_seq": watch["seq"], "sha": marker.get("production_snapshot_sha256")})
-    if state.production != "up":
-        return Step("production_up", args={"watch_seq": watch["seq"]})
-    if state.hold is not None and state.hold.get("owner") == ws.id:
-        return Step("hold_close", reason="restored")
     summary = ("ABORTED: production restored, watch PASS" if ending == "aborted"
                else "RESTORED: production up, watch PASS")
-    return Step("close", args={"ending": ending, "summary": summary})
+    return Step("restore_close", args={"ending": ending, "summary": summary, "watch_seq": watch["seq"],
+                                       "production_up": state.production != "up",
+                                       "hold": state.hold is not None and state.hold.get("owner") == ws.id})
 
 
 def _chained_close(ctx: Context) -> Step:
@@ -304,11 +356,10 @@ def _chained_close(ctx: Context) -> Step:
             return Step(kind, host=target)
     if state.production != "down":
         return Step("production_down_proof")
-    if state.hold is not None and state.hold.get("owner") == ws.id:
-        return Step("hold_close", reason="chained")
-    if ws.marker_set_seq is None:
-        return Step("marker_set")
-    return Step("close", args={"ending": "chained", "summary": "CHAINED: production left down"})
+    # HOLD closed, marker set and window closed in one transaction: no instant in which
+    # production is down with neither a HOLD nor a marker.
+    return Step("chained_close", args={"hold": state.hold is not None and state.hold.get("owner") == ws.id,
+                                       "summary": "CHAINED: production left down"})
 
 
 def _failed_after_start(ws: WindowState, action: str, start: str) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ledger.errors import ExternalError, PolicyError
+from ledger.errors import ExternalError, PolicyError, TallyError
 from ledger.store import Blob
 
 from .catalogue import WindowLog, window_event
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CRASH_ENV", "RunResult", "WindowRunner"]
 
+OPENING_STEPS = frozenset({"preflight", "snapshot", "drain", "hold_open", "placeholder_proof", "quiet_proof"})
+SITE_LOCK = "__site-hold__"  # the lock name for opening a HOLD (one window at a time)
+MAX_CONSECUTIVE_ERRORS = 3
+OPENING_WAIT_S = 120.0  # how long an opening step waits for another window's opening step
 CRASH_ENV = "TALLY_TEST_CRASH_AFTER"  # test hook: "event.type[:n]" -> SIGKILL after the n-th append of it
 Pending = tuple[str, Mapping[str, Any], Sequence[Blob]]
 
@@ -161,12 +165,12 @@ class WindowRunner:
         hold = self.state.hold
         if hold is not None and hold.get("owner") != self.owner and ws.ending is None:
             raise PolicyError(f"the HOLD is owned by {hold.get('owner')} (seq {hold.get('seq')}); refusing to run")
-        if (resume or abort) and ws.ending is None and (ws.actions or ws.chain_aborted is not None):
-            reason = "abort" if abort else "crash"
-            self._append([("window.interrupted", {"reason": reason, "phase": ws.phase, "detail": {
-                "found_on": "abort" if abort else "resume", "open_actions": len(ws.open_actions)}}, ())])
-        elif abort and ws.ending is None:
-            self._append([("window.interrupted", {"reason": "abort", "phase": ws.phase}, ())])
+        if abort and ws.ending is None:
+            self._append([("window.interrupted", {"reason": "abort", "phase": ws.phase, "detail": {
+                "found_on": "abort", "open_actions": len(ws.open_actions)}}, ())])
+        elif resume and ws.ending is None and ws.actions and not self._ended_cleanly():
+            self._append([("window.interrupted", {"reason": "crash", "phase": ws.phase, "detail": {
+                "found_on": "resume", "open_actions": len(ws.open_actions)}}, ())])
         result = RunResult(self.window, None, None, [])
         previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         in_main = threading.current_thread() is threading.main_thread()
@@ -188,6 +192,12 @@ class WindowRunner:
             result.reasons = list(ws.decision.get("reasons") or [])
         return result
 
+    def _ended_cleanly(self) -> bool:
+        """Did the last run stop on purpose (an escalated restore), not by dying?"""
+        events = list(self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}"))
+        last = events[-1] if events else None
+        return last is not None and last.type == "restore.finished" and last.payload.get("status") == "failed"
+
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
@@ -197,6 +207,7 @@ class WindowRunner:
             self.say(f"{signal.Signals(signum).name} again: the window is being ended; wait for it")
 
     def _loop(self, result: RunResult) -> None:
+        errors = 0
         while True:
             t0 = time.perf_counter()
             self.refresh()
@@ -214,11 +225,43 @@ class WindowRunner:
             if step.kind == "blocked":
                 result.blocked = step.reason
                 return
-            self.perform(step, result)
+            try:
+                if step.kind in OPENING_STEPS:
+                    blocked = self._perform_opening(result)
+                    if blocked is not None:
+                        result.blocked = blocked
+                        return
+                else:
+                    self.perform(step, result)
+                errors = 0
+            except TallyError as error:
+                # Something did not answer (a server, the database): record it and end the
+                # window as the plan allows, rather than leave production down in silence.
+                errors += 1
+                self.say(f"error during {step.kind}: {error}")
+                if errors >= MAX_CONSECUTIVE_ERRORS or ws.ending is not None:
+                    raise PolicyError(f"{error}; the window is not finished: fix the cause, then "
+                                      f"`tally window resume {self.window}` (or `tally window abort`)") from None
+                if not any(i.get("reason") == "error" for i in ws.interrupted):
+                    self._append([("window.interrupted", {"reason": "error", "phase": ws.phase, "detail": {
+                        "step": step.kind, "error": str(error)[:500]}}, ())])
             if step.kind == "restore_failed":
                 result.escalated = True
                 result.blocked = step.reason
                 return
+
+    def _perform_opening(self, result: RunResult) -> str | None:
+        """Take an opening step under the site-wide opening lock (one window opens a HOLD at a
+        time): wait for the lock, replay, decide again, act. Returns why it is blocked, if so."""
+        from .lock import window_lock
+
+        with window_lock(self.ledger, SITE_LOCK, wait_s=OPENING_WAIT_S):
+            self.refresh()
+            step = next_step(self._context(self.ws))
+            if step.kind == "blocked":
+                return step.reason
+            self.perform(step, result)
+        return None
 
     def _context(self, ws: WindowState) -> Context:
         stop_limit = block_limit = None
@@ -236,10 +279,12 @@ class WindowRunner:
 
     @staticmethod
     def _block_began(ws: WindowState, start: str) -> datetime | None:
+        """When the start's engine came up (its start_arm, else its start.began)."""
         for item in ws.finished:
             if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
                 return parse_time(item["time"])
-        return None
+        began = (ws.starts.get(start) or {}).get("began_time")
+        return parse_time(began) if began else None
 
     # ------------------------------------------------------------------ host actions
 
@@ -484,6 +529,7 @@ class WindowRunner:
         start = self.plan.start(step.start)
         info = self.ws.starts.get(start.id) or {}
         lost = bool(step.args.get("lost"))
+        failed = bool(step.args.get("failed"))
         truncated = bool(step.args.get("truncated"))
         if not lost:
             cap = info.get("clock_cap_mhz")
@@ -496,7 +542,7 @@ class WindowRunner:
                 return []
 
             self.action("read_clock_cap", None, self._arm_params(start.id), start=start.id, then=thermal)
-        ended: dict[str, Any] = {"start": start.id, "role": start.role, "ok": not lost,
+        ended: dict[str, Any] = {"start": start.id, "role": start.role, "ok": not (lost or failed),
                                  "truncated": truncated, "reason": step.reason}
 
         def finish(_res: ActionResult | None = None) -> list[Pending]:
@@ -608,11 +654,29 @@ class WindowRunner:
                                                 "watch_seq": step.args.get("watch_seq")}, ())])
         self.say("chain marker cleared (watch PASS)")
 
-    def _do_production_up(self, step: Step, _r: RunResult) -> None:
-        self._append([("production.state", {"state": "up", "proof": {"watch_seq": step.args.get("watch_seq")}}, ())])
+    def _do_restore_close(self, step: Step, _r: RunResult) -> None:
+        """Production up, HOLD closed, window closed: one transaction."""
+        items: list[Pending] = []
+        if step.args.get("production_up"):
+            items.append(("production.state", {"state": "up", "proof": {"watch_seq": step.args.get("watch_seq")}},
+                          ()))
+        if step.args.get("hold"):
+            items.append(("hold.closed", {"owner": self.owner, "reason": step.args["ending"]}, ()))
+        items.append(("window.closed", {"ending": step.args["ending"], "summary": step.args.get("summary", "")},
+                      ()))
+        self._append(items)
+        self.say(str(step.args.get("summary", "")))
 
-    def _do_hold_close(self, step: Step, _r: RunResult) -> None:
-        self._append([("hold.closed", {"owner": self.owner, "reason": step.reason}, ())])
+    def _do_chained_close(self, step: Step, _r: RunResult) -> None:
+        """HOLD closed, marker set, window closed: one transaction (never down with neither)."""
+        items: list[Pending] = []
+        if step.args.get("hold"):
+            items.append(("hold.closed", {"owner": self.owner, "reason": "chained"}, ()))
+        items.append(("chain.marker.set", {"production_snapshot_sha256": self._snapshot_sha(),
+                                           "hosts": list(self.driver.hosts)}, ()))
+        items.append(("window.closed", {"ending": "chained", "summary": step.args.get("summary", "")}, ()))
+        self._append(items)
+        self.say(str(step.args.get("summary", "")))
 
     def _do_close(self, step: Step, _r: RunResult) -> None:
         self._append([("window.closed", {"ending": step.args["ending"], "summary": step.args.get("summary", "")}, ())])
@@ -640,14 +704,10 @@ class WindowRunner:
     def _do_closing_placeholder_proof(self, step: Step, _r: RunResult) -> None:
         self.action("placeholder_proof", step.host, {})
 
-    def _do_marker_set(self, _s: Step, _r: RunResult) -> None:
-        sha = self._snapshot_sha()
-        self._append([("chain.marker.set", {"production_snapshot_sha256": sha, "hosts": list(self.driver.hosts)}, ())])
-
     def _do_decide(self, _s: Step, _r: RunResult) -> None:
         events = list(self.ledger.events(stream=f"window/{self.window}"))
         archive = list(self.ledger.events(stream="archive", types=["archive.control_start"]))
-        built, outcome = decision_for(self.plan, events, archive)
+        built, outcome = decision_for(self.plan, events, archive)  # archive bounded by window.closed
         self._append([("decision.recorded", {"rule": self.plan.protocol, "params": built.input["params"],
                                              "inputs_digest": built.digest, "input": built.input,
                                              "result": outcome}, ())])

@@ -149,7 +149,10 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     used.extend(thermal)
     for start in plan.starts:  # a start that never began still appears, with no clock cap
         starts.setdefault(start.id, {"role": start.role, "clock_cap_mhz": None})
-    entries, archive_used = _archive_entries(plan, archive, before)
+    # Other windows' control starts recorded before this window closed: a bound both the
+    # runner (deciding right after the close) and a later replay see the same way.
+    closed = next((e.seq for e in events if e.type == "window.closed"), None)
+    entries, archive_used = _archive_entries(plan, archive, closed if closed is not None else before)
     used.extend(archive_used)
     data = {
         "rule": "win2-v1",
@@ -219,6 +222,8 @@ def abort_reasons(events: Sequence[Event]) -> list[str]:
             reasons.append("aborted by the operator")
         elif event.type == "gate.result" and p.get("gate") == "standard_spec" and p.get("verdict") == "FAIL":
             reasons.append(f"standard_spec FAIL for start {p.get('start')}: {p.get('summary') or 'not standard'}")
+        elif event.type == "measurement.ended" and not any(e.type == "hold.opened" for e in events):
+            reasons.append(f"the window ended before it held the hosts ({p.get('reason')})")
     return reasons or ["window aborted"]
 
 
