@@ -378,14 +378,13 @@ def _host_action(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None
         if p.get("action") in CLOSING_ACTIONS:
             _closing(ws)
     else:
-        started = ws.open_actions.pop(action_id, None) or {}
+        ws.open_actions.pop(action_id, None)
         probed = p.get("probe_of")
         if probed is not None:  # a finished re-probe settles the unknown outcome it probed
             ws.open_actions.pop(str(probed), None)
         facts = p.get("detail") or {}
         ws.finished.append({"action": p.get("action"), "host": p.get("host"), "ok": bool(p.get("ok")),
-                            "seq": e.seq, "time": e.time, "start": facts.get("start"),
-                            "started_seq": started.get("seq")})
+                            "seq": e.seq, "time": e.time, "start": facts.get("start")})
         _engine(ws, str(p.get("action")), bool(p.get("ok")), facts)
 
 
@@ -393,13 +392,19 @@ def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> No
     """What the hosts serve, as the window's finished host actions last established it."""
     if action in ("probe", "preflight") and "serving" in facts:
         arm = facts.get("arm")
-        ws.engine = {"arm": arm, "role": facts.get("role"), "start": facts.get("start"),
-                     "status": facts.get("engine"), "serving": facts.get("serving")} if arm else None
+        before = ws.engine or {}
+        # A probe sees which arm serves; which start (and what config it reported) that
+        # engine belongs to comes from the start_arm that started it, if the arm is the same.
+        same = arm is not None and before.get("arm") == arm
+        ws.engine = {"arm": arm, "role": facts.get("role"), "start": before.get("start") if same else None,
+                     "status": facts.get("engine"), "serving": facts.get("serving"),
+                     "speculative_config": before.get("speculative_config") if same else None} if arm else None
     elif not ok:
         return
     elif action == "start_arm":
         ws.engine = {"arm": facts.get("arm"), "role": facts.get("role"), "start": facts.get("start"),
-                     "status": facts.get("engine") or "ready", "serving": "experiment"}
+                     "status": facts.get("engine") or "ready", "serving": "experiment",
+                     "speculative_config": facts.get("speculative_config")}
     elif action in ("stop_arm", "experiment_stop", "drain"):
         ws.engine = None
     elif action == "restore":

@@ -407,14 +407,10 @@ class WindowRunner:
         self.action("read_clock_cap", None, self._arm_params(step.start), start=step.start, then=began)
 
     def _observed_spec(self, start_id: str) -> dict[str, Any] | None:
-        for event in reversed(list(self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
-                                                      types=["host.action"]))):
-            p = event.payload
-            if p.get("action") == "start_arm" and p.get("phase") == "finished" and p.get("ok") \
-                    and (p.get("detail") or {}).get("start") == start_id:
-                config = (p.get("detail") or {}).get("speculative_config")
-                return dict(config) if isinstance(config, dict) else None
-        return None
+        """The speculative config the host reported when it started this start's engine."""
+        engine = self.ws.engine or {}
+        config = engine.get("speculative_config") if engine.get("start") == start_id else None
+        return dict(config) if isinstance(config, dict) else None
 
     def _do_spec_gate(self, step: Step, _r: RunResult) -> None:
         from .admission import record_gate

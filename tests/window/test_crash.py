@@ -1,4 +1,4 @@
-"""Crash safety: the runner is SIGKILLed right after each of 21 event types; resume makes all well.
+"""Crash safety: the runner is SIGKILLed right after each of 21 event types (and mid-action); resume makes all well.
 
 For each kill point the window runs in a real `tally window run --execute` process with
 TALLY_TEST_CRASH_AFTER set, dies by SIGKILL right after appending that event, and
@@ -27,7 +27,9 @@ from .worlds import close, gate_all, run, state, window, world
 TALLY = str(Path(sys.executable).with_name("tally"))
 
 FIRST_WINDOW_POINTS = [  # crash points in a window that ends with a chained close
-    "host.action:1", "host.action:6", "production.state", "hold.opened", "production.snapshot", "start.began",
+    "host.action:1", "host.action:6",
+    "host.action:11",  # warm-up started, never finished: the start's engine is re-probed and kept
+    "production.state", "hold.opened", "production.snapshot", "start.began",
     "gate.result", "warmup.done", "wave.measured:3", "start.ended", "archive.control_start",
     "measurement.ended", "placeholder.up", "hold.closed", "chain.marker.set", "window.closed",
     "decision.recorded",
@@ -77,6 +79,9 @@ def _check_window(w: Any, window_id: str, ending: str, point: str) -> None:
     settled = {e.payload["action_id"] for e in events if e.type == "host.action" and e.payload["phase"] == "finished"}
     settled |= {e.payload.get("probe_of") for e in events if e.type == "host.action" and e.payload.get("probe_of")}
     assert started <= settled  # every unknown outcome was re-probed
+    if point == "host.action:11":
+        probes = [e for e in events if e.type == "host.action" and e.payload.get("probe_of")]
+        assert probes and not any(e.type == "start.ended" and not e.payload["ok"] for e in events)
     assert state(w.book).windows[window_id].ending == ending
     assert verify_ledger(w.book).verified.size == w.book.size()
     audit = run_audit(book=w.book)
