@@ -28,10 +28,9 @@ from .clock import Limit
 from .fold import State, WindowState
 from .plan import Plan, WaveSpec
 
-__all__ = ["MAX_ATTEMPTS", "MAX_RESTORE_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
+__all__ = ["MAX_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
 
-MAX_RESTORE_ATTEMPTS = 3
-MAX_ATTEMPTS = 3  # failures of one host action before the runner gives up on it
+MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once
 
 StepKind = Literal[
@@ -65,22 +64,22 @@ class Context:
     block_limit: Limit | None = None     # the running start is over its per-block limit
 
 
+def _finished(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
+              start: str | None = None) -> list[dict[str, Any]]:
+    """The window's finished host actions named ``action`` (after seq ``after``, on ``host``, for ``start``)."""
+    return [item for item in ws.finished
+            if item["action"] == action and item["seq"] > (after or 0)
+            and (host is None or item["host"] == host) and (start is None or item.get("start") == start)]
+
+
 def _done(ws: WindowState, action: str, *, host: str | None = None, after: int = 0, start: str | None = None,
           ok: bool | None = True) -> bool:
-    for item in ws.finished:
-        if item["action"] != action or item["seq"] <= after:
-            continue
-        if host is not None and item["host"] != host:
-            continue
-        if start is not None and item.get("start") != start:
-            continue
-        if ok is None or item["ok"] == ok:
-            return True
-    return False
+    return any(ok is None or item["ok"] == ok for item in _finished(ws, action, host=host, after=after, start=start))
 
 
-def _failed_after(ws: WindowState, action: str, after: int) -> int:
-    return sum(1 for item in ws.finished if item["action"] == action and item["seq"] > after and not item["ok"])
+def _failures(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
+              start: str | None = None) -> int:
+    return sum(not item["ok"] for item in _finished(ws, action, host=host, after=after, start=start))
 
 
 def _under_foreign_marker(ctx: Context) -> bool:
@@ -184,7 +183,7 @@ def _opening(ctx: Context) -> Step:
     # The exact production snapshot comes first, while production serves: whatever happens
     # from here on, there is something to restore to.
     if ws.production_snapshot is None:
-        if _failed_after(ws, "snapshot", 0) >= MAX_ATTEMPTS:
+        if _failures(ws, "snapshot") >= MAX_ATTEMPTS:
             return Step("measurement_end", reason="no production snapshot could be taken", args={"why": "failed"})
         return Step("snapshot", args={"from_marker": False})
     if state.production != "down" or not _done(ws, "drain"):
@@ -202,7 +201,7 @@ def _measuring(ctx: Context) -> Step:
     if ws.hold_seq is None:  # starts exist but the HOLD is gone: nothing may be measured now
         return Step("measurement_end", reason="the HOLD is not open", args={"why": "failed"})
     if ws.production_snapshot is None:
-        if _failed_after(ws, "snapshot", ws.hold_seq) >= MAX_ATTEMPTS:
+        if _failures(ws, "snapshot", after=ws.hold_seq) >= MAX_ATTEMPTS:
             return Step("measurement_end", reason="no production snapshot could be taken", args={"why": "failed"})
         return Step("snapshot", args={"from_marker": _under_foreign_marker(ctx)})
     if _aborting(ws) is not None:
@@ -238,10 +237,10 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
         if ctx.stop_limit is not None:
             return _budget_or_end(ctx, ctx.stop_limit, None)
         if not running:
-            if _failed_after_start(ws, "start_arm", start_id) >= 2:
+            if _failures(ws, "start_arm", start=start_id) >= 2:
                 return Step("measurement_end", reason=f"start_arm failed twice for {start_id}", args={"why": "failed"})
             return Step("start_arm", start=start_id)
-        if _failed_after_start(ws, "read_clock_cap", start_id) >= MAX_ATTEMPTS:
+        if _failures(ws, "read_clock_cap", start=start_id) >= MAX_ATTEMPTS:
             # The start never began: nothing to end; the ending's restore replaces its engine.
             return Step("measurement_end", reason=f"the clock cap of {start_id} could not be read",
                         args={"why": "failed"})
@@ -257,7 +256,7 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
     if spec is None:
         return Step("spec_gate", start=start_id)
     if info.get("warmup") is None:
-        if _failed_after_start(ws, "warmup", start_id) >= MAX_ATTEMPTS:
+        if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:
             return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})
         return Step("warmup", start=start_id)
     done = info.get("waves") or {}
@@ -309,7 +308,7 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     # An escalated (failed) restore ends a run; a resumed run tries again from there.
     base = latest["seq"] if latest is not None and latest.get("status") == "failed" else since
     restored = latest if latest is not None and latest.get("status") == "ok" else None
-    failures = _failed_after(ws, "restore", base) + _failed_after(ws, "watch", base)
+    failures = _failures(ws, "restore", after=base) + _failures(ws, "watch", after=base)
     watch = ws.watch if ws.watch is not None and restored is not None and ws.watch["seq"] > restored["seq"] else None
     if restored is None or (watch is not None and watch.get("verdict") != "PASS"):
         if failures >= MAX_ATTEMPTS:
@@ -323,7 +322,7 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     # in any case those this window raised (an aborted chained close, say).
     for host in sorted(state.placeholders):
         if marker is not None or state.placeholders[host].get("window") == ws.id:
-            if _failed_after_host(ws, "placeholder_down", host, watch["seq"]) >= MAX_ATTEMPTS:
+            if _failures(ws, "placeholder_down", host=host, after=watch["seq"]) >= MAX_ATTEMPTS:
                 return Step("blocked", reason=f"placeholder_down failed {MAX_ATTEMPTS} times on {host}: escalate")
             return Step("placeholder_down", host=host)
     if marker is not None:
@@ -350,8 +349,8 @@ def _chained_close(ctx: Context) -> Step:
     )
     for kind, action, target in sequence:
         if not _done(ws, action, host=target, after=since):
-            if _failed_after_host(ws, action, target, since) >= MAX_RESTORE_ATTEMPTS:
-                return Step("blocked", reason=f"{action} failed {MAX_RESTORE_ATTEMPTS} times during the chained "
+            if _failures(ws, action, host=target, after=since) >= MAX_ATTEMPTS:
+                return Step("blocked", reason=f"{action} failed {MAX_ATTEMPTS} times during the chained "
                             "close; production is down and the HOLD stays ours: escalate")
             return Step(kind, host=target)
     if state.production != "down":
@@ -360,12 +359,3 @@ def _chained_close(ctx: Context) -> Step:
     # production is down with neither a HOLD nor a marker.
     return Step("chained_close", args={"hold": state.hold is not None and state.hold.get("owner") == ws.id,
                                        "summary": "CHAINED: production left down"})
-
-
-def _failed_after_start(ws: WindowState, action: str, start: str) -> int:
-    return sum(1 for i in ws.finished if i["action"] == action and i.get("start") == start and not i["ok"])
-
-
-def _failed_after_host(ws: WindowState, action: str, host: str | None, after: int) -> int:
-    return sum(1 for i in ws.finished
-               if i["action"] == action and i["seq"] > after and not i["ok"] and (host is None or i["host"] == host))
