@@ -30,6 +30,7 @@ __all__ = [
     "dbapi_errors",
     "make_engine",
     "normalise_url",
+    "read_transaction",
     "schema_revision",
     "sqlite_path",
 ]
@@ -123,7 +124,8 @@ class RawTx:
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self.cursor.execute(self._sql(sql), params)
-        return [tuple(row) for row in self.cursor.fetchall()]
+        rows: list[tuple[Any, ...]] = self.cursor.fetchall()  # both drivers return tuples
+        return rows
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.cursor.execute(self._sql(sql), params)
@@ -156,6 +158,18 @@ def append_transaction(engine: Engine) -> Iterator[RawTx]:
             raw.rollback()
         raise
     finally:
+        raw.close()
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[RawTx]:
+    """Reads on the raw DB-API connection (no lock; rolled back and returned to the pool)."""
+    raw = engine.raw_connection()
+    try:
+        yield RawTx(raw.cursor(), engine.dialect.paramstyle == "qmark", engine.dialect.name)
+    finally:
+        with suppress(Exception):
+            raw.rollback()
         raw.close()
 
 

@@ -15,10 +15,11 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, and_, or_, select
+from sqlalchemy import Engine, Table, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -31,6 +32,7 @@ from .db import (
     dbapi_errors,
     make_engine,
     normalise_url,
+    read_transaction,
     schema_revision,
     sqlite_path,
 )
@@ -136,17 +138,28 @@ def _sign_all(signer: Signer, digests: Sequence[bytes]) -> list[str]:
     return _sign_part(signer, digests[:half]) + other.result()
 
 
-def _fetch_raw(tx: RawTx, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+def _fetch_nodes(tx: RawTx, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """Complete-subtree hashes: level 0 from the events' hashes, the rest from merkle_nodes."""
     found: dict[tuple[int, int], bytes] = {}
+    leaves = sorted({index for level, index in nodes if level == 0})
+    if leaves:
+        marks = ", ".join("?" for _ in leaves)
+        for seq, hash_hex in tx.all(f"SELECT seq, hash FROM events WHERE seq IN ({marks})", [i + 1 for i in leaves]):
+            found[(0, int(seq) - 1)] = merkle.hash_leaf(bytes.fromhex(hash_hex))
+    by_level: dict[int, list[int]] = {}
     for level, index in nodes:
-        if level == 0:
-            row = tx.one("SELECT hash FROM events WHERE seq = ?", (index + 1,))
-            if row:
-                found[(0, index)] = merkle.hash_leaf(bytes.fromhex(row[0]))
-        else:
-            row = tx.one('SELECT hash FROM merkle_nodes WHERE level = ? AND "index" = ?', (level, index))
-            if row:
-                found[(level, index)] = bytes(row[0])
+        if level > 0:
+            by_level.setdefault(level, []).append(index)
+    if by_level:
+        # One (level = L AND index IN (...)) term per level: SQLite answers a row-value IN
+        # list with a full scan of merkle_nodes, but this OR with its primary key.
+        terms, params = [], []
+        for level, indices in by_level.items():
+            terms.append(f'(level = ? AND "index" IN ({", ".join("?" for _ in indices)}))')
+            params += [level, *indices]
+        for level, index, value in tx.all(f'SELECT level, "index", hash FROM merkle_nodes WHERE {" OR ".join(terms)}',
+                                          params):
+            found[(int(level), int(index))] = bytes(value)
     missing = [node for node in nodes if node not in found]
     if missing:
         raise StorageError(f"Merkle node(s) missing from storage: {missing[:3]}")
@@ -391,7 +404,7 @@ class Ledger:
         if cached is not None and cached.size == size and self._frontier_head == head_hash:
             return cached.copy()
         nodes = merkle.frontier_nodes(size)
-        hashes = _fetch_raw(tx, nodes)
+        hashes = _fetch_nodes(tx, nodes)
         return merkle.Frontier(size, [(level, hashes[(level, index)]) for level, index in nodes])
 
     # ------------------------------------------------------------------ read
@@ -460,8 +473,6 @@ class Ledger:
             where.append("seq <= ?")
             params.append(until)
         sql = f"SELECT {_ROW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT {int(batch)}"
-        if self.engine.dialect.paramstyle != "qmark":
-            sql = sql.replace("?", "%s")
         last = after
         while True:
             rows = self._fetch_batch(sql, (last, *params))
@@ -472,18 +483,16 @@ class Ledger:
             last = int(rows[-1][1])
 
     def _fetch_batch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._raw_read() as tx:
+            return tx.all(sql, params)
+
+    @contextmanager
+    def _raw_read(self) -> Iterator[RawTx]:
         try:
-            raw = self.engine.raw_connection()
+            with read_transaction(self.engine) as tx:
+                yield tx
         except OperationalError as exc:
             raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
-        try:
-            cursor = raw.cursor()
-            cursor.execute(sql, params)
-            rows = cast(list[tuple[Any, ...]], cursor.fetchall())
-            raw.rollback()
-        finally:
-            raw.close()
-        return rows
 
     def key_ring(self) -> KeyRing:
         """The key ring as cached in the ``keys`` table (for listing, not for verifying)."""
@@ -514,38 +523,9 @@ class Ledger:
 
     # ------------------------------------------------------------------ merkle
 
-    def _fetch_nodes(self, conn: Connection, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        found: dict[tuple[int, int], bytes] = {}
-        leaves = [index for level, index in nodes if level == 0]
-        inner = [(level, index) for level, index in nodes if level > 0]
-        if leaves:
-            rows = conn.execute(
-                select(_EVENTS.c.seq, _EVENTS.c.hash).where(_EVENTS.c.seq.in_([i + 1 for i in leaves]))
-            )
-            for seq, hash_hex in rows:
-                found[(0, int(seq) - 1)] = merkle.hash_leaf(bytes.fromhex(hash_hex))
-        if inner:
-            # One (level = L AND index IN (...)) term per level: SQLite answers a row-value
-            # IN list with a full scan of merkle_nodes, but this OR with its primary key.
-            by_level: dict[int, list[int]] = {}
-            for level, index in inner:
-                by_level.setdefault(level, []).append(index)
-            rows = conn.execute(
-                select(_NODES.c.level, _NODES.c["index"], _NODES.c.hash).where(or_(*(
-                    and_(_NODES.c.level == level, _NODES.c["index"].in_(indices))
-                    for level, indices in by_level.items()
-                )))
-            )
-            for row in cast(Any, rows):
-                found[(int(row[0]), int(row[1]))] = bytes(row[2])
-        missing = [node for node in nodes if node not in found]
-        if missing:
-            raise StorageError(f"Merkle node(s) missing from storage: {missing[:3]}")
-        return found
-
     def fetch_nodes(self, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        with self._read() as conn:
-            return self._fetch_nodes(conn, nodes)
+        with self._raw_read() as tx:
+            return _fetch_nodes(tx, nodes)
 
     def root(self, size: int) -> bytes:
         return merkle.root_of_size(size, self.fetch_nodes)
