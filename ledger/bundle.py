@@ -258,7 +258,6 @@ def verify_bundle(
         checkpoint = open_checkpoint(note, keys, witnesses=witnesses, threshold=witness_threshold, origin=origin)
         proofs = _read(path / "proofs.jsonl", "proofs.jsonl").splitlines()
         verify_bundle_proofs(proofs, events, checkpoint)
-        _partial_signatures(events, ring)
         ledger_id = events[0].ledger
         if any(e.ledger != ledger_id for e in events):
             bad = next(e for e in events if e.ledger != ledger_id)
@@ -281,12 +280,14 @@ def _genesis_origin(first: Event) -> str:
 
 
 def _partial_ring(events: Sequence[Event], root_key: str | None) -> KeyRing:
-    """The key ring from a partial bundle's key events (checked like verify's rules 5-7, 9)."""
+    """Rules 5-7 and 9 over a partial bundle, in seq order, building the key ring as it goes.
+
+    The bundle carries every key event, so each event's actor is checked against the keys
+    known (and not revoked) at its seq, and its signature verified.
+    """
     ring = KeyRing()
     for event in events:
-        if event.type not in KEY_EVENT_TYPES:
-            continue
-        if event.seq == 1:
+        if event.seq == 1 and event.type == "ledger.created":
             _apply(ring, event)
             if root_key is not None and "root" not in getattr(ring.keys.get(root_key), "roles", ()):
                 raise VerificationError(f"genesis does not name the pinned key {root_key[:16]} as root",
@@ -294,13 +295,18 @@ def _partial_ring(events: Sequence[Event], root_key: str | None) -> KeyRing:
         key = ring.keys.get(event.actor)
         if key is None or (key.revoked_at_seq is not None and key.revoked_at_seq < event.seq):
             raise VerificationError("actor is not a key known at this seq", seq=event.seq, rule=5)
-        if not verify_signature(key.public_raw, event.raw_sig, signing_message(event.hash)):
+        try:
+            signature = event.raw_sig
+        except ValueError:
+            raise VerificationError("sig is not base64", seq=event.seq, rule=6) from None
+        if not verify_signature(key.public_raw, signature, signing_message(event.hash)):
             raise VerificationError("signature does not verify under the actor's key", seq=event.seq, rule=6)
-        if "root" not in key.roles:
-            raise VerificationError(f"{event.type} signed by {key.name}, which is not a root key", seq=event.seq,
-                                    rule=7)
-        if event.seq > 1:
-            _apply(ring, event)
+        if event.type in KEY_EVENT_TYPES:
+            if "root" not in key.roles:
+                raise VerificationError(f"{event.type} signed by {key.name}, which is not a root key",
+                                        seq=event.seq, rule=7)
+            if event.seq > 1:
+                _apply(ring, event)
     if not ring.keys:
         raise VerificationError("the bundle carries no genesis key event", rule="bundle")
     return ring
@@ -311,20 +317,6 @@ def _apply(ring: KeyRing, event: Event) -> None:
         ring.apply(event.seq, event.type, event.payload)
     except (FormatError, ValueError) as exc:
         raise VerificationError(f"malformed key event: {exc}", seq=event.seq, rule=7) from None
-
-
-def _partial_signatures(events: Sequence[Event], ring: KeyRing) -> None:
-    for event in events:
-        key = ring.keys.get(event.actor)
-        if key is None or (key.revoked_at_seq is not None and key.revoked_at_seq < event.seq) \
-                or key.added_seq > event.seq:
-            raise VerificationError("actor is not a key known at this seq", seq=event.seq, rule=5)
-        try:
-            signature = event.raw_sig
-        except ValueError:
-            raise VerificationError("sig is not base64", seq=event.seq, rule=6) from None
-        if not verify_signature(key.public_raw, signature, signing_message(event.hash)):
-            raise VerificationError("signature does not verify under the actor's key", seq=event.seq, rule=6)
 
 
 def _check_blobs(path: Path, events: Sequence[Event]) -> int:

@@ -177,3 +177,14 @@ def test_tally_audit_bundle_cli(book: Ledger, root: Signer, tmp_path: Path) -> N
     assert result.exit_code == 1 and "FAIL" in result.stdout
     result = runner.invoke(app, ["audit", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
+
+
+def test_partial_swapped_signature(book: Ledger, root: Signer, tmp_path: Path) -> None:
+    path = _partial(book, root, tmp_path)
+    lines = (path / "events.jsonl").read_text().splitlines()
+    first, other = json.loads(lines[3]), json.loads(lines[4])
+    first["sig"] = other["sig"]
+    lines[3] = json.dumps(first)
+    (path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    error = _fails(path, book, root)
+    assert (error.seq, error.rule) == (first["seq"], 6)
