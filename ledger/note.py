@@ -75,7 +75,8 @@ def cosignature_message(text: str, timestamp: int) -> bytes:
     return f"cosignature/v1\ntime {timestamp}\n".encode() + text.encode("utf-8")
 
 
-def _b64decode(value: str, what: str) -> bytes:
+def b64decode_standard(value: str, what: str) -> bytes:
+    """Standard base64 (padding required); ``FormatError`` naming ``what`` otherwise."""
     try:
         return base64.b64decode(value.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
@@ -143,7 +144,7 @@ def parse_vkey(text: str) -> Verifier:
         raise FormatError(f"vkey name {name!r} must be non-empty, without spaces or '+'")
     if len(hex8) != 8 or any(ch not in "0123456789abcdefABCDEF" for ch in hex8):
         raise FormatError(f"vkey key ID {hex8!r} is not 8 hex characters")
-    raw = _b64decode(key_b64, "vkey key")
+    raw = b64decode_standard(key_b64, "vkey key")
     if len(raw) != 33:
         raise FormatError("vkey key must be a type byte and a 32-byte Ed25519 public key")
     sig_type, public_raw = raw[0], raw[1:]
@@ -214,7 +215,7 @@ def parse_note(message: str | bytes) -> Note:
         name, space, encoded = line[len(SIG_PREFIX):].partition(" ")
         if not space or not is_valid_name(name) or not encoded:
             raise FormatError(f"signature line {line[:40]!r} is not '\u2014 name base64'")
-        raw = _b64decode(encoded, f"signature of {name}")
+        raw = b64decode_standard(encoded, f"signature of {name}")
         if len(raw) < 5:
             raise FormatError(f"signature of {name} is too short")
         signatures.append(NoteSignature(name, int.from_bytes(raw[:4], "big"), raw[4:]))

@@ -25,7 +25,6 @@ digest and that the Statement is exactly the one derived from it.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -41,7 +40,7 @@ from .dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign_envelope, verify_envelope
 from .errors import FormatError, TallyError, VerificationError
 from .event import Event, event_from_json
 from .keys import Signer
-from .note import Verifier, parse_vkey
+from .note import Verifier, b64decode_standard, parse_vkey
 
 if TYPE_CHECKING:
     from .store import Ledger
@@ -180,13 +179,6 @@ class TlogProof:
         return "\n".join(lines) + "\n\n" + self.checkpoint
 
 
-def _b64(value: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise FormatError(f"{what} is not standard base64") from None
-
-
 def parse_tlog_proof(text: str) -> TlogProof:
     """Parse a tlog-proof file (``FormatError`` when malformed)."""
     head, sep, checkpoint = text.partition("\n\n")
@@ -198,7 +190,7 @@ def parse_tlog_proof(text: str) -> TlogProof:
     position = 1
     extra = None
     if position < len(lines) and lines[position].startswith("extra "):
-        extra = _b64(lines[position][6:], "tlog-proof extra data")
+        extra = b64decode_standard(lines[position][6:], "tlog-proof extra data")
         position += 1
     if position >= len(lines) or not lines[position].startswith("index "):
         raise FormatError("tlog-proof has no 'index <n>' line")
@@ -207,7 +199,7 @@ def parse_tlog_proof(text: str) -> TlogProof:
         raise FormatError(f"tlog-proof index {index_text[:20]!r} is not a decimal")
     hashes = []
     for line in lines[position + 1:]:
-        raw = _b64(line, "tlog-proof hash")
+        raw = b64decode_standard(line, "tlog-proof hash")
         if len(raw) != 32:
             raise FormatError(f"tlog-proof hash is {len(raw)} bytes, not 32")
         hashes.append(raw)
