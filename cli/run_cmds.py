@@ -150,10 +150,10 @@ def window_report(
 
 def chain_preflight(
     site: SiteOpt,
-    window: Annotated[str | None, typer.Argument(help="Record as this admitted window's preflight.")] = None,
+    window: Annotated[str | None, typer.Argument(help="Window id for the site commands' {window}; nothing is appended.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Serving state, HOLD and (only while the marker is present) placeholders."""
+    """Serving state, HOLD and (only while the marker is present) placeholders; appends nothing."""
     from runner.preflight import chain_preflight as run
 
     driver, _ = _site(site)

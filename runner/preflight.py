@@ -1,4 +1,7 @@
-"""``tally chain preflight``: serving state, the HOLD, and placeholders only while the marker is present."""
+"""``tally chain preflight``: serving state, the HOLD, and placeholders only while the marker is present.
+
+Read-only: it runs the site's probes and compares them with the ledger; it appends nothing.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ __all__ = ["chain_preflight"]
 
 
 def chain_preflight(ledger: Ledger, driver: HostDriver, window: str | None = None) -> dict[str, Any]:
-    """Probe the site and compare with the ledger's state; recorded only for an admitted window."""
+    """Probe the site and compare with the ledger's state. Appends nothing: a window's own
+    preflight is the first host action of `tally window run --execute`. ``window`` only fills
+    the site commands' ``{window}`` placeholder."""
     state = replay(ledger)
     marker = state.marker
     lines = []
@@ -44,13 +49,6 @@ def chain_preflight(ledger: Ledger, driver: HostDriver, window: str | None = Non
         lines.append("marker: none (placeholders not probed)")
         if state.production == "up" and facts.get("serving") not in ("up", None):
             lines.append(f"note: the ledger says production up, the site says {facts.get('serving')}")
-    if window is not None:
-        ws = state.windows.get(window)
-        if ws is not None and ws.admitted_seq is not None and ws.ending is None:
-            from ledger.errors import PolicyError
-
-            raise PolicyError("record an admitted window's preflight by running it: `tally window run --execute` "
-                              "does its own preflight as its first host action")
     lines.insert(0, f"chain preflight: {'OK' if ok else 'FAIL'}")
     return {"ok": bool(ok), "serving": facts, "hold": hold, "marker": marker, "placeholders": proofs,
             "lines": lines}

@@ -63,8 +63,10 @@ def test_chain_preflight(tmp_path: Path) -> None:
         assert before.returncode == 0 and report["marker"] is None and report["placeholders"] == {}
         assert report["serving"]["serving"] == "up"
         run(w, "pre-a")
-        after = subprocess.run([TALLY, "chain", "preflight", "--site", site, "--json"], env=env,
+        size = w.book.size()
+        after = subprocess.run([TALLY, "chain", "preflight", "--site", site, "pre-a", "--json"], env=env,
                                capture_output=True, text=True)
+        assert w.book.size() == size  # read-only
         report = json.loads(after.stdout)
         assert after.returncode == 0, after.stdout
         assert report["marker"]["window"] == "pre-a"
