@@ -172,30 +172,17 @@ def gate_qualification(
     json_out: JsonOpt = False,
 ) -> None:
     """Carry a QUALIFIED admission at Q to HEAD: carried files byte-identical, units AST-identical."""
-    from runner.admission import record_gate
-    from runner.gates.qualification import qualify
-    from runner.gates.receipts import read_admission_receipt
+    from runner.gates.record import qualification_gate
     from runner.plan import Carry
 
     book, signer = _open()
-    reg = _registration(book, window)
-    carry = reg.plan.qualification
-    if file or prefix or unit:
-        carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ()))
-    receipt = read_admission_receipt(admission)
-    result = qualify(repo, qualified_commit, head or reg.plan.commit, carry, receipt)
-    failures = list(result.failures)
-    evidence = dict(result.evidence)
-    if result.head != reg.plan.commit:
-        failures.append(f"HEAD {result.head[:12]} is not the plan's commit {reg.plan.commit[:12]}")
-        evidence["failures"] = failures
-    verdict = "FAIL" if failures else "PASS"
-    summary = result.summary if verdict == result.verdict else f"FAIL: {'; '.join(failures)}"
-    record = record_gate(book, signer, window, "qualification", verdict, evidence, commit=result.head,
-                         summary=summary)
-    lines = [f"{'same' if f['identical'] else 'DIFF'} {f['path']} ({f['carried_by']})" for f in evidence["files"]]
-    lines += [f"{'same' if u['identical'] else 'DIFF'} {u['unit']} (AST)" for u in evidence["units"]]
-    _gate_out(window, "qualification", verdict, summary, evidence, record, json_out, lines)
+    _registration(book, window)
+    carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ())) if file or prefix or unit else None
+    out = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified_commit,
+                             admission=admission, head=head, carry=carry)
+    lines = [f"{'same' if f['identical'] else 'DIFF'} {f['path']} ({f['carried_by']})" for f in out.evidence["files"]]
+    lines += [f"{'same' if u['identical'] else 'DIFF'} {u['unit']} (AST)" for u in out.evidence["units"]]
+    _gate_out(window, "qualification", out.verdict, out.summary, out.evidence, out.record, json_out, lines)
 
 
 def gate_rng(
@@ -205,16 +192,12 @@ def gate_rng(
     json_out: JsonOpt = False,
 ) -> None:
     """PASS RNG receipt at the plan's commit whose kernel sha256 equals the admission's prepared verifier."""
-    from runner.admission import record_gate
-    from runner.gates.receipts import read_admission_receipt, read_rng_receipt
-    from runner.gates.rng import check_rng
+    from runner.gates.record import rng_gate
 
     book, signer = _open()
-    reg = _registration(book, window)
-    result = check_rng(read_rng_receipt(receipt), read_admission_receipt(admission), reg.plan.commit)
-    record = record_gate(book, signer, window, "rng", result.verdict, result.evidence, commit=reg.plan.commit,
-                         summary=result.summary)
-    _gate_out(window, "rng", result.verdict, result.summary, result.evidence, record, json_out)
+    _registration(book, window)
+    out = rng_gate(book, signer, window, receipt=receipt, admission=admission)
+    _gate_out(window, "rng", out.verdict, out.summary, out.evidence, out.record, json_out)
 
 
 def gate_budget(
@@ -224,22 +207,19 @@ def gate_budget(
     json_out: JsonOpt = False,
 ) -> None:
     """The plan's stage estimates against its limits; reports the largest reserve that still fits."""
-    from runner.admission import record_gate
-    from runner.gates.budget import budget_report
+    from runner.gates.record import budget_gate
 
     book, signer = _open()
-    reg = _registration(book, window)
+    _registration(book, window)
     if pair_reserve_s is not None and (pair_reserve_s < 0 or pair_reserve_s != pair_reserve_s):
         raise FormatError("--pair-reserve-s must be a non-negative number of seconds")
-    report = budget_report(reg.plan.budget, measured_reserve_s=pair_reserve_s)
-    evidence = report.to_json()
-    record = record_gate(book, signer, window, "budget", report.verdict, evidence, commit=reg.plan.commit,
-                         summary=report.summary)
+    out = budget_gate(book, signer, window, pair_reserve_s=pair_reserve_s)
+    evidence = out.evidence
     lines = [f"{row['label']}: total {row['total']} min, measurement ends {row['measurement_end']} min"
              f"{'' if row['fits'] else ' (does not fit)'}" for row in evidence["rows"]]
     lines += [f"{'ok  ' if c['ok'] else 'FAIL'} {c['detail']}" for c in evidence["checks"]]
     lines += [f"note: {note}" for note in evidence["notes"]]
-    _gate_out(window, "budget", report.verdict, report.summary, evidence, record, json_out, lines)
+    _gate_out(window, "budget", out.verdict, out.summary, evidence, out.record, json_out, lines)
 
 
 def gate_standard_spec(
@@ -294,13 +274,9 @@ def rehearse(
     data = result.to_json()
     record = None
     if book is not None and reg is not None and signer is not None:
-        from ledger.store import Blob
-        from runner.admission import record_gate
+        from runner.gates.record import rehearsal_gate
 
-        blob = Blob(responses, "application/x-ndjson")
-        evidence = dict(data, responses=blob.ref())
-        record = record_gate(book, signer, reg.window, "rehearsal", result.verdict, evidence,
-                             commit=reg.plan.commit, summary=result.summary, blobs=[blob])
+        record = rehearsal_gate(book, signer, reg.window, result, responses).record
     if json_out:
         print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
                         admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))

@@ -141,45 +141,28 @@ def write_receipts(root: Path, qualified: str, head: str) -> tuple[Path, Path]:
 
 def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualified: str, admission: Path,
                rng: Path, sim_url: str, out: Path, say: Callable[[str], None]) -> None:
-    """Run every gate the plan requires (the chain check first under a marker)."""
-    from ..admission import record_gate
-    from ..gates.budget import budget_report
-    from ..gates.qualification import qualify
-    from ..gates.receipts import read_admission_receipt, read_rng_receipt
+    """Run every gate the plan requires, as `tally gate ...` and `tally rehearse` would."""
+    from ..gates.record import budget_gate, qualification_gate, rehearsal_gate, rng_gate
     from ..gates.rehearsal import rehearse, write_rehearsal
-    from ..gates.rng import check_rng
     from ..registration import registered_plan
 
-    reg = registered_plan(book, window)
-    plan = reg.plan
-    receipt = read_admission_receipt(admission)
+    plan = registered_plan(book, window).plan
     for gate in plan.required_gates:
         if gate == "qualification":
-            result = qualify(repo, qualified, plan.commit, plan.qualification, receipt)
-            record_gate(book, signer, window, "qualification", result.verdict, result.evidence,
-                        commit=result.head, summary=result.summary)
-            say(f"  gate qualification: {result.verdict} ({result.summary})")
+            outcome = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified,
+                                         admission=admission)
         elif gate == "rng":
-            checked = check_rng(read_rng_receipt(rng), receipt, plan.commit)
-            record_gate(book, signer, window, "rng", checked.verdict, checked.evidence, commit=plan.commit,
-                        summary=checked.summary)
-            say(f"  gate rng: {checked.verdict}")
-        elif gate == "budget":
-            measured = 333.0 if plan.budget.pair_reserve_s is not None else None
-            report = budget_report(plan.budget, measured_reserve_s=measured)
-            record_gate(book, signer, window, "budget", report.verdict, report.to_json(), commit=plan.commit,
-                        summary=report.summary)
-            say(f"  gate budget: {report.verdict} ({report.summary})")
+            outcome = rng_gate(book, signer, window, receipt=rng, admission=admission)
+        elif gate == "budget":  # the demo's measured pair reserve (seed 000), when the plan has one
+            reserve = 333.0 if plan.budget.pair_reserve_s is not None else None
+            outcome = budget_gate(book, signer, window, pair_reserve_s=reserve)
         elif gate == "rehearsal":
-            from ledger.store import Blob
-
-            result_r = rehearse(sim_url, 1, timeout=30.0)
-            _, _, responses = write_rehearsal(result_r, out / f"rehearsal-{window}")
-            blob = Blob(responses, "application/x-ndjson")
-            record_gate(book, signer, window, "rehearsal", result_r.verdict,
-                        dict(result_r.to_json(), responses=blob.ref()), commit=plan.commit,
-                        summary=result_r.summary, blobs=[blob])
-            say(f"  gate rehearsal: {result_r.verdict} ({result_r.summary})")
+            rehearsal = rehearse(sim_url, 1, timeout=30.0)
+            _, _, responses = write_rehearsal(rehearsal, out / f"rehearsal-{window}")
+            outcome = rehearsal_gate(book, signer, window, rehearsal, responses)
+        else:
+            continue
+        say(f"  gate {gate}: {outcome.verdict} ({outcome.summary})")
 
 
 def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[str], None]) -> None:
