@@ -67,12 +67,12 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
 
 def print_verdict(book: Any, window: str) -> None:
     """The recorded decision as the verdict table of `tally verdict compute`."""
-    from .verdict_cmds import _console, print_result
+    from .verdict_cmds import print_result, verdict_console
 
     for event in book.events(stream=f"window/{window}", types=["decision.recorded"]):
         result = event.payload["result"]
         if "cells" in result or "per_pair" in result:
-            print_result(event.payload["input"], result, _console())
+            print_result(event.payload["input"], result, verdict_console())
         else:
             print(f"Decision: {result.get('decision')}")
             for reason in result.get("reasons", []):

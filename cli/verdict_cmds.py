@@ -60,7 +60,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
         if as_json:
             print_json(result)
         else:
-            print_result(data, result, _console())
+            print_result(data, result, verdict_console())
 
     @command(verdict, "report")
     def report_cmd(
@@ -91,7 +91,7 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
 
 # --------------------------------------------------------------------------- tables
 
-def _console() -> Console:
+def verdict_console() -> Console:
     from rich.console import Console
 
     console = Console()
