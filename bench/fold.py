@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from ledger.canonical import canonical  # noqa: E402
 from ledger.event import Event, format_time  # noqa: E402
-from runner.audit import audit_report  # noqa: E402
-from runner.fold import fold  # noqa: E402
-from runner.plan import plan_sha256  # noqa: E402
+from runner.audit.invariants import audit_report  # noqa: E402
+from runner.plan.model import plan_sha256  # noqa: E402
+from runner.state.fold import fold  # noqa: E402
 from tests.runner.script import BASE_TIME, Script  # noqa: E402  (the scripted windows of the tests)
 
 TARGET_RATE = 50_000

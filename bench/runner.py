@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from ledger.store import NewEvent  # noqa: E402
 from runner.demo.scenarios import DEMO_TIME_SCALE, DemoWindow, build_world, pass_gates  # noqa: E402
-from runner.registration import register_plan  # noqa: E402
-from runner.window import RunResult, WindowRunner  # noqa: E402
+from runner.execution.window import RunResult, WindowRunner  # noqa: E402
+from runner.plan.register import register_plan  # noqa: E402
 
 
 def _run(directory: Path, window: DemoWindow, *, time_scale: float, prefill: int = 0) -> RunResult:

@@ -207,7 +207,7 @@ def verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Check every event against SPEC 3.3 (exit 1 with the first failing seq and rule)."""
-    from ledger.verify import verify_ledger
+    from ledger.stored import verify_ledger
 
     book = state.ledger()
     try:
@@ -235,6 +235,7 @@ def export(
 ) -> None:
     """Write an audit bundle: manifest.json, events.jsonl, checkpoint.txt, blobs/ (and proofs.jsonl)."""
     from ledger.bundle import export_bundle
+    from runner.events.catalogue import bundle_companions
 
     book = state.ledger()
     signer = None
@@ -242,7 +243,7 @@ def export(
         signer = state.signer(book.url)
     except FormatError:
         signer = None  # no key: export still works if a checkpoint covers the events
-    manifest = export_bundle(book, out, stream=stream, signer=signer)
+    manifest = export_bundle(book, out, stream=stream, signer=signer, with_streams=bundle_companions(stream))
     if json_out:
         print_json(manifest)
     else:
@@ -258,7 +259,7 @@ def audit(
     json_out: Annotated[bool, typer.Option("--json", help="Print a SLSA verification summary-shaped result.")] = False,
 ) -> None:
     """Cryptographic checks, then every protocol invariant (SPEC 5.4); exit 1 naming the first failure."""
-    from runner.auditor import run_audit
+    from runner.audit.full import run_audit
 
     if bundle is not None:
         report = run_audit(bundle=bundle, root_key=root_key, vkeys=vkey or [], witness_threshold=witness_threshold)

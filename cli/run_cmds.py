@@ -15,7 +15,7 @@ from .common import EXIT_FAILED, command, print_json, state
 
 if TYPE_CHECKING:
     from runner.drivers.base import HostDriver
-    from runner.window import RunResult
+    from runner.execution.window import RunResult
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -35,16 +35,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Quiet; print the result a
 
 
 def _site(path: Path) -> tuple[HostDriver, float]:
-    from runner.site import load_site, site_time_scale
+    from runner.drivers.site import load_site, site_time_scale
 
     driver = load_site(path)
     return driver, site_time_scale(driver)
 
 
 def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False) -> None:
-    from runner.lock import window_lock
-    from runner.progress import Progress
-    from runner.window import WindowRunner, owner_name
+    from runner.execution.lock import window_lock
+    from runner.execution.progress import Progress
+    from runner.execution.window import WindowRunner, owner_name
 
     book = state.ledger()
     signer = state.signer(book.url)
@@ -108,7 +108,7 @@ def window_run(
     if dry_run == execute:
         raise FormatError("pass exactly one of --dry-run and --execute")
     if dry_run:
-        from runner.dryrun import dry_run_report
+        from runner.execution.dryrun import dry_run_report
 
         driver, scale = _site(site)
         report = dry_run_report(state.ledger(), window, driver, scale)
@@ -139,7 +139,7 @@ def window_report(
     json_out: JsonOpt = False,
 ) -> None:
     """Write the window's report (decision, reasons, plots) from its recorded decision."""
-    from runner.windowreport import window_report as build
+    from runner.report.window import window_report as build
 
     paths = build(state.ledger(), window, out)
     if json_out:
@@ -154,7 +154,7 @@ def chain_preflight(
     json_out: JsonOpt = False,
 ) -> None:
     """Serving state, HOLD and (only while the marker is present) placeholders; appends nothing."""
-    from runner.preflight import chain_preflight as run
+    from runner.execution.preflight import chain_preflight as run
 
     driver, _ = _site(site)
     report = run(state.ledger(), driver, window)
@@ -170,7 +170,7 @@ def chain_preflight(
 
 def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
     """Recompute the window's decision from its recorded measurements; MATCH exit 0, MISMATCH exit 1."""
-    from runner.decide.replay import replay_window
+    from runner.decide.inputs import replay_window
 
     result = replay_window(state.ledger(), window)
     if json_out:

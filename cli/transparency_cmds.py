@@ -310,11 +310,12 @@ def receipt_export(
 ) -> None:
     """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event."""
     from ledger.receipt import build_receipt, write_receipt
+    from runner.events.receipts import WINDOW_RECEIPTS
 
     book = state.ledger()
     signer = state.signer(book.url)
     chosen = _cosigned_checkpoint(book, checkpoint_file, seq) if checkpoint_file is not None else None
-    receipt = build_receipt(book, seq, signer, chosen)
+    receipt = build_receipt(book, seq, signer, WINDOW_RECEIPTS, chosen)
     envelope, proof, event = write_receipt(receipt, out)
     if json_out:
         print_json({"seq": seq, "envelope": str(envelope), "proof": str(proof), "event": str(event),
@@ -366,6 +367,7 @@ def receipt_verify(
 ) -> None:
     """Verify a receipt offline: DSSE signature, Statement subject, inclusion proof, checkpoint."""
     from ledger.receipt import verify_receipt
+    from runner.events.receipts import WINDOW_RECEIPTS
 
     keys = _vkeys(vkey)
     log_keys = [k for k in keys if not k.is_cosigner]
@@ -376,7 +378,7 @@ def receipt_verify(
     proof_text = _read_text(proof_path, "tlog-proof")
     event_text = _read_text(event_path, "event") if (event is not None or event_path.exists()) else None
     try:
-        result = verify_receipt(envelope_text, proof_text, log_keys, witnesses=witnesses,
+        result = verify_receipt(envelope_text, proof_text, log_keys, policy=WINDOW_RECEIPTS, witnesses=witnesses,
                                 threshold=witness_threshold, event_text=event_text)
     except VerificationError as error:
         if json_out:

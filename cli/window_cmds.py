@@ -19,8 +19,8 @@ from .common import EXIT_FAILED, EXIT_NO_ANSWER, command, print_json, read_json_
 if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger
-    from runner.admission import GateRecord
-    from runner.registration import Registration
+    from runner.gates.admission import GateRecord
+    from runner.plan.register import Registration
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
@@ -47,12 +47,9 @@ def _open() -> tuple[Ledger, Signer]:
 
 
 def _registration(book: Ledger, window: str) -> Registration:
-    from runner.registration import registered
+    from runner.plan.register import registered_plan
 
-    reg = registered(book, window)
-    if reg is None:
-        raise FormatError(f"window {window} is not registered (run `tally window register PLAN.toml`)")
-    return reg
+    return registered_plan(book, window)
 
 
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
@@ -85,7 +82,7 @@ def window_register(
     json_out: JsonOpt = False,
 ) -> None:
     """Validate a plan and append window.registered (plan + plan_sha256); prints the window id."""
-    from runner.plan_schema import read_plan_file
+    from runner.plan.parse import read_plan_file
 
     overrides = {k: v for k, v in (("commit", commit), ("window_id", window_id)) if v is not None}
     loaded = read_plan_file(plan, overrides=overrides)
@@ -93,7 +90,7 @@ def window_register(
                               "protocol": loaded.plan.protocol, "mode": loaded.plan.mode, "seq": None,
                               "already": False}
     if not dry_run:
-        from runner.registration import register_plan
+        from runner.plan.register import register_plan
 
         book, signer = _open()
         reg = register_plan(book, signer, loaded)
@@ -112,7 +109,7 @@ def window_register(
 
 def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
     """Append window.admitted if every required gate has a PASS at the plan's commit."""
-    from runner.admission import admit
+    from runner.gates.admission import admit
 
     book, signer = _open()
     _registration(book, window)
@@ -131,7 +128,7 @@ def replay_state(
     json_out: JsonOpt = False,
 ) -> None:
     """Fold the ledger into the runner's state (SPEC 5.3): marker, HOLD, production, windows."""
-    from runner.fold import fold
+    from runner.state.fold import fold
 
     book = state.ledger()
     folded = fold(None, book.events())
@@ -173,7 +170,7 @@ def gate_qualification(
 ) -> None:
     """Carry a QUALIFIED admission at Q to HEAD: carried files byte-identical, units AST-identical."""
     from runner.gates.record import qualification_gate
-    from runner.plan import Carry
+    from runner.plan.model import Carry
 
     book, signer = _open()
     _registration(book, window)
@@ -229,7 +226,7 @@ def gate_standard_spec(
     json_out: JsonOpt = False,
 ) -> None:
     """The start's speculative config is standard verification (and the plan's declared one)."""
-    from runner.admission import record_gate
+    from runner.gates.admission import record_gate
     from runner.gates.spec import check_standard_spec
 
     book, signer = _open()

@@ -23,7 +23,8 @@ from . import merkle
 from .errors import FormatError, VerificationError
 from .event import Event, event_from_json, format_time, signing_message
 from .keys import KEY_EVENT_TYPES, KeyRing, Signer, verify_signature
-from .verify import referenced_blobs, verify_events
+from .stored import referenced_blobs
+from .verify import verify_events
 
 __all__ = ["BUNDLE_FORMAT", "VerifiedBundle", "export_bundle", "verify_bundle"]
 
@@ -46,12 +47,18 @@ def _prepare_target(out: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
 
 
-def export_bundle(book: Any, out: Path, *, stream: str | None = None, signer: Signer | None = None) -> dict[str, Any]:
-    """Write a bundle of ``book`` (a ``Ledger``) to ``out``; returns the manifest."""
+def export_bundle(book: Any, out: Path, *, stream: str | None = None, signer: Signer | None = None,
+                  with_streams: Sequence[str] = ()) -> dict[str, Any]:
+    """Write a bundle of ``book`` (a ``Ledger``) to ``out``; returns the manifest.
+
+    A partial bundle (``stream``) carries the key events, and the events of
+    ``with_streams`` too (streams the caller's verdicts rest on; the ledger does not
+    know which those are).
+    """
     out = Path(out)
     tmp = _prepare_target(out)
     try:
-        manifest = _write(book, tmp, stream, signer)
+        manifest = _write(book, tmp, stream, signer, tuple(with_streams))
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
@@ -61,7 +68,7 @@ def export_bundle(book: Any, out: Path, *, stream: str | None = None, signer: Si
     return manifest
 
 
-def _bundle_events(book: Any, size: int, stream: str | None) -> Iterator[Event]:
+def _bundle_events(book: Any, size: int, stream: str | None, with_streams: tuple[str, ...]) -> Iterator[Event]:
     """A full export's events, or a stream's events plus every key event (seq order).
 
     A partial bundle carries the key events so that an auditor can check every
@@ -73,12 +80,12 @@ def _bundle_events(book: Any, size: int, stream: str | None) -> Iterator[Event]:
     from heapq import merge
 
     keys = book.events(0, until=size, types=sorted(KEY_EVENT_TYPES)) if stream != "ledger" else iter(())
-    # A window's decision also rests on other windows' control starts (the archive).
-    archive = book.events(0, until=size, stream="archive") if stream.startswith("window/") else iter(())
-    yield from merge(book.events(0, until=size, stream=stream), keys, archive, key=lambda e: e.seq)
+    others = [book.events(0, until=size, stream=name) for name in dict.fromkeys(with_streams) if name != stream]
+    yield from merge(book.events(0, until=size, stream=stream), keys, *others, key=lambda e: e.seq)
 
 
-def _write(book: Any, tmp: Path, stream: str | None, signer: Signer | None) -> dict[str, Any]:
+def _write(book: Any, tmp: Path, stream: str | None, signer: Signer | None,
+           with_streams: tuple[str, ...]) -> dict[str, Any]:
     from .receipt import write_bundle_proofs
 
     size, head = book.head()
@@ -86,7 +93,7 @@ def _write(book: Any, tmp: Path, stream: str | None, signer: Signer | None) -> d
     seqs: list[int] = []
     digest = hashlib.sha256()
     with open(tmp / "events.jsonl", "w", encoding="utf-8", newline="\n") as handle:
-        for event in _bundle_events(book, size, stream):
+        for event in _bundle_events(book, size, stream, with_streams):
             line = event.line() + "\n"
             handle.write(line)
             digest.update(line.encode("utf-8"))

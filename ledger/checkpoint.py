@@ -1,4 +1,4 @@
-"""C2SP checkpoints of the ledger's Merkle tree (SPEC 3.3 rule 8, 3.4).
+"""C2SP checkpoints of the ledger's Merkle tree (``docs/format.md``: rule 8, checkpoints).
 
 A checkpoint is a signed note whose text is::
 
@@ -15,8 +15,6 @@ origin. What lives here:
 - ``verify_ledger_checkpoint`` / ``rule8_hook``: rule 8 of ``tally verify`` and
   ``tally audit`` (the checkpoint verifies under a key known at its size and commits
   to the Merkle root the verifier computed);
-- ``prove_since``: ``tally verify --since FILE``, proving that the current ledger
-  extends an auditor's saved checkpoint (else "truncated" or "rewritten" history);
 - ``ConsistencyProof``: the text form of ``tally prove consistency`` (the body of a
   C2SP tlog-witness ``add-checkpoint`` request) and its JSON form.
 """
@@ -28,25 +26,21 @@ import binascii
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import merkle
 from . import note as notes
 from .errors import FormatError, PolicyError, StorageError, TallyError, VerificationError
-from .event import GENESIS_PREV
 from .keys import KeyRing, Signer
 
 if TYPE_CHECKING:
     from .store import Ledger
-    from .verify import VerifyStart
 
 __all__ = [
     "LOG_ROLES",
     "Checkpoint",
     "ConsistencyProof",
     "SignedCheckpoint",
-    "SincePoint",
     "VerifiedCheckpoint",
     "checkpoint_at",
     "checkpoint_covering",
@@ -55,10 +49,8 @@ __all__ = [
     "open_checkpoint",
     "parse_checkpoint",
     "parse_consistency_proof",
-    "prove_since",
     "rule8_hook",
     "sign_checkpoint",
-    "since_start",
     "stored_checkpoints",
     "verify_checkpoint",
     "verify_ledger_checkpoint",
@@ -443,148 +435,6 @@ def sign_checkpoint(ledger: Ledger, signer: Signer, size: int | None = None) -> 
             raise StorageError(f"could not store the checkpoint at size {size}: {type(exc).__name__}") from None
         return again
     return SignedCheckpoint(body, message)
-
-
-# ---------------------------------------------------------------------------
-# verify --since: the current ledger extends an auditor's saved checkpoint.
-
-
-@dataclass(frozen=True)
-class SincePoint:
-    """What ``prove_since`` established: the ledger's first ``size`` events are the saved tree.
-
-    ``head`` is the hash of event ``size`` and ``frontier`` the tree's right edge at
-    ``size`` (its root is the saved root): verification resumes at ``size + 1``.
-    """
-
-    size: int
-    root: bytes
-    head: str
-    frontier: merkle.Frontier
-    checkpoint: Checkpoint
-    current_size: int
-
-
-def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = None) -> SincePoint:
-    """Prove that ``ledger`` extends the checkpoint an auditor saved earlier.
-
-    The saved note must be a checkpoint of this ledger's origin, signed by one of
-    ``keys`` (default: the ledger's ``root``/``signer`` keys). Raises
-    ``VerificationError(rule=8)`` naming "truncated" history when the ledger is now
-    smaller than the saved tree, and "rewritten" history when its first ``size`` events
-    no longer give the saved root (the stored tree at that size, the saved tree's last
-    leaf against the stored event, and a consistency proof to the current size).
-    """
-    origin = ledger.info.origin
-    parsed = notes.parse_note(saved)
-    saved_cp = parse_checkpoint(parsed.text)
-    if saved_cp.origin != origin:
-        raise VerificationError(f"the saved checkpoint is for {saved_cp.origin!r}, this ledger is {origin!r}", rule=8)
-    trusted = list(keys) if keys is not None else log_verifiers(origin, ledger.key_ring())
-    open_checkpoint(saved, trusted, threshold=0, origin=origin)
-    size, root = saved_cp.size, saved_cp.root
-    current = ledger.size()
-    if current < size:
-        raise VerificationError(
-            f"history truncated: the ledger has {current} events, the saved checkpoint covers {size}",
-            seq=current + 1, rule=8,
-        )
-    if size == 0:
-        return SincePoint(0, merkle.EMPTY_ROOT, GENESIS_PREV, merkle.Frontier(), saved_cp, current)
-
-    def rewritten(detail: str) -> VerificationError:
-        return VerificationError(f"history rewritten: {detail}", seq=size, rule=8)
-
-    nodes = merkle.frontier_nodes(size)
-    try:
-        hashes = ledger.fetch_nodes(nodes)
-    except StorageError as exc:
-        raise rewritten(f"the tree at size {size} cannot be rebuilt ({exc})") from None
-    frontier = merkle.Frontier(size, [(level, hashes[(level, index)]) for level, index in nodes])
-    if frontier.root() != root:
-        raise rewritten(f"the first {size} events no longer have the saved root")
-    # The stored tree agrees; now the events themselves: re-hash every one of them
-    # (no signatures: that is what the saved checkpoint vouches for) and rebuild the root.
-    from .verify import check_chain
-
-    rebuilt = merkle.Frontier()
-    try:
-        check_chain(ledger.rows(0, until=size), rebuilt)
-    except VerificationError as exc:
-        raise VerificationError(f"history rewritten: {exc.args[0]}", seq=exc.seq, rule=exc.rule) from None
-    if rebuilt.size != size or rebuilt.root() != root:
-        raise rewritten(f"the first {size} stored events do not hash to the saved root")
-    last = ledger.get(size)
-    if last.computed_hash() != last.hash:
-        raise rewritten(f"event {size} does not hash to its stored hash")
-    try:
-        merkle.verify_inclusion(size - 1, size, merkle.hash_leaf(last.raw_hash),
-                                ledger.inclusion_proof(size - 1, size), root)
-        if current > size:
-            merkle.verify_consistency(size, current, root, ledger.root(current),
-                                      ledger.consistency_proof(size, current))
-    except (VerificationError, StorageError) as exc:
-        raise rewritten(_reason(exc)) from None
-    return SincePoint(size, root, last.hash, frontier, saved_cp, current)
-
-
-def _key_ring_until(ledger: Ledger, point: SincePoint) -> KeyRing:
-    """The key ring after event ``point.size``, from key events proven to be in the saved tree.
-
-    Each key event must be included under the saved root (leaf from its stored hash),
-    hash to its hash, and be signed by a root key known (and not revoked) before it.
-    """
-    from .event import signing_message
-    from .keys import KEY_EVENT_TYPES, verify_signature
-
-    ring = KeyRing()
-    for event in ledger.events(types=sorted(KEY_EVENT_TYPES), until=point.size):
-        seq = event.seq
-        try:
-            merkle.verify_inclusion(seq - 1, point.size, merkle.hash_leaf(event.raw_hash),
-                                    ledger.inclusion_proof(seq - 1, point.size), point.root)
-        except (VerificationError, StorageError, ValueError) as exc:
-            raise VerificationError(f"history rewritten: key event {seq} is not in the saved tree ({_reason(exc)})",
-                                    seq=seq, rule=8) from None
-        if event.computed_hash() != event.hash:
-            raise VerificationError("recomputed hash differs from the stored hash", seq=seq, rule=4)
-        try:
-            if seq == 1:
-                ring.apply(1, event.type, event.payload)
-            key = ring.keys.get(event.actor)
-            if key is None or (key.revoked_at_seq is not None and key.revoked_at_seq < seq):
-                raise VerificationError(f"actor {event.actor[:16]} is not a key known at this seq", seq=seq, rule=5)
-            if not verify_signature(key.public_raw, event.raw_sig, signing_message(event.hash)):
-                raise VerificationError("signature does not verify under the actor's key", seq=seq, rule=6)
-            if "root" not in key.roles:
-                raise VerificationError(f"{event.type} signed by {key.name}, which is not a root key", seq=seq, rule=7)
-            if seq > 1:
-                ring.apply(seq, event.type, event.payload)
-        except (FormatError, ValueError) as exc:
-            raise VerificationError(f"malformed key event: {_reason(exc)}", seq=seq, rule=7) from None
-    return ring
-
-
-def since_start(ledger: Ledger, saved: str | Path, keys: Iterable[KeySpec] | None = None) -> VerifyStart:
-    """``verify --since``: where ``verify_events`` resumes after an auditor's saved checkpoint.
-
-    ``saved`` is the checkpoint note (or a path to it). Runs ``prove_since`` (raising
-    "truncated" or "rewritten" history), then rebuilds the key ring of the first
-    ``size`` events from their key events, each proven to be in the saved tree.
-    """
-    from .verify import VerifyStart
-
-    if isinstance(saved, Path):
-        try:
-            saved = saved.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise FormatError(f"cannot read the saved checkpoint: {exc}") from None
-    point = prove_since(ledger, saved, keys)
-    info = ledger.info
-    if point.size == 0:
-        return VerifyStart(0, GENESIS_PREV, info.ledger_id, info.origin, KeyRing(), merkle.Frontier())
-    ring = _key_ring_until(ledger, point)
-    return VerifyStart(point.size, point.head, info.ledger_id, info.origin, ring, point.frontier)
 
 
 # ---------------------------------------------------------------------------

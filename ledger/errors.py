@@ -4,21 +4,23 @@
 
     TallyError
     ├── FormatError            bad input: parse, decode, schema, usage      -> exit 2
-    │   └── PayloadError       an event payload breaks the rules of SPEC 3.1
+    │   └── FieldError         one member of a document, named by its path
+    │       └── PayloadError   an event payload breaks the payload rules
     ├── IntegrityError         a check of recorded data failed              -> exit 1
     │   └── VerificationError  hash, signature, chain, proof; carries seq + rule
     ├── PolicyError            gate not passed, plan mismatch, refusal       -> exit 1
     ├── StorageError           the database misbehaved                      -> exit 1
     └── ExternalError          a host or server did not answer (retry)      -> exit 3
 
-The CLI maps this tree to exit codes in one place (``cli/errors.py``); library code
-raises, it never prints or exits.
+The CLI maps this tree to exit codes in one place (``cli/common.py``, ``exit_code``);
+library code raises, it never prints or exits.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ExternalError",
+    "FieldError",
     "FormatError",
     "IntegrityError",
     "PayloadError",
@@ -37,13 +39,33 @@ class FormatError(TallyError):
     """Input that cannot be accepted as given: a malformed file, field or argument."""
 
 
-class PayloadError(FormatError):
-    """An event payload that breaks the payload rules; the message names the path."""
+class FieldError(FormatError):
+    """A document member that is missing, mistyped or out of range; ``path`` names it.
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+    The message is ``path: problem`` (``plan.cells[1].context: expected one of ...``),
+    preceded by ``source: `` when the document has a name of its own (a site file).
+    """
+
+    def __init__(self, path: str, problem: str, *, source: str | None = None) -> None:
+        text = f"{path}: {problem}" if path else problem
+        super().__init__(f"{source}: {text}" if source else text)
         self.path = path
         self.problem = problem
+        self.source = source
+
+    def under(self, prefix: str) -> FieldError:
+        """The same error one level up: ``prefix`` + this path (``.key`` and ``[i]`` join as written)."""
+        if not self.path:
+            path = prefix
+        elif self.path.startswith(("[", ".")) or not prefix:
+            path = prefix + self.path
+        else:
+            path = f"{prefix}.{self.path}"
+        return type(self)(path, self.problem, source=self.source)
+
+
+class PayloadError(FieldError):
+    """An event payload that breaks the payload rules; the message names the path."""
 
 
 class IntegrityError(TallyError):

@@ -1,14 +1,13 @@
-"""Receipts (SPEC 3.6): a signed in-toto Statement about one event, plus its tlog-proof.
+"""Receipts: a signed in-toto Statement about one event, plus its tlog-proof (``docs/format.md``).
 
 A receipt for event ``seq`` is three files:
 
 - ``<seq>.dsse.json``: a DSSE envelope (``application/vnd.in-toto+json``) signed by a
   ledger key (``keyid`` = its key id) over an in-toto Statement v1 whose first subject
-  is ``<origin>#<seq>`` with digest ``{"sha256": <event hash>}``; window events also
-  name their plan, ``plan/<window-id>`` with digest ``{"sha256": <plan_sha256>}``.
-  ``gate.result`` events use the predicate ``https://in-toto.io/attestation/test-result/v0.1``
-  (``result`` PASSED/FAILED); ``decision.recorded`` events ``urn:tally:decision:v1``
-  whose predicate is the decision payload;
+  is ``<origin>#<seq>`` with digest ``{"sha256": <event hash>}``, then whatever other
+  subjects the caller's ``ReceiptPolicy`` names (tally's windows name their plan).
+  Which event types have receipts, and which predicate each carries, is the policy's
+  too: the ledger knows nothing of windows (``runner.events.receipts`` is tally's);
 - ``<seq>.tlog-proof``: a C2SP ``c2sp.org/tlog-proof@v1`` file: ``index <seq-1>``, the
   inclusion path of the event's leaf (base64, leaf sibling first), a blank line, and
   the checkpoint (with any cosignatures) verbatim;
@@ -27,8 +26,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,22 +45,24 @@ if TYPE_CHECKING:
     from .store import Ledger
 
 __all__ = [
-    "DECISION_PREDICATE",
-    "RECEIPT_PREDICATES",
     "STATEMENT_TYPE",
     "TEST_RESULT_PREDICATE",
     "TLOG_PROOF_HEADER",
     "VSA_PREDICATE",
     "Receipt",
+    "ReceiptKind",
+    "ReceiptPolicy",
     "TlogProof",
     "VerifiedReceipt",
     "build_receipt",
     "inclusion_proofs",
     "inclusion_record",
     "parse_tlog_proof",
+    "payload_predicate",
     "receipt_paths",
     "statement_for",
     "subject_name",
+    "test_result_predicate",
     "verification_summary",
     "verify_bundle_proofs",
     "verify_inclusion_record",
@@ -73,9 +74,7 @@ __all__ = [
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
-DECISION_PREDICATE = "urn:tally:decision:v1"
 VSA_PREDICATE = "https://slsa.dev/verification_summary/v1"
-RECEIPT_PREDICATES = {"gate.result": TEST_RESULT_PREDICATE, "decision.recorded": DECISION_PREDICATE}
 TLOG_PROOF_HEADER = "c2sp.org/tlog-proof@v1"
 MAX_PROOF_HASHES = 64
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -93,39 +92,76 @@ def subject_name(origin: str, seq: int) -> str:
     return f"{origin}#{seq}"
 
 
-def _window_id(stream: str) -> str | None:
-    prefix = "window/"
-    return stream[len(prefix):] if stream.startswith(prefix) and len(stream) > len(prefix) else None
+Subjects = list[dict[str, Any]]
+Predicate = Callable[[Event, str, Subjects], dict[str, Any]]
 
 
-def statement_for(event: Event, origin: str) -> dict[str, Any]:
-    """The in-toto Statement v1 a receipt for ``event`` carries (``FormatError`` for other types)."""
-    predicate_type = RECEIPT_PREDICATES.get(event.type)
-    if predicate_type is None:
-        raise FormatError(
-            f"seq {event.seq} is a {event.type} event; receipts exist for {', '.join(sorted(RECEIPT_PREDICATES))}"
-        )
-    payload = event.payload
-    subjects: list[dict[str, Any]] = [{"name": subject_name(origin, event.seq), "digest": {"sha256": event.hash}}]
-    plan = payload.get("plan_sha256")
-    plan_subject = None
-    if isinstance(plan, str) and _HEX64.match(plan):
-        window = _window_id(event.stream)
-        plan_subject = {"name": f"plan/{window}" if window else "plan", "digest": {"sha256": plan}}
-        subjects.append(plan_subject)
-    predicate: dict[str, Any]
-    if event.type == "gate.result":
-        gate = str(payload.get("gate", ""))
-        passed = payload.get("verdict") == "PASS"
-        predicate = {
-            "result": "PASSED" if passed else "FAILED",
-            "configuration": [plan_subject] if plan_subject else [],
-            "url": subject_name(origin, event.seq),
-            "passedTests" if passed else "failedTests": [gate],
+@dataclass(frozen=True)
+class ReceiptKind:
+    """The Statement of one event type's receipts: its predicate type and how the predicate is made.
+
+    ``predicate(event, name, subjects)`` receives the receipt's own subject name
+    (``<origin>#<seq>``) and the subjects beyond it.
+    """
+
+    predicate_type: str
+    predicate: Predicate
+
+
+def _no_subjects(event: Event) -> Subjects:
+    return []
+
+
+@dataclass(frozen=True)
+class ReceiptPolicy:
+    """Which event types have receipts and what their Statements say: the caller's domain.
+
+    ``subjects(event)`` names what the event is about beyond itself (``<origin>#<seq>``
+    always comes first).
+    """
+
+    kinds: Mapping[str, ReceiptKind]
+    subjects: Callable[[Event], Subjects] = field(default=_no_subjects)
+
+    @property
+    def predicate_types(self) -> frozenset[str]:
+        return frozenset(kind.predicate_type for kind in self.kinds.values())
+
+
+def payload_predicate(event: Event, name: str, subjects: Subjects) -> dict[str, Any]:
+    """The event's payload as the predicate."""
+    return dict(event.payload)
+
+
+def test_result_predicate(name: str, verdict: str, passed: str) -> Predicate:
+    """An in-toto test-result predicate: the test is ``payload[name]``, passed when ``payload[verdict] == passed``."""
+
+    def predicate(event: Event, url: str, subjects: Subjects) -> dict[str, Any]:
+        payload = event.payload
+        ok = payload.get(verdict) == passed
+        return {
+            "result": "PASSED" if ok else "FAILED",
+            "configuration": list(subjects),
+            "url": url,
+            "passedTests" if ok else "failedTests": [str(payload.get(name, ""))],
         }
-    else:
-        predicate = dict(payload)
-    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": predicate_type, "predicate": predicate}
+
+    return predicate
+
+
+def statement_for(event: Event, origin: str, policy: ReceiptPolicy) -> dict[str, Any]:
+    """The in-toto Statement v1 a receipt for ``event`` carries (``FormatError`` for other types)."""
+    kind = policy.kinds.get(event.type)
+    if kind is None:
+        raise FormatError(
+            f"seq {event.seq} is a {event.type} event; receipts exist for {', '.join(sorted(policy.kinds))}"
+        )
+    name = subject_name(origin, event.seq)
+    first = {"name": name, "digest": {"sha256": event.hash}}
+    extra = policy.subjects(event)
+    predicate = kind.predicate(event, name, extra)
+    return {"_type": STATEMENT_TYPE, "subject": [first, *extra], "predicateType": kind.predicate_type,
+            "predicate": predicate}
 
 
 def verification_summary(
@@ -392,7 +428,8 @@ class Receipt:
         return self.event.seq
 
 
-def build_receipt(ledger: Ledger, seq: int, signer: Signer, checkpoint: SignedCheckpoint | None = None) -> Receipt:
+def build_receipt(ledger: Ledger, seq: int, signer: Signer, policy: ReceiptPolicy,
+                  checkpoint: SignedCheckpoint | None = None) -> Receipt:
     """The receipt of event ``seq``, signed by ``signer`` (a ledger ``root``/``signer`` key).
 
     The proof is against ``checkpoint``, else the newest stored checkpoint covering
@@ -400,7 +437,7 @@ def build_receipt(ledger: Ledger, seq: int, signer: Signer, checkpoint: SignedCh
     """
     event = ledger.get(seq)
     origin = ledger.info.origin
-    statement = statement_for(event, origin)
+    statement = statement_for(event, origin, policy)
     ledger.key_ring().require(signer.id, ("root", "signer"))
     chosen = checkpoint or checkpoint_covering(ledger, seq) or _sign_checkpoint(ledger, signer)
     if chosen.size < seq:
@@ -465,10 +502,10 @@ class VerifiedReceipt:
         }
 
 
-def _subject(statement: Any) -> tuple[str, int, str]:
+def _subject(statement: Any, policy: ReceiptPolicy) -> tuple[str, int, str]:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise _fail(f"payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
-    if statement.get("predicateType") not in RECEIPT_PREDICATES.values():
+    if statement.get("predicateType") not in policy.predicate_types:
         raise _fail(f"predicateType {statement.get('predicateType')!r} is not a tally receipt predicate")
     subjects = statement.get("subject")
     if not isinstance(subjects, list) or not subjects or not isinstance(subjects[0], dict):
@@ -488,6 +525,7 @@ def verify_receipt(
     proof_text: str,
     keys: Iterable[KeySpec],
     *,
+    policy: ReceiptPolicy,
     witnesses: Iterable[str | Verifier] = (),
     threshold: int | None = None,
     event_text: str | None = None,
@@ -510,7 +548,7 @@ def verify_receipt(
         statement = json.loads(verified.payload)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise _fail("envelope payload is not JSON") from None
-    origin, seq, event_hash = _subject(statement)
+    origin, seq, event_hash = _subject(statement, policy)
     try:
         proof = parse_tlog_proof(proof_text)
     except FormatError as exc:
@@ -524,11 +562,12 @@ def verify_receipt(
         raise _fail(_reason(exc)) from None
     event = None
     if event_text is not None:
-        event = _check_event(event_text, statement, origin, seq, event_hash)
+        event = _check_event(event_text, statement, origin, seq, event_hash, policy)
     return VerifiedReceipt(origin, seq, event_hash, statement, verified.key_ids, checkpoint, event)
 
 
-def _check_event(text: str, statement: dict[str, Any], origin: str, seq: int, event_hash: str) -> Event:
+def _check_event(text: str, statement: dict[str, Any], origin: str, seq: int, event_hash: str,
+                 policy: ReceiptPolicy) -> Event:
     try:
         event = event_from_json(json.loads(text), "receipt event")
     except (json.JSONDecodeError, TallyError) as exc:
@@ -538,7 +577,7 @@ def _check_event(text: str, statement: dict[str, Any], origin: str, seq: int, ev
     if event.computed_hash() != event.hash:
         raise _fail("event file does not hash to its hash")
     try:
-        expected = statement_for(event, origin)
+        expected = statement_for(event, origin, policy)
     except FormatError as exc:
         raise _fail(_reason(exc)) from None
     if expected != statement:

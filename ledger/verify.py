@@ -1,4 +1,4 @@
-"""Ledger verification: the rules of SPEC 3.3, in order, per event.
+"""Ledger verification: the verification rules of ``docs/format.md``, in order, per event.
 
 1. seq is contiguous from 1;  2. ``prev`` is the previous event's hash;  3. one ledger
 id throughout;  4. the recomputed hash equals ``hash``;  5. ``actor`` is a key known at
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
@@ -29,9 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from . import merkle
 from .errors import FormatError, VerificationError
 from .event import BODY_TEMPLATE, GENESIS_PREV, SIGNING_PREFIX, Event
-from .keys import KEY_EVENT_TYPES, KeyRing
+from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing
 
-__all__ = ["LedgerReport", "VerifiedLedger", "VerifyStart", "check_chain", "verify_events", "verify_ledger"]
+__all__ = ["VerifiedLedger", "VerifyStart", "check_chain", "check_event", "verify_events"]
 
 CHUNK = 2048
 
@@ -165,6 +165,71 @@ def verify_events(
     )
 
 
+def _digest(event: Event) -> bytes:
+    """Rule 4: the event's recomputed hash (raises unless it equals ``hash``)."""
+    if event.v != 1:
+        raise _fail(event.seq, 4, f"unsupported event version {event.v}")
+    digest = hashlib.sha256(event.body()).digest()
+    if digest.hex() != event.hash:
+        raise _fail(event.seq, 4, "recomputed hash differs from the stored hash")
+    return digest
+
+
+def _actor_key(ring: KeyRing, event: Event) -> KeyInfo:
+    """Rule 5: the actor is a key known at this seq and not revoked before it."""
+    seq = event.seq
+    key = ring.keys.get(event.actor)
+    if key is None:
+        raise _fail(seq, 5, f"actor {event.actor[:16]} is not a key known at this seq")
+    if key.revoked_at_seq is not None and key.revoked_at_seq < seq:
+        raise _fail(seq, 5, f"actor {key.name} was revoked at seq {key.revoked_at_seq}")
+    return key
+
+
+def _signature(event: Event) -> bytes:
+    """Rule 6, its shape: ``sig`` is the base64 of a 64-byte Ed25519 signature."""
+    try:
+        signature = base64.b64decode(event.sig, validate=True)
+    except ValueError:
+        raise _fail(event.seq, 6, "sig is not base64") from None
+    if len(signature) != 64:
+        raise _fail(event.seq, 6, "sig is not a 64-byte Ed25519 signature")
+    return signature
+
+
+def _key_event(ring: KeyRing, event: Event, key: KeyInfo) -> None:
+    """Rule 7: a key event is signed by a root key; it changes the ring from the next seq on."""
+    if event.type not in KEY_EVENT_TYPES:
+        return
+    if "root" not in key.roles:
+        raise _fail(event.seq, 7, f"{event.type} signed by {key.name}, which is not a root key")
+    if event.seq > 1:
+        try:
+            ring.apply(event.seq, event.type, _payload(event))
+        except FormatError as exc:
+            raise _fail(event.seq, 7, f"malformed key event: {exc}") from None
+
+
+def check_event(ring: KeyRing, event: Event, *, root_key: str | None = None) -> bytes:
+    """Rules 4-7 (and 9 at the genesis) for one event, its signature included; returns its digest.
+
+    ``ring`` is the key ring as it stands before the event (empty before the genesis)
+    and is updated by key events. This is the per-event check of ``verify_events``;
+    ``verify --since`` runs it on the key events of a proven prefix.
+    """
+    digest = _digest(event)
+    if event.seq == 1:
+        _apply_genesis(ring, event, root_key)
+    elif event.type == "ledger.created":
+        raise _fail(event.seq, 7, "a second ledger.created event")
+    key = _actor_key(ring, event)
+    failure = _check_signatures([(event.seq, key.public_raw, _signature(event), digest)])
+    if failure:
+        raise _fail(failure[0], 6, failure[1])
+    _key_event(ring, event, key)
+    return digest
+
+
 def _step(walk: _Walk, event: Event) -> None:
     seq = event.seq
     if seq != walk.expected:
@@ -175,30 +240,13 @@ def _step(walk: _Walk, event: Event) -> None:
         walk.ledger_id = event.ledger
     elif event.ledger != walk.ledger_id:
         raise _fail(seq, 3, f"ledger id {event.ledger} differs from {walk.ledger_id}")
-    if event.v != 1:
-        raise _fail(seq, 4, f"unsupported event version {event.v}")
-    digest = hashlib.sha256(event.body()).digest()
-    if digest.hex() != event.hash:
-        raise _fail(seq, 4, "recomputed hash differs from the stored hash")
-
-    is_key_event = event.type in KEY_EVENT_TYPES
+    digest = _digest(event)
     if seq == 1:
-        _genesis(walk, event)
+        walk.origin = _apply_genesis(walk.ring, event, walk.root_key)
     elif event.type == "ledger.created":
         raise _fail(seq, 7, "a second ledger.created event")
-
-    key = walk.ring.keys.get(event.actor)
-    if key is None:
-        raise _fail(seq, 5, f"actor {event.actor[:16]} is not a key known at this seq")
-    if key.revoked_at_seq is not None and key.revoked_at_seq < seq:
-        raise _fail(seq, 5, f"actor {key.name} was revoked at seq {key.revoked_at_seq}")
-    try:
-        signature = base64.b64decode(event.sig, validate=True)
-    except ValueError:
-        raise _fail(seq, 6, "sig is not base64") from None
-    if len(signature) != 64:
-        raise _fail(seq, 6, "sig is not a 64-byte Ed25519 signature")
-    item = (seq, key.public_raw, signature, digest)
+    key = _actor_key(walk.ring, event)
+    item = (seq, key.public_raw, _signature(event), digest)
     if walk.pool is None:
         failure = _check_signatures([item])
         if failure:
@@ -207,16 +255,7 @@ def _step(walk: _Walk, event: Event) -> None:
         walk.pending.append(item)
         if len(walk.pending) >= CHUNK:
             _flush(walk)
-
-    if is_key_event:
-        if "root" not in key.roles:
-            raise _fail(seq, 7, f"{event.type} signed by {key.name}, which is not a root key")
-        if seq > 1:
-            try:
-                walk.ring.apply(seq, event.type, _payload(event))
-            except FormatError as exc:
-                raise _fail(seq, 7, f"malformed key event: {exc}") from None
-
+    _key_event(walk.ring, event, key)
     walk.frontier.append(merkle.hash_leaf(digest))
     walk.expected = seq + 1
     walk.prev = event.hash
@@ -226,22 +265,23 @@ def _step(walk: _Walk, event: Event) -> None:
         walk.checked.append(seq)
 
 
-def _genesis(walk: _Walk, event: Event) -> None:
+def _apply_genesis(ring: KeyRing, event: Event, root_key: str | None) -> str:
+    """The genesis (rules 7 and 9): its keys enter the ring; returns the ledger's origin."""
     if event.type != "ledger.created" or event.stream != "ledger":
         raise _fail(1, 7, "seq 1 is not a ledger.created event in stream 'ledger'")
     payload = _payload(event)
     try:
-        walk.ring.apply(1, "ledger.created", payload)
+        ring.apply(1, "ledger.created", payload)
     except FormatError as exc:
         raise _fail(1, 7, f"malformed genesis: {exc}") from None
     origin = payload.get("origin")
     if not isinstance(origin, str) or not origin:
         raise _fail(1, 7, "genesis has no origin")
-    walk.origin = origin
-    if walk.root_key is not None:
-        pinned = walk.ring.keys.get(walk.root_key)
+    if root_key is not None:
+        pinned = ring.keys.get(root_key)
         if pinned is None or "root" not in pinned.roles:
-            raise _fail(1, 9, f"genesis does not name the pinned key {walk.root_key[:16]} as root")
+            raise _fail(1, 9, f"genesis does not name the pinned key {root_key[:16]} as root")
+    return origin
 
 
 def _payload(event: Event) -> dict[str, Any]:
@@ -268,103 +308,6 @@ def _flush(walk: _Walk) -> None:
     for failure in results:
         if failure:
             raise _fail(failure[0], 6, failure[1])
-
-
-# ---------------------------------------------------------------------------
-# Verifying a stored ledger: events, checkpoints (rule 8), blobs.
-
-_BLOB_MARK = '"blob":"sha256:'
-
-
-def _blob_refs(value: Any, out: set[str]) -> None:
-    if isinstance(value, dict):
-        ref = value.get("blob")
-        if isinstance(ref, str) and ref.startswith("sha256:"):
-            out.add(ref[len("sha256:"):])
-        for item in value.values():
-            _blob_refs(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _blob_refs(item, out)
-
-
-def referenced_blobs(event: Event) -> set[str]:
-    """The blob digests an event's payload refers to."""
-    refs: set[str] = set()
-    if _BLOB_MARK in event.payload_json:
-        _blob_refs(event.payload, refs)
-    return refs
-
-
-@dataclass(frozen=True)
-class LedgerReport:
-    """The outcome of ``verify_ledger``: what was verified, with figures for printing."""
-
-    verified: VerifiedLedger
-    blobs_checked: int
-    since: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        v = self.verified
-        return {
-            "size": v.size, "head": v.head, "ledger": v.ledger_id, "origin": v.origin,
-            "root": v.root.hex(), "checkpoints": list(v.checkpoints), "blobs": self.blobs_checked,
-            "verified_from": v.first_seq if self.since is None else self.since + 1,
-        }
-
-    def summary(self) -> str:
-        v = self.verified
-        scope = f"events {self.since + 1}..{v.size} (1..{self.since} consistent with the checkpoint)" \
-            if self.since is not None else f"{v.size} events"
-        return (f"OK {scope} of ledger {v.ledger_id} ({v.origin}); head {v.head[:16]}, root {v.root.hex()[:16]}, "
-                f"{len(v.checkpoints)} checkpoint(s), {self.blobs_checked} blob(s)")
-
-
-def verify_ledger(book: Any, *, root_key: str | None = None, jobs: int = 1, since: Any = None) -> LedgerReport:
-    """Verify a stored ledger (``ledger.store.Ledger``): events, checkpoints, blobs.
-
-    ``since`` (a checkpoint file an auditor kept) is handled by ``ledger.checkpoint``
-    once the transparency layer provides it.
-    """
-    checkpoints = dict(book.checkpoint_notes())
-    hook = None
-    if checkpoints:
-        from .checkpoint import rule8_hook
-
-        hook = rule8_hook(checkpoints, book.info.origin)
-    since_size: int | None = None
-    start = None
-    if since is not None:
-        from .checkpoint import since_start
-
-        start = since_start(book, since)
-        since_size = start.size
-    references: list[tuple[int, set[str]]] = []
-
-    def tap(events: Iterable[Event]) -> Iterator[Event]:
-        for event in events:
-            if _BLOB_MARK in event.payload_json:
-                references.append((event.seq, referenced_blobs(event)))
-            yield event
-
-    verified = verify_events(tap(book.events(start.size if start else 0)), root_key=root_key, jobs=jobs,
-                             start=start, checkpoint_sizes=checkpoints, on_size=hook)
-    blobs = verify_stored_blobs(book, references)
-    return LedgerReport(verified, blobs, since_size)
-
-
-def verify_stored_blobs(book: Any, references: Iterable[tuple[int, set[str]]]) -> int:
-    """Check every stored blob against its digest and that every referenced blob is present."""
-    digests = book.blob_digests()
-    for sha in sorted(digests):
-        blob = book.blob(sha)
-        if blob is None or hashlib.sha256(blob.data).hexdigest() != sha:
-            raise VerificationError(f"blob {sha[:16]} does not match its digest", rule="blob")
-    for seq, refs in references:
-        missing = sorted(refs - digests)
-        if missing:
-            raise VerificationError(f"referenced blob {missing[0][:16]} is absent", seq=seq, rule="blob")
-    return len(digests)
 
 
 def check_chain(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,25 @@ from tests.ledger.independent_checker import check_events_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 TALLY = str(Path(sys.executable).with_name("tally"))
+SHAPES = json.loads((REPO / "tests" / "fixtures" / "demo_event_shapes.json").read_text())
+
+
+def event_shapes(db: Path) -> list[list[Any]]:
+    """The demo ledger as (stream, type, sorted payload keys), in seq order."""
+    connection = sqlite3.connect(db)
+    try:
+        rows = connection.execute("SELECT stream, type, payload FROM events ORDER BY seq").fetchall()
+    finally:
+        connection.close()
+    return [[stream, type_, sorted(json.loads(payload))] for stream, type_, payload in rows]
+
+
+def assert_same_shapes(scenario: str, db: Path) -> None:
+    """Event types and payload members are a contract: the demo's ledger has the recorded shape."""
+    got, want = event_shapes(db), SHAPES[scenario]
+    first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    assert got == want, f"{scenario}: first difference at seq {None if first is None else first + 1}: " \
+                        f"{got[first] if first is not None else len(got)} != {want[first] if first is not None else len(want)}"
 
 
 def test_readme_starts_with_the_two_commands() -> None:
@@ -51,6 +72,7 @@ def test_ledger_tour_catches_its_tamper(tmp_path: Path) -> None:
     assert (result.caught_seq, result.caught_rule) == (result.tampered_seq, 4)
     assert check_events_jsonl(result.bundle / "events.jsonl") == (9, result.verified_head)
     assert any("caught it" in line for line in lines)
+    assert_same_shapes("ledger", tmp_path / "tour" / "tally.db")
 
 
 def test_tally_demo_default_window(tmp_path: Path) -> None:
@@ -64,6 +86,7 @@ def test_tally_demo_default_window(tmp_path: Path) -> None:
     assert only["ending"] == "restored" and only["replay"] == "MATCH" and only["waves"] == 36
     assert summary["audit"]["protocol"]["ok"] and not summary["audit"]["protocol"]["violations"]
     assert (directory / "tally.db").exists() and (directory / "bundle" / "checkpoint.txt").exists()
+    assert_same_shapes("window", directory / "tally.db")
     html = Path(only["report"]).read_text()
     assert only["decision"] in html and "data:image/svg+xml;base64," in html
     again = subprocess.run([TALLY, "demo", "--dir", str(directory)], capture_output=True, text=True)
@@ -80,6 +103,7 @@ def test_tally_demo_default_window(tmp_path: Path) -> None:
 def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decisions: set[str]) -> None:
     summary = run_demo(tmp_path / scenario, scenario, quiet=True, time_scale=0.01)
     assert summary["ok"], summary
+    assert_same_shapes(scenario, tmp_path / scenario / "tally.db")
     assert [w["ending"] for w in summary["windows"]] == endings
     assert all(w["decision"] in decisions and w["replay"] == "MATCH" for w in summary["windows"])
     if scenario == "faults":

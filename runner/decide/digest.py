@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from .fields import bad
+from ledger.errors import FieldError
 
 __all__ = ["inputs_digest"]
 
@@ -20,10 +20,10 @@ def inputs_digest(hashes: Sequence[str]) -> str:
     SHA-256 of the empty string.
     """
     if isinstance(hashes, str):
-        raise bad("hashes", "expected a list of event hashes, got a string")
+        raise FieldError("hashes", "expected a list of event hashes, got a string")
     digest = hashlib.sha256()
     for i, h in enumerate(hashes):
         if not isinstance(h, str) or _HEX64.fullmatch(h) is None:
-            raise bad(f"hashes[{i}]", "expected 64 lowercase hex characters (an event hash)")
+            raise FieldError(f"hashes[{i}]", "expected 64 lowercase hex characters (an event hash)")
         digest.update(bytes.fromhex(h))
     return digest.hexdigest()

@@ -5,7 +5,7 @@ Throughput gain of B over A pooled over all pairs, a source-cluster bootstrap (c
 the families) for its lower bound, and per-pair TTFT / p95 round-time guards.
 ``docs/rules.md`` is the reference.
 
-Pure: no I/O, no clock. ``parse`` validates (``FormatError`` naming the field),
+Pure: no I/O, no clock. ``parse`` validates (``FieldError`` naming the field),
 ``decide`` computes the result dict whose key names are a contract.
 """
 
@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .fields import bad, check_keys, get_bool, get_int, get_list, get_number, get_object, get_str
+from ledger.errors import FieldError
+
+from ..fields import Fields
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,59 +94,52 @@ class Pp3Input:
 # --------------------------------------------------------------------------- parsing
 
 def parse(data: Any) -> Pp3Input:
-    """Validate a ``pp3-v1`` input; raise ``FormatError`` naming the first bad field."""
-    obj = get_object(data, "input")
-    check_keys(obj, "", ("rule", "gates_passed", "failures", "requests"), ("params",))
-    get_str(obj["rule"], "rule", choices=(RULE,))
-    params = _params(obj.get("params", {}))
-    gates_passed = get_bool(obj["gates_passed"], "gates_passed")
-    failures = tuple(get_str(f, f"failures[{i}]") for i, f in enumerate(get_list(obj["failures"], "failures")))
-    requests = tuple(_request(r, f"requests[{i}]", i) for i, r in enumerate(get_list(obj["requests"], "requests")))
+    """Validate a ``pp3-v1`` input; raise ``FieldError`` naming the first bad field."""
+    f = Fields(data, "", dialect="json")
+    f.string("rule", choices=(RULE,))
+    params = _params(f.table("params"))
+    gates_passed = f.boolean("gates_passed")
+    failures = f.strings("failures", nonempty=True, unique=False)
+    requests = tuple(_request(r, i) for i, r in enumerate(f.tables("requests")))
+    f.done()
     seen: dict[tuple[str, str, str], int] = {}
     for r in requests:
         key = (r.block, r.family, r.context)
         if key in seen:
-            raise bad(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
-                                              f"(block {r.block}, {pair_label(r.pair)})")
+            raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
+                                                     f"(block {r.block}, {pair_label(r.pair)})")
         seen[key] = r.index
-    return Pp3Input(params, gates_passed, failures, requests)
+    return Pp3Input(params, gates_passed, tuple(failures), requests)
 
 
-def _params(value: Any) -> Pp3Params:
-    obj = get_object(value, "params")
-    check_keys(obj, "params", (), ("min_gain", "bootstrap", "seed", "interval", "max_regression"))
+def _params(f: Fields) -> Pp3Params:
     d = Pp3Params()
-    min_gain = get_number(obj.get("min_gain", d.min_gain), "params.min_gain", minimum=0)
-    boot = get_int(obj.get("bootstrap", d.bootstrap), "params.bootstrap", minimum=1, maximum=MAX_BOOTSTRAP)
-    seed = get_int(obj.get("seed", d.seed), "params.seed", minimum=0, maximum=MAX_SEED)
-    interval = get_number(obj.get("interval", d.interval), "params.interval", above=0, below=1)
-    regression = get_number(obj.get("max_regression", d.max_regression), "params.max_regression", minimum=0)
-    assert min_gain is not None and boot is not None and seed is not None
-    assert interval is not None and regression is not None
-    return Pp3Params(min_gain, boot, seed, interval, regression)
+    min_gain = f.number("min_gain", d.min_gain, low=0)
+    boot = f.integer("bootstrap", d.bootstrap, low=1, high=MAX_BOOTSTRAP)
+    seed = f.integer("seed", d.seed, low=0, high=MAX_SEED)
+    interval = f.number("interval", d.interval, low=0, high=1, low_open=True, high_open=True)
+    regression = f.number("max_regression", d.max_regression, low=0)
+    f.done()
+    return Pp3Params(float(min_gain), boot, seed, float(interval), float(regression))
 
 
-def _request(value: Any, path: str, index: int) -> Request:
-    obj = get_object(value, path)
-    check_keys(obj, path, ("block", "arm", "family", "context", "status", "delivered_tokens", "decode_s",
-                           "ttft_s", "round_ms_p95"), ("prompt_id", "reason"))
-    block = get_str(obj["block"], f"{path}.block", choices=BLOCKS)
-    arm = get_str(obj["arm"], f"{path}.arm", choices=("A", "B"))
+def _request(f: Fields, index: int) -> Request:
+    block = f.string("block", choices=BLOCKS)
+    arm = f.string("arm", choices=("A", "B"))
     if arm != block[0]:
-        raise bad(f"{path}.arm", f"block {block} belongs to arm {block[0]}, got {arm!r}")
-    family = get_str(obj["family"], f"{path}.family")
-    context = get_str(obj["context"], f"{path}.context")
+        raise f.fail("arm", f"block {block} belongs to arm {block[0]}, got {arm!r}")
+    family = f.string("family", nonempty=True)
+    context = f.string("context", nonempty=True)
     if "/" in family:
-        raise bad(f"{path}.family", "must not contain '/' (pairs are named family/context)")
-    status = get_str(obj["status"], f"{path}.status", choices=STATUSES)
-    tokens = get_int(obj["delivered_tokens"], f"{path}.delivered_tokens", minimum=0, nullable=True)
-    decode_s = get_number(obj["decode_s"], f"{path}.decode_s", minimum=0, nullable=True)
-    ttft = get_number(obj["ttft_s"], f"{path}.ttft_s", minimum=0, nullable=True)
-    p95 = get_number(obj["round_ms_p95"], f"{path}.round_ms_p95", minimum=0, nullable=True)
-    if "prompt_id" in obj:
-        get_str(obj["prompt_id"], f"{path}.prompt_id")
-    if "reason" in obj and obj["reason"] is not None:
-        get_str(obj["reason"], f"{path}.reason")
+        raise f.fail("family", "must not contain '/' (pairs are named family/context)")
+    status = f.string("status", choices=STATUSES)
+    tokens = f.integer("delivered_tokens", low=0, nullable=True)
+    decode_s = f.number("decode_s", low=0, nullable=True)
+    ttft = f.number("ttft_s", low=0, nullable=True)
+    p95 = f.number("round_ms_p95", low=0, nullable=True)
+    f.string("prompt_id", None, nonempty=True)
+    f.string("reason", None, nonempty=True)
+    f.done()
     return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95)
 
 

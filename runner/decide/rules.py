@@ -6,8 +6,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ledger.errors import FieldError
+
+from ..fields import Fields
 from . import pp3, win2
-from .fields import bad, get_object, get_str
 
 __all__ = ["DEFAULT_PARAMS", "RULES", "compute", "validate"]
 
@@ -23,10 +25,12 @@ DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
 
 
 def _rule_of(data: Any) -> str:
-    obj = get_object(data, "input")
-    if "rule" not in obj:
-        raise bad("rule", f"missing (expected one of {', '.join(RULES)})")
-    return get_str(obj["rule"], "rule", choices=RULES)
+    if not isinstance(data, dict):
+        raise FieldError("input", "expected an object")
+    if "rule" not in data:
+        raise FieldError("rule", f"required (expected one of {', '.join(RULES)})")
+    rule: str = Fields(data, "", dialect="json").string("rule", choices=RULES)
+    return rule
 
 
 def validate(data: Any) -> None:
@@ -46,7 +50,7 @@ def compute(data: Any) -> dict[str, Any]:
     try:
         result = decide(parsed)
     except (OverflowError, ZeroDivisionError) as exc:
-        raise bad("input", f"values out of range for the rule's arithmetic ({exc})") from None
+        raise FieldError("input", f"values out of range for the rule's arithmetic ({exc})") from None
     _check_finite(result, "result")
     return result
 
@@ -54,7 +58,7 @@ def compute(data: Any) -> dict[str, Any]:
 def _check_finite(value: Any, path: str) -> None:
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise bad("input", f"values out of range: {path} is not finite")
+            raise FieldError("input", f"values out of range: {path} is not finite")
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_finite(item, f"{path}.{key}")

@@ -5,7 +5,7 @@ candidate. Per start, decision cell and repeat the repeat's waves (one per sourc
 are pooled by summing counters, five metrics are derived, and the candidate is compared
 with the mean of the two controls repeat by repeat. ``docs/rules.md`` is the reference.
 
-Pure: no I/O, no clock. ``parse`` validates (``FormatError`` naming the field),
+Pure: no I/O, no clock. ``parse`` validates (``FieldError`` naming the field),
 ``decide`` computes the result dict whose key names are a contract.
 """
 
@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .fields import bad, check_keys, get_int, get_list, get_number, get_object, get_str
+from ledger.errors import FieldError
+
+from ..fields import Fields
 from .paired import Direction, Verdict, effect_verdict, mean, paired_interval, relative_change
 
 __all__ = [
@@ -114,90 +116,64 @@ class Win2Input:
 # --------------------------------------------------------------------------- parsing
 
 def parse(data: Any) -> Win2Input:
-    """Validate a ``win2-v1`` input; raise ``FormatError`` naming the first bad field."""
-    obj = get_object(data, "input")
-    check_keys(obj, "", ("rule", "decision_cells", "production_clock_cap_mhz", "starts",
-                         "thermal_dialbacks_in_hold", "waves"), ("params", "archive", "excluded_waves"))
-    get_str(obj["rule"], "rule", choices=(RULE,))
-    params = _params(obj.get("params", {}))
-    cells_raw = get_list(obj["decision_cells"], "decision_cells")
-    if not cells_raw:
-        raise bad("decision_cells", "expected at least one cell")
-    cells: list[str] = []
-    for i, cell in enumerate(cells_raw):
-        name = get_str(cell, f"decision_cells[{i}]")
-        if name in cells:
-            raise bad(f"decision_cells[{i}]", f"duplicate cell {name!r}")
-        cells.append(name)
-    production_cap = get_int(obj["production_clock_cap_mhz"], "production_clock_cap_mhz", minimum=1)
-    assert production_cap is not None
-    starts = _starts(obj["starts"])
-    thermal = get_int(obj["thermal_dialbacks_in_hold"], "thermal_dialbacks_in_hold", minimum=0)
-    assert thermal is not None
-    waves = tuple(_wave(w, f"waves[{i}]", i, params) for i, w in enumerate(get_list(obj["waves"], "waves")))
+    """Validate a ``win2-v1`` input; raise ``FieldError`` naming the first bad field."""
+    f = Fields(data, "", dialect="json")
+    f.string("rule", choices=(RULE,))
+    params = _params(f.table("params"))
+    cells = f.strings("decision_cells", nonempty=True)
+    if not cells:
+        raise f.fail("decision_cells", "expected at least one cell")
+    production_cap = f.integer("production_clock_cap_mhz", low=1)
+    starts = _starts(f.table("starts", required=True))
+    thermal = f.integer("thermal_dialbacks_in_hold", low=0)
+    waves = tuple(_wave(w, i, params) for i, w in enumerate(f.tables("waves")))
     _check_duplicates(waves)
-    archive = tuple(_archive_entry(e, f"archive[{i}]", production_cap)
-                    for i, e in enumerate(get_list(obj.get("archive", []), "archive")))
-    excluded = tuple(get_str(x, f"excluded_waves[{i}]")
-                     for i, x in enumerate(get_list(obj.get("excluded_waves", []), "excluded_waves")))
-    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, excluded)
+    archive = tuple(_archive_entry(e, production_cap) for e in f.tables("archive", required=False))
+    excluded = f.strings("excluded_waves", (), nonempty=True, unique=False)
+    f.done()
+    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, tuple(excluded))
 
 
-def _params(value: Any) -> Win2Params:
-    obj = get_object(value, "params")
-    check_keys(obj, "params", (), ("bar", "confidence", "guard_min_repeats", "repeats"))
+def _params(f: Fields) -> Win2Params:
     d = Win2Params()
-    bar = get_number(obj.get("bar", d.bar), "params.bar", minimum=0)
-    confidence = get_number(obj.get("confidence", d.confidence), "params.confidence", above=0, below=1)
-    repeats = get_int(obj.get("repeats", d.repeats), "params.repeats", minimum=2, maximum=1000)
-    assert bar is not None and confidence is not None and repeats is not None
-    guard = get_int(obj.get("guard_min_repeats", d.guard_min_repeats), "params.guard_min_repeats",
-                    minimum=1, maximum=repeats)
-    assert guard is not None
-    return Win2Params(bar, confidence, guard, repeats)
+    bar = f.number("bar", d.bar, low=0)
+    confidence = f.number("confidence", d.confidence, low=0, high=1, low_open=True, high_open=True)
+    repeats = f.integer("repeats", d.repeats, low=2, high=1000)
+    guard = f.integer("guard_min_repeats", d.guard_min_repeats, low=1, high=repeats)
+    f.done()
+    return Win2Params(float(bar), float(confidence), guard, repeats)
 
 
-def _starts(value: Any) -> dict[str, StartInfo]:
-    obj = get_object(value, "starts")
-    check_keys(obj, "starts", STARTS)
+def _starts(f: Fields) -> dict[str, StartInfo]:
     starts: dict[str, StartInfo] = {}
     for name in STARTS:
-        path = f"starts.{name}"
-        entry = get_object(obj[name], path)
-        check_keys(entry, path, ("role", "clock_cap_mhz"))
+        entry = f.table(name, required=True)
         roles = (CANDIDATE_ROLE,) if name == "s2" else CONTROL_ROLES
-        role = get_str(entry["role"], f"{path}.role", choices=roles)
-        cap = get_int(entry["clock_cap_mhz"], f"{path}.clock_cap_mhz", minimum=1, nullable=True)
+        role = entry.string("role", choices=roles)
+        cap = entry.integer("clock_cap_mhz", low=1, nullable=True)
+        entry.done()
         starts[name] = StartInfo(role, cap)
+    f.done()
     if starts["s1"].role != starts["s3"].role:
-        raise bad("starts.s3.role", f"expected the same control role as s1 ({starts['s1'].role!r})")
+        raise f.fail("s3.role", f"expected the same control role as s1 ({starts['s1'].role!r})")
     return starts
 
 
-def _wave(value: Any, path: str, index: int, params: Win2Params) -> Wave:
-    obj = get_object(value, path)
-    check_keys(obj, path, ("start", "cell", "repeat", "family", "rounds", "accepted", "decode_s", "ttft_s",
-                           "client_tokens_after_first", "client_decode_s"), ("wave", "seed"))
-    start = get_str(obj["start"], f"{path}.start", choices=STARTS)
-    cell = get_str(obj["cell"], f"{path}.cell")
-    repeat = get_int(obj["repeat"], f"{path}.repeat", minimum=1, maximum=params.repeats)
-    family = get_str(obj["family"], f"{path}.family")
-    rounds = get_int(obj["rounds"], f"{path}.rounds", minimum=0, nullable=True)
-    accepted = get_int(obj["accepted"], f"{path}.accepted", minimum=0, nullable=True)
-    decode_s = get_number(obj["decode_s"], f"{path}.decode_s", minimum=0, nullable=True)
-    ttft_raw = get_list(obj["ttft_s"], f"{path}.ttft_s")
-    ttft: list[float] = []
-    for j, item in enumerate(ttft_raw):
-        number = get_number(item, f"{path}.ttft_s[{j}]", minimum=0)
-        assert number is not None
-        ttft.append(number)
-    tokens = get_int(obj["client_tokens_after_first"], f"{path}.client_tokens_after_first", minimum=0)
-    client_decode = get_number(obj["client_decode_s"], f"{path}.client_decode_s", minimum=0)
+def _wave(f: Fields, index: int, params: Win2Params) -> Wave:
+    start = f.string("start", choices=STARTS)
+    cell = f.string("cell", nonempty=True)
+    repeat = f.integer("repeat", low=1, high=params.repeats)
+    family = f.string("family", nonempty=True)
+    rounds = f.integer("rounds", low=0, nullable=True)
+    accepted = f.integer("accepted", low=0, nullable=True)
+    decode_s = f.number("decode_s", low=0, nullable=True)
+    ttft = f.numbers("ttft_s", low=0)
+    tokens = f.integer("client_tokens_after_first", low=0)
+    client_decode = f.number("client_decode_s", low=0)
     for key in ("wave", "seed"):
-        if key in obj:
-            get_int(obj[key], f"{path}.{key}", minimum=0)
-    assert repeat is not None and tokens is not None and client_decode is not None
-    return Wave(index, start, cell, repeat, family, rounds, accepted, decode_s, tuple(ttft), tokens, client_decode)
+        f.integer(key, None, low=0)
+    f.done()
+    return Wave(index, start, cell, repeat, family, rounds, accepted, decode_s, ttft, tokens, client_decode)
 
 
 def _check_duplicates(waves: tuple[Wave, ...]) -> None:
@@ -205,25 +181,21 @@ def _check_duplicates(waves: tuple[Wave, ...]) -> None:
     for w in waves:
         key = (w.start, w.cell, w.repeat, w.family)
         if key in seen:
-            raise bad(f"waves[{w.index}]", f"duplicate of waves[{seen[key]}] ({w.start} {w.cell} "
-                                           f"repeat {w.repeat} family {w.family})")
+            raise FieldError(f"waves[{w.index}]", f"duplicate of waves[{seen[key]}] ({w.start} {w.cell} "
+                                                  f"repeat {w.repeat} family {w.family})")
         seen[key] = w.index
 
 
-def _archive_entry(value: Any, path: str, production_cap: int) -> ArchiveEntry:
-    obj = get_object(value, path)
-    check_keys(obj, path, ("cell", "pooled_rate_tps"), ("window", "start", "clock_cap_mhz"))
-    cell = get_str(obj["cell"], f"{path}.cell")
-    rate = get_number(obj["pooled_rate_tps"], f"{path}.pooled_rate_tps", above=0)
+def _archive_entry(f: Fields, production_cap: int) -> ArchiveEntry:
+    cell = f.string("cell", nonempty=True)
+    rate = f.number("pooled_rate_tps", low=0, low_open=True)
     for key in ("window", "start"):
-        if key in obj:
-            get_str(obj[key], f"{path}.{key}")
-    if "clock_cap_mhz" in obj:
-        cap = get_int(obj["clock_cap_mhz"], f"{path}.clock_cap_mhz", minimum=1)
-        if cap != production_cap:
-            raise bad(f"{path}.clock_cap_mhz", f"{cap} differs from production_clock_cap_mhz {production_cap} "
-                                               "(the archive holds same-clock controls only)")
-    assert rate is not None
+        f.string(key, None, nonempty=True)
+    cap = f.integer("clock_cap_mhz", None, low=1)
+    if cap is not None and cap != production_cap:
+        raise f.fail("clock_cap_mhz", f"{cap} differs from production_clock_cap_mhz {production_cap} "
+                                      "(the archive holds same-clock controls only)")
+    f.done()
     return ArchiveEntry(cell, rate)
 
 

@@ -14,7 +14,7 @@ from ledger.bundle import export_bundle
 from ledger.errors import VerificationError
 from ledger.keys import generate_key_file, key_entry
 from ledger.store import Blob, Ledger, NewEvent
-from ledger.verify import verify_ledger
+from ledger.stored import verify_ledger
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualifi
     """Run every gate the plan requires, as `tally gate ...` and `tally rehearse` would."""
     from ..gates.record import budget_gate, qualification_gate, rehearsal_gate, rng_gate
     from ..gates.rehearsal import rehearse, write_rehearsal
-    from ..registration import registered_plan
+    from ..plan.register import registered_plan
 
     plan = registered_plan(book, window).plan
     for gate in plan.required_gates:
@@ -168,7 +168,7 @@ def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualifi
 def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[str], None]) -> None:
     """Under another window's marker: the previous window must have left a consistent chain."""
     from ..gates.chain import run_prev_ok
-    from ..replay import replay
+    from ..state.replay import replay
 
     state = replay(book)
     if state.marker is not None and state.marker.get("window") != window:
@@ -249,7 +249,7 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
                 origin: str = "tally.demo/window", sim_config: Mapping[str, Any] | None = None) -> World:
     """Plans, a git repository and receipts for the gates, a fresh ledger, a running simulator."""
     from ..drivers.sim import SimDriver
-    from ..plan_schema import read_plan_file
+    from ..plan.parse import read_plan_file
     from ..sim import start as start_sim
     from ..sim.config import config_from_dict
 
@@ -276,11 +276,11 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
     """Run a scenario in ``directory`` (created); returns a summary with ``ok``."""
     import dataclasses
 
-    from ..auditor import run_audit
-    from ..decide.replay import replay_window
-    from ..registration import register_plan
-    from ..window import WindowRunner
-    from ..windowreport import window_report
+    from ..audit.full import run_audit
+    from ..decide.inputs import replay_window
+    from ..execution.window import WindowRunner
+    from ..plan.register import register_plan
+    from ..report.window import window_report
 
     emit = say or ((lambda _t: None) if quiet else print)
     began = time.perf_counter()
@@ -318,7 +318,7 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
         world.sim.stop()
     from ledger.bundle import export_bundle
     from ledger.checkpoint import sign_checkpoint
-    from ledger.verify import verify_ledger
+    from ledger.stored import verify_ledger
 
     checkpoint = sign_checkpoint(book, root)
     (directory / "checkpoint.txt").write_text(checkpoint.note)

@@ -25,7 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from ..plan import Budget
+from ..plan.model import Budget
 
 __all__ = ["BudgetCheck", "BudgetReport", "BudgetRow", "budget_report", "minutes_display"]
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ledger.errors import PolicyError
-
-from ..fold import State
+from ..plan.register import WindowNotRegistered
+from ..state.fold import State
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -48,7 +47,7 @@ class PrevOk:
 def check_prev_ok(state: State, window_id: str) -> PrevOk:
     ws = state.windows.get(window_id)
     if ws is None or ws.registered_seq is None:
-        raise PolicyError(f"window {window_id} is not registered")
+        raise WindowNotRegistered(window_id)
     failures: list[str] = []
     marker = state.marker
     previous: str | None = None
@@ -114,9 +113,9 @@ class PrevOkRecord:
 
 def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
     """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal."""
-    from ..admission import record_gate
-    from ..catalogue import append_window_event
-    from ..replay import replay
+    from ..events.catalogue import append_window_event
+    from ..state.replay import replay
+    from .admission import record_gate
 
     state = replay(ledger)
     result = check_prev_ok(state, window_id)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ledger.errors import ExternalError, FormatError
 
-from ..plan import Carry
+from ..plan.model import Carry
 from .receipts import AdmissionReceipt
 
 __all__ = ["Git", "QualificationResult", "qualify", "unit_dump"]

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..admission import GateRecord, record_gate
-from ..registration import registered_plan
+from ..plan.register import registered_plan
+from .admission import GateRecord, record_gate
 
 if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-    from ..plan import Carry
+    from ..plan.model import Carry
     from .rehearsal import Rehearsal
 
 __all__ = ["GateOutcome", "budget_gate", "qualification_gate", "rehearsal_gate", "rng_gate"]

@@ -1,4 +1,4 @@
-"""Percentiles and the client figures of a wave (pure).
+"""Percentiles (pure).
 
 Percentiles are numpy's default (linear interpolation), the method ``vllm bench serve``
 uses, so the same samples give the same p50/p95/p99 in both tools.
@@ -7,16 +7,10 @@ uses, so the same samples give the same p50/p95/p99 in both tools.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import numpy
 
-if TYPE_CHECKING:
-    from .record import RequestRecord
-
-__all__ = ["client_figures", "percentile", "percentiles"]
-
-MEASURED = ("ok", "censored")  # requests whose chunks count as decode measurements
+__all__ = ["percentile", "percentiles"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -29,36 +23,3 @@ def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 95, 99)) -> di
         return None
     points = numpy.percentile(numpy.asarray(values, dtype=float), list(qs))
     return {f"p{q}": float(v) for q, v in zip(qs, points, strict=True)}
-
-
-def client_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """The ``client`` block of ``wave.measured`` (CONTRACTS.md).
-
-    ``delivered_tokens`` counts every request (partials included); decode figures,
-    chunk intervals and tokens per chunk pool the ``ok`` and ``censored`` requests
-    (a censored request's chunks were measured like any other); ``ttft_s`` lists the
-    ``ok`` requests in request order.
-    """
-    counts = {status: sum(1 for r in records if r.status == status) for status in
-              ("ok", "failed", "timeout", "cancelled", "censored")}
-    measured = [r for r in records if r.status in MEASURED and r.chunk_t]
-    tokens_after_first = sum(r.tokens_after_first for r in measured)
-    decode_s = sum(r.decode_s or 0.0 for r in measured)
-    intervals = [gap for r in measured for gap in r.intervals_ms]
-    chunks = sum(len(r.chunk_t) for r in measured)
-    chunk_tokens = sum(sum(r.chunk_tokens) if r.chunk_tokens is not None else r.delivered_tokens for r in measured)
-    return {
-        "requests": len(records),
-        "ok": counts["ok"],
-        "failed": counts["failed"],
-        "timed_out": counts["timeout"],
-        "cancelled": counts["cancelled"],
-        "censored": counts["censored"],
-        "delivered_tokens": sum(r.delivered_tokens for r in records),
-        "tokens_after_first": tokens_after_first,
-        "decode_s": decode_s,
-        "decode_tps": tokens_after_first / decode_s if decode_s > 0 else None,
-        "ttft_s": [r.ttft_s for r in records if r.status == "ok" and r.ttft_s is not None],
-        "chunk_interval_ms": percentiles(intervals),
-        "tokens_per_chunk": chunk_tokens / chunks if chunks else None,
-    }

@@ -22,11 +22,12 @@ import httpx
 from ledger.errors import ExternalError, FormatError
 
 from .family import Prompt
+from .figures import client_figures
 from .interpreter import quiet_interpreter
 from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
 from .record import RequestRecord
 from .request import Cutter, run_request, utc_now
-from .stats import client_figures, percentile, percentiles
+from .stats import percentile, percentiles
 from .transport import StampingTransport
 
 __all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]

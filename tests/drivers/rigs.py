@@ -16,7 +16,7 @@ from typing import Any
 import runner.sim as sim
 from runner.drivers import ACTIONS, HostDriver, SimDriver
 from runner.drivers.commands import group_members
-from runner.site import load_site
+from runner.drivers.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "examples" / "site-scripts"

@@ -15,7 +15,7 @@ import pytest
 from ledger.errors import FormatError
 from runner.drivers import CommandsDriver, parse_facts
 from runner.drivers.commands import group_members
-from runner.site import load_site
+from runner.drivers.site import load_site
 
 from .rigs import SCRIPTS, commands_site_text
 

@@ -12,7 +12,7 @@ import pytest
 import runner.sim as sim
 from ledger.errors import ExternalError, FormatError
 from runner.drivers import SimDriver
-from runner.site import load_site
+from runner.drivers.site import load_site
 
 from .rigs import ARM_B_CAP, sim_config
 

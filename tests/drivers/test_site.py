@@ -13,7 +13,7 @@ import pytest
 
 from ledger.errors import FormatError
 from runner.drivers import ACTIONS, CHAIN_ACTIONS, CommandsDriver, SimDriver
-from runner.site import load_site, site_from_dict
+from runner.drivers.site import load_site, site_from_dict
 
 from .rigs import SCRIPTS, commands_site_text
 

@@ -16,7 +16,7 @@ from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
 from ledger.note import vkey
 from ledger.store import Blob, Ledger, NewEvent
-from ledger.verify import verify_ledger
+from ledger.stored import verify_ledger
 
 from .helpers import sql
 

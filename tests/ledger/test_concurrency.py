@@ -10,7 +10,7 @@ import pytest
 
 from ledger.keys import Signer, generate_key_file, key_entry, load_signer
 from ledger.store import Ledger, NewEvent
-from ledger.verify import verify_ledger
+from ledger.stored import verify_ledger
 
 PROCESSES = 4
 APPENDS = 250

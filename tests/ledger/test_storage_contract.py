@@ -10,7 +10,7 @@ from ledger import merkle
 from ledger.errors import FormatError, PayloadError, PolicyError
 from ledger.keys import Signer, key_entry
 from ledger.store import Blob, Ledger, NewEvent
-from ledger.verify import verify_ledger
+from ledger.stored import verify_ledger
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
 from ledger.store import Ledger
-from ledger.verify import verify_ledger
+from ledger.stored import verify_ledger
 
 from .helpers import forge_row, insert_row, sql
 

@@ -47,5 +47,5 @@ def test_verdict_report_bad_input_writes_nothing(tmp_path: Path) -> None:
     source.write_text(json.dumps(data))
     result = runner.invoke(app, ["verdict", "report", str(source), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2
-    assert result.stderr == "tally: waves[3].rounds: expected a non-negative integer or null, got -5\n"
+    assert result.stderr == "tally: waves[3].rounds: must be >= 0, got -5\n"
     assert not (tmp_path / "r").exists()

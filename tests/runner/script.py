@@ -21,9 +21,9 @@ from ledger.canonical import canonical
 from ledger.event import Event, format_time
 from ledger.keys import Signer
 from ledger.store import Blob, Ledger, NewEvent
-from runner.catalogue import window_event
-from runner.plan import Plan
-from runner.plan_schema import read_plan_file
+from runner.events.catalogue import window_event
+from runner.plan.model import Plan
+from runner.plan.parse import read_plan_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COMMIT = "c0ffee" + "0" * 34

@@ -11,8 +11,8 @@ import pytest
 
 from ledger.event import format_time
 from ledger.store import NewEvent
-from runner.audit import INVARIANTS, Violation, audit_protocol, audit_report
-from runner.plan import Plan
+from runner.audit.invariants import INVARIANTS, Violation, audit_protocol, audit_report
+from runner.plan.model import Plan
 
 from .conftest import Site
 from .script import BASE_TIME, Script, edit, example_plan, find

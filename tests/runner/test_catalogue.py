@@ -12,10 +12,10 @@ import pytest
 
 from ledger.errors import FormatError, PayloadError
 from ledger.store import Blob
-from runner import payloads
-from runner.catalogue import CATALOGUE, WindowLog, append_window_event, validate_payload, window_event
-from runner.plan_schema import read_plan_file
-from runner.registration import register_plan
+from runner.events import payloads
+from runner.events.catalogue import CATALOGUE, WindowLog, append_window_event, validate_payload, window_event
+from runner.plan.parse import read_plan_file
+from runner.plan.register import register_plan, window_log
 
 from .conftest import Site
 from .script import EXAMPLES, example_plan, wave_payload
@@ -40,7 +40,7 @@ def test_every_type_has_a_valid_documented_example() -> None:
 
 
 def test_wave_measured_has_exactly_the_contract_keys() -> None:
-    """.notes/CONTRACTS.md fixes these names; a rename breaks the runner and the rules."""
+    """docs/events.md fixes these names; a rename breaks the runner and the rules."""
     names = [f.name for f in dataclasses.fields(payloads.WaveMeasured)]
     assert names == ["window", "plan_sha256", "start", "cell", "repeat", "wave", "family", "seed", "max_tokens",
                      "concurrency", "started_at", "ended_at", "counters", "counters_missing", "complete",
@@ -50,7 +50,7 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
     assert [f.name for f in dataclasses.fields(payloads.ClientFigures)] == [
         "requests", "ok", "failed", "timed_out", "cancelled", "censored", "delivered_tokens", "tokens_after_first",
         "decode_s", "decode_tps", "ttft_s", "chunk_interval_ms", "tokens_per_chunk"]
-    assert [f.name for f in dataclasses.fields(payloads.RequestRecord)] == [
+    assert [f.name for f in dataclasses.fields(payloads.RequestSummary)] == [
         "index", "prompt_id", "status", "delivered_tokens", "decode_s", "ttft_s", "round_ms_p95", "finish_reason",
         "reason"]
 
@@ -102,7 +102,7 @@ def test_missing_counter_is_null_not_zero_and_integral_floats_pass() -> None:
 def _registered(site: Site) -> WindowLog:
     loaded = read_plan_file(EXAMPLES / "seed000-production-policy.toml")
     register_plan(site.book, site.signer, loaded)
-    return WindowLog.open(site.book, site.signer, loaded.plan.window_id)
+    return window_log(site.book, site.signer, loaded.plan.window_id)
 
 
 def test_append_adds_window_keys_and_stream(site: Site) -> None:
@@ -154,10 +154,10 @@ def test_window_event_builds_batches(site: Site) -> None:
 
 
 def test_parse_payload_gives_typed_values() -> None:
-    from runner.catalogue import parse_payload
+    from runner.events.catalogue import parse_payload
 
     wave, _ = _wave()
     typed = parse_payload("wave.measured", wave)
     assert isinstance(typed, payloads.WaveMeasured)
-    assert isinstance(typed.client, payloads.ClientFigures) and isinstance(typed.requests[0], payloads.RequestRecord)
+    assert isinstance(typed.client, payloads.ClientFigures) and isinstance(typed.requests[0], payloads.RequestSummary)
     assert typed.counters.rounds == wave["counters"]["rounds"] and typed.records.blob == wave["records"]["blob"]

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.event import Event
-from runner import fold as fold_module
-from runner.fold import State, admission_blockers, fold
+from runner.state import fold as fold_module
+from runner.state.fold import State, admission_blockers, fold
 
 from .conftest import Site, tally
 from .script import Script
@@ -185,7 +185,7 @@ def test_folding_in_pieces_equals_folding_at_once(cuts: list[int]) -> None:
 
 
 def test_replay_folds_only_new_events(chain_ledger: tuple[Site, Script, list[Event]]) -> None:
-    from runner.replay import replay
+    from runner.state.replay import replay
 
     site, _, events = chain_ledger
     half = fold(None, events[: len(events) // 2])
@@ -244,7 +244,7 @@ def test_wave_fast_path_agrees_with_json(window: str, start: str, cell: str, wav
                                          extra: dict) -> None:
     """The fold reads four members of wave.measured without parsing it; it must agree with json.loads."""
     from ledger.canonical import canonical
-    from runner.fold import _wave_keys
+    from runner.state.fold import _wave_keys
 
     payload = {"cell": cell, "client": {"requests": 0, "reason": reason}, "counters": {"rounds": None},
                "incomplete_reasons": [reason, '","start":"evil","started_at":"1","wave":9,"window":"w"}'],

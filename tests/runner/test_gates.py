@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.admission import record_gate
-from runner.fold import admission_blockers, fold
+from runner.gates.admission import record_gate
 from runner.gates.budget import budget_report
 from runner.plan import load_plan
-from runner.registration import registered
-from runner.replay import replay
+from runner.plan.register import registered
+from runner.state.fold import admission_blockers, fold
+from runner.state.replay import replay
 
 from .conftest import Site, tally
 from .script import EXAMPLES, Script, edit
@@ -210,7 +210,7 @@ def _chained_first(site: Site, *, drop_placeholder: bool = False) -> Script:
     if drop_placeholder:
         plan = registered(site.book, "chain-1")
         assert plan is not None
-        from runner.catalogue import append_window_event
+        from runner.events.catalogue import append_window_event
 
         append_window_event(site.book, site.signer, "chain-1", plan.plan_sha256, "placeholder.down",
                             {"host": "spark-b"})

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ledger.canonical import canonical
-from runner.plan import Plan, load_plan, plan_sha256
-from runner.registration import registered
+from runner.plan import load_plan, parse_plan, plan_sha256
+from runner.plan.register import registered
 
 from .conftest import Site, tally
 from .script import EXAMPLES
@@ -40,7 +40,7 @@ def test_every_example_registers(site: Site, name: str) -> None:
     payload = event.payload
     assert payload["window"] == plan.window_id
     assert payload["plan_sha256"] == hashlib.sha256(canonical(payload["plan"])).hexdigest() == plan.sha256
-    assert Plan.from_json(payload["plan"]) == plan
+    assert parse_plan(payload["plan"]) == plan
     # the TOML source and the family files travel as blobs, addressed by their digests
     source = site.book.blob(payload["source"]["blob"])
     assert source is not None and source.data == (EXAMPLES / name).read_bytes()
@@ -105,7 +105,7 @@ def test_registered_plan_survives_jcs() -> None:
     """Floats become integers in JCS (1.0 -> 1); the plan read back has the same digest."""
     for name in PLANS:
         plan = load_plan(EXAMPLES / name)
-        again = Plan.from_json(json.loads(canonical(plan.to_json())))
+        again = parse_plan(json.loads(canonical(plan.to_json())))
         assert again == plan and again.sha256 == plan.sha256 == plan_sha256(plan.to_json())
 
 
@@ -291,7 +291,7 @@ def test_family_file_that_is_not_jsonl_is_refused(site: Site, tmp_path: Path) ->
 
 
 def test_family_prompts_come_from_the_registered_blobs(site: Site) -> None:
-    from runner.registration import family_prompts
+    from runner.plan.register import family_prompts
 
     assert tally("window", "register", EXAMPLES / ABBA).code == 0
     reg = registered(site.book, "pp3-abba")

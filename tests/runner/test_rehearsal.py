@@ -7,7 +7,7 @@ import socket
 import stat
 from pathlib import Path
 
-from runner.registration import registered
+from runner.plan.register import registered
 
 from .conftest import Site, tally
 from .fake_vllm import SPEC_MESSAGE, fake_vllm, url_of

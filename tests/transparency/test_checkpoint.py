@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from ledger import checkpoint as cp
-from ledger import merkle, note
+from ledger import merkle, note, since
 from ledger.errors import FormatError, PolicyError, VerificationError
 from ledger.keys import Signer, key_entry
 from ledger.store import Ledger
@@ -194,15 +194,15 @@ def test_since_accepts_an_extension(ledger: Ledger, root: Signer) -> None:
     fill(ledger, root, 6)
     saved = cp.sign_checkpoint(ledger, root).note  # size 7: odd, its last leaf is read from the event
     fill(ledger, root, 10)
-    point = cp.prove_since(ledger, saved)
+    point = since.prove_since(ledger, saved)
     assert (point.size, point.current_size, point.root) == (7, 17, ledger.root(7))
     assert point.head == ledger.get(7).hash and point.frontier.root() == ledger.root(7)
-    start = cp.since_start(ledger, saved)
+    start = since.since_start(ledger, saved)
     assert (start.size, start.head, start.origin) == (7, point.head, ORIGIN) and root.id in start.keys.keys
     verified = verify_events(ledger.events(7), start=start)
     assert verified.size == 17 and verified.root == ledger.root(17)
-    assert cp.prove_since(ledger, saved, [note.vkey(ORIGIN, root.public_raw)]).size == 7
-    same = cp.prove_since(ledger, cp.sign_checkpoint(ledger, root).note)
+    assert since.prove_since(ledger, saved, [note.vkey(ORIGIN, root.public_raw)]).size == 7
+    same = since.prove_since(ledger, cp.sign_checkpoint(ledger, root).note)
     assert same.size == same.current_size == 17
 
 
@@ -211,7 +211,7 @@ def test_since_names_a_truncated_tail(ledger: Ledger, root: Signer) -> None:
     saved = cp.sign_checkpoint(ledger, root).note  # 12
     sql(ledger, "DELETE FROM events WHERE seq > 9")
     with pytest.raises(VerificationError, match="truncated") as info:
-        cp.prove_since(ledger, saved)
+        since.prove_since(ledger, saved)
     assert (info.value.seq, info.value.rule) == (10, 8)
 
 
@@ -222,7 +222,7 @@ def test_since_names_rewritten_history(ledger: Ledger, root: Signer, seq: int) -
     fill(ledger, root, 3)
     rewrite_history(ledger, root, seq, {"forged": seq})  # re-hashed, re-chained, re-signed, new tree
     with pytest.raises(VerificationError, match="rewritten") as info:
-        cp.prove_since(ledger, saved)
+        since.prove_since(ledger, saved)
     assert info.value.rule == 8
 
 
@@ -232,7 +232,7 @@ def test_since_names_a_rewritten_boundary_event_without_a_new_tree(ledger: Ledge
     saved = cp.sign_checkpoint(ledger, root, size=size).note
     rewrite_history(ledger, root, size, {"forged": True}, tree=False)
     with pytest.raises(VerificationError, match="rewritten"):
-        cp.since_start(ledger, saved)
+        since.since_start(ledger, saved)
 
 
 def test_since_names_a_truncated_then_regrown_ledger(ledger: Ledger, root: Signer) -> None:
@@ -244,7 +244,7 @@ def test_since_names_a_truncated_then_regrown_ledger(ledger: Ledger, root: Signe
     rewrite_history(ledger, root, 5, {"forged": True})  # rebuilds the tree of the 5 that are left
     fill(ledger, root, 10)
     with pytest.raises(VerificationError, match="rewritten"):
-        cp.prove_since(ledger, saved)
+        since.prove_since(ledger, saved)
 
 
 def test_since_refuses_a_foreign_or_unsigned_checkpoint(ledger: Ledger, root: Signer, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -252,18 +252,18 @@ def test_since_refuses_a_foreign_or_unsigned_checkpoint(ledger: Ledger, root: Si
     real = cp.sign_checkpoint(ledger, root)
     forged = note.sign(real.checkpoint.text(), ORIGIN, Signer.generate())
     with pytest.raises(VerificationError):
-        cp.prove_since(ledger, forged)
+        since.prove_since(ledger, forged)
     other = note.sign(cp.Checkpoint("other.example/log", 4, real.checkpoint.root).text(), "other.example/log", root)
     with pytest.raises(VerificationError, match=r"other\.example"):
-        cp.prove_since(ledger, other)
+        since.prove_since(ledger, other)
     with pytest.raises(FormatError):
-        cp.prove_since(ledger, "not a note")
+        since.prove_since(ledger, "not a note")
     path = tmp_path / "saved.txt"
     path.write_text(real.note)
-    assert cp.since_start(ledger, path).size == 4
+    assert since.since_start(ledger, path).size == 4
     lying = note.sign(cp.Checkpoint(ORIGIN, 4, merkle.EMPTY_ROOT).text(), ORIGIN, root)
     with pytest.raises(VerificationError, match="rewritten"):
-        cp.prove_since(ledger, lying)
+        since.prove_since(ledger, lying)
 
 
 def test_consistency_proof_files_roundtrip(ledger: Ledger, root: Signer) -> None:
@@ -323,6 +323,6 @@ def test_proofs_checkpoints_and_since_on_every_backend(any_url: str, root: Signe
                                                                   for i in (0, 40, 62)]
     assert book.consistency_proof(41, 63) == merkle.consistency_proof(41, 63, tree.fetch)
     assert cp.sign_checkpoint(book, root).size == 63
-    start = cp.since_start(book, saved)
+    start = since.since_start(book, saved)
     assert verify_events(book.events(start.size), start=start).size == 63
     book.close()

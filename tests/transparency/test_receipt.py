@@ -20,6 +20,7 @@ from ledger import receipt as rc
 from ledger.errors import FormatError, VerificationError
 from ledger.keys import Signer
 from ledger.store import Blob, Ledger, NewEvent
+from runner.events.receipts import WINDOW_RECEIPTS
 
 from .helpers import ORIGIN, fill
 
@@ -85,25 +86,25 @@ def window(ledger: Ledger, root: Signer) -> Ledger:
 
 
 def _export(book: Ledger, root: Signer, seq: int, out: Path) -> tuple[str, str, str]:
-    paths = rc.write_receipt(rc.build_receipt(book, seq, root), out)
+    paths = rc.write_receipt(rc.build_receipt(book, seq, root, WINDOW_RECEIPTS), out)
     return tuple(p.read_text() for p in paths)  # type: ignore[return-value]
 
 
 def test_statements(window: Ledger) -> None:
-    gate = rc.statement_for(window.get(3), ORIGIN)
+    gate = rc.statement_for(window.get(3), ORIGIN, WINDOW_RECEIPTS)
     assert gate["_type"] == "https://in-toto.io/Statement/v1"
     assert gate["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
     assert gate["subject"] == [{"name": f"{ORIGIN}#3", "digest": {"sha256": window.get(3).hash}},
                                {"name": "plan/w1", "digest": {"sha256": PLAN}}]
     assert gate["predicate"]["result"] == "PASSED" and gate["predicate"]["passedTests"] == ["rng"]
-    failed = rc.statement_for(window.get(4), ORIGIN)["predicate"]
+    failed = rc.statement_for(window.get(4), ORIGIN, WINDOW_RECEIPTS)["predicate"]
     assert failed["result"] == "FAILED" and failed["failedTests"] == ["budget"]
-    decision = rc.statement_for(window.get(5), ORIGIN)
+    decision = rc.statement_for(window.get(5), ORIGIN, WINDOW_RECEIPTS)
     assert decision["predicateType"] == "urn:tally:decision:v1" and decision["predicate"] == window.get(5).payload
-    standalone = rc.statement_for(window.get(6), ORIGIN)
+    standalone = rc.statement_for(window.get(6), ORIGIN, WINDOW_RECEIPTS)
     assert [s["name"] for s in standalone["subject"]] == [f"{ORIGIN}#6"]
     with pytest.raises(FormatError, match="receipts exist for"):
-        rc.statement_for(window.get(2), ORIGIN)
+        rc.statement_for(window.get(2), ORIGIN, WINDOW_RECEIPTS)
 
 
 @pytest.mark.parametrize("seq", [3, 4, 5])
@@ -111,11 +112,11 @@ def test_receipts_verify_offline_and_with_securesystemslib(window: Ledger, root:
                                                           seq: int) -> None:
     envelope, proof, event = _export(window, root, seq, tmp_path)
     vkey = note.vkey(ORIGIN, root.public_raw)
-    result = rc.verify_receipt(envelope, proof, [vkey], event_text=event)
+    result = rc.verify_receipt(envelope, proof, [vkey], policy=WINDOW_RECEIPTS, event_text=event)
     assert (result.origin, result.seq, result.event_hash) == (ORIGIN, seq, window.get(seq).hash)
     assert result.signed_by == (root.id,) and result.checkpoint.size == window.size()
     assert result.to_json()["valid"] is True and result.event is not None
-    assert rc.verify_receipt(envelope, proof, [root.public_raw]).event is None
+    assert rc.verify_receipt(envelope, proof, [root.public_raw], policy=WINDOW_RECEIPTS).event is None
     # securesystemslib, unchanged, with an SSlibKey built from our public key and key id
     key = SSlibKey(root.id, "ed25519", "ed25519", {"public": root.public_raw.hex()})
     accepted = SSlibEnvelope.from_dict(json.loads(envelope)).verify([key], 1)
@@ -145,7 +146,7 @@ def test_tampered_receipts_fail(window: Ledger, root: Signer, tmp_path: Path) ->
 
     def fails(env: str, prf: str, match: str, ev: str | None = None) -> None:
         with pytest.raises(VerificationError, match=match):
-            rc.verify_receipt(env, prf, [vkey], event_text=ev)
+            rc.verify_receipt(env, prf, [vkey], policy=WINDOW_RECEIPTS, event_text=ev)
 
     fails(_replace_payload(envelope, {"predicate": {"result": "FAILED"}}), proof, "signature")
     wire = json.loads(envelope)
@@ -166,7 +167,7 @@ def test_tampered_receipts_fail(window: Ledger, root: Signer, tmp_path: Path) ->
     fails(envelope, proof.replace("c2sp.org/tlog-proof@v1", "c2sp.org/tlog-proof@v2"), "malformed")
     fails("{}", proof, "malformed")
     with pytest.raises(VerificationError, match="signature"):
-        rc.verify_receipt(envelope, proof, [note.vkey(ORIGIN, Signer.generate().public_raw)])
+        rc.verify_receipt(envelope, proof, [note.vkey(ORIGIN, Signer.generate().public_raw)], policy=WINDOW_RECEIPTS)
 
 
 def test_receipt_with_witness_policy(window: Ledger, root: Signer, tmp_path: Path) -> None:
@@ -175,14 +176,14 @@ def test_receipt_with_witness_policy(window: Ledger, root: Signer, tmp_path: Pat
     witness = Witness(tmp_path / "w", "w.example", Signer.generate())
     signed = cp.sign_checkpoint(window, root)
     cosigned = witness.cosign(signed.note, [root.public_raw], None, now=5).note
-    receipt = rc.build_receipt(window, 5, root, cp.SignedCheckpoint(signed.checkpoint, cosigned))
+    receipt = rc.build_receipt(window, 5, root, WINDOW_RECEIPTS, cp.SignedCheckpoint(signed.checkpoint, cosigned))
     envelope, proof, _ = (p.read_text() for p in rc.write_receipt(receipt, tmp_path / "r"))
     keys = [note.vkey(ORIGIN, root.public_raw)]
-    result = rc.verify_receipt(envelope, proof, keys, witnesses=[witness.vkey()])
+    result = rc.verify_receipt(envelope, proof, keys, policy=WINDOW_RECEIPTS, witnesses=[witness.vkey()])
     assert [w.verifier.name for w in result.checkpoint.witnesses] == ["w.example"]
     plain, plain_proof, _ = _export(window, root, 5, tmp_path / "p")
     with pytest.raises(VerificationError, match="witness"):
-        rc.verify_receipt(plain, plain_proof, keys, witnesses=[witness.vkey()])
+        rc.verify_receipt(plain, plain_proof, keys, policy=WINDOW_RECEIPTS, witnesses=[witness.vkey()])
 
 
 def test_tlog_proof_format(window: Ledger, root: Signer) -> None:

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.auditor import run_audit
-from runner.catalogue import WindowLog
+from runner.audit.full import run_audit
 from runner.decide import compute
-from runner.decide.replay import build_input
-from runner.registration import registered_plan
+from runner.decide.inputs import build_input
+from runner.events.catalogue import WindowLog
+from runner.plan.register import registered_plan
 
 from .worlds import close, gate_all, run, state, window, world
 

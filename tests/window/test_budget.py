@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runner.auditor import run_audit
-from runner.clock import parse_time
+from runner.audit.full import run_audit
+from runner.execution.clock import parse_time
 
 from .worlds import arms, close, gate_all, run, state, window, world
 

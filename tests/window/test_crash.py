@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from ledger.verify import verify_ledger
-from runner.auditor import run_audit
+from ledger.stored import verify_ledger
+from runner.audit.full import run_audit
 
 from .worlds import close, gate_all, run, state, window, world
 

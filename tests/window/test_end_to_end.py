@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.verify import verify_ledger
-from runner.auditor import run_audit
-from runner.decide.replay import replay_window
+from ledger.stored import verify_ledger
+from runner.audit.full import run_audit
+from runner.decide.inputs import replay_window
 
 from .worlds import close, gate_all, run, state, window, world
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.auditor import run_audit
-from runner.decide.replay import replay_window
-from runner.window import WindowRunner
+from runner.audit.full import run_audit
+from runner.decide.inputs import replay_window
+from runner.execution.window import WindowRunner
 
 from .worlds import close, gate_all, run, state, window, world
 

@@ -11,9 +11,10 @@ import pytest
 
 from ledger.bundle import export_bundle
 from ledger.errors import ExternalError, PolicyError
-from runner.auditor import run_audit
+from runner.audit.full import run_audit
 from runner.drivers.sim import SimDriver
-from runner.window import WindowRunner
+from runner.events.catalogue import bundle_companions
+from runner.execution.window import WindowRunner
 
 from .worlds import close, gate_all, run, state, window, world
 
@@ -161,7 +162,8 @@ def test_partial_export_of_a_window_carries_the_archive_it_was_decided_with(tmp_
         gate_all(w)
         run(w, "day-a")
         run(w, "day-b")
-        manifest = export_bundle(w.book, tmp_path / "b", stream="window/day-b", signer=w.root)
+        manifest = export_bundle(w.book, tmp_path / "b", stream="window/day-b", signer=w.root,
+                                 with_streams=bundle_companions("window/day-b"))
         assert manifest["partial"]
         report = run_audit(bundle=tmp_path / "b", root_key=w.root.id)
         assert report.ok, report.lines()

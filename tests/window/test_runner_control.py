@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import PolicyError
-from runner.auditor import run_audit
+from runner.audit.full import run_audit
 from runner.demo.scenarios import EXAMPLES
-from runner.lock import window_lock
-from runner.site import load_site
-from runner.steps import next_step
-from runner.window import RunResult, WindowRunner
+from runner.drivers.site import load_site
+from runner.execution.lock import window_lock
+from runner.execution.steps import next_step
+from runner.execution.window import RunResult, WindowRunner
 
 from .worlds import close, gate_all, run, state, window, world
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ledger.store import Ledger
-from runner.admission import admit
 from runner.demo.scenarios import DemoWindow, World, build_world, pass_chain_gate, pass_gates
-from runner.fold import State
-from runner.registration import register_plan
-from runner.replay import replay
-from runner.window import RunResult, WindowRunner
+from runner.execution.window import RunResult, WindowRunner
+from runner.gates.admission import admit
+from runner.plan.register import register_plan
+from runner.state.fold import State
+from runner.state.replay import replay
 
 TIME_SCALE = 0.01
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
-from .registration import registered_plan
+from ..plan.register import registered_plan
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
@@ -17,7 +17,7 @@ __all__ = ["window_report"]
 
 def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
     """Write report.html and report.md for ``window``; returns their paths and the decision."""
-    from .report import write_report
+    from ..report import write_report
 
     reg = registered_plan(ledger, window)
     decision = None
@@ -39,7 +39,7 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
     result = payload["result"]
     if result.get("decision") == "REJECT" and result.get("rule") and "cells" not in result and "per_pair" not in result:
         # An aborted window: render what the rule computes from the recorded input, headed by the REJECT.
-        from .decide import compute
+        from ..decide import compute
 
         computed = compute(payload["input"])
         computed["decision"] = "REJECT"

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from ..plan.model import Plan
 
 __all__ = ["Progress"]
 

@@ -13,23 +13,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ledger.errors import IntegrityError, PolicyError
+from ledger.errors import FormatError, IntegrityError, PolicyError
 
-from .catalogue import WINDOW_STREAM_PREFIX, append_window_event
-from .plan import Plan
-from .plan_schema import LoadedPlan, read_family_file
+from ..events.catalogue import WINDOW_STREAM_PREFIX, WindowLog, append_window_event
+from .model import Plan
+from .parse import LoadedPlan, parse_plan, read_family_file
 
 if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-    from .measure.family import Prompt
+    from ..measure.family import Prompt
 
-__all__ = ["Registration", "family_prompts", "register_plan", "registered", "registered_plan"]
+__all__ = [
+    "Registration",
+    "WindowNotRegistered",
+    "family_prompts",
+    "register_plan",
+    "registered",
+    "registered_plan",
+    "window_log",
+]
 
 PLAN_MEDIA_TYPE = "application/toml"
 FAMILY_MEDIA_TYPE = "application/x-ndjson"
+
+
+class WindowNotRegistered(FormatError):
+    """A window id the ledger holds no registration for (bad input: exit 2). The one such error."""
+
+    def __init__(self, window: str) -> None:
+        super().__init__(f"window {window} is not registered (run `tally window register PLAN.toml`)")
+        self.window = window
 
 
 @dataclass(frozen=True)
@@ -46,18 +62,23 @@ def registered(ledger: Ledger, window: str) -> Registration | None:
     """The window's registration (its first ``window.registered``), or None."""
     for event in ledger.events(stream=WINDOW_STREAM_PREFIX + window, types=["window.registered"]):
         payload = event.payload
-        plan = Plan.from_json(payload["plan"], path=f"seq {event.seq} plan")
+        plan = parse_plan(payload["plan"], path=f"seq {event.seq} plan")
         blobs = {name: ref["blob"] for name, ref in (payload.get("family_files") or {}).items()}
         return Registration(window, payload["plan_sha256"], plan, event.seq, already=True, family_blobs=blobs)
     return None
 
 
 def registered_plan(ledger: Ledger, window: str) -> Registration:
-    """Like ``registered`` but refuses an unknown window (``PolicyError``)."""
+    """Like ``registered`` but refuses an unknown window (``WindowNotRegistered``)."""
     reg = registered(ledger, window)
     if reg is None:
-        raise PolicyError(f"window {window} is not registered (run `tally window register PLAN.toml`)")
+        raise WindowNotRegistered(window)
     return reg
+
+
+def window_log(ledger: Ledger, signer: Signer, window: str) -> WindowLog:
+    """A ``WindowLog`` bound to a registered window (its id and plan digest)."""
+    return WindowLog(ledger, signer, window, registered_plan(ledger, window).plan_sha256)
 
 
 def register_plan(ledger: Ledger, signer: Signer, loaded: LoadedPlan) -> Registration:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
-from .catalogue import append_window_event
-from .fold import State, admission_blockers
-from .registration import registered_plan
-from .replay import replay
+from ..events.catalogue import append_window_event
+from ..plan.register import registered_plan
+from ..state.fold import State, admission_blockers
+from ..state.replay import replay
 
 if TYPE_CHECKING:
     from ledger.event import Event

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 from ledger.errors import ExternalError, PolicyError, TallyError
 from ledger.store import Blob
 
-from .catalogue import WindowLog, window_event
+from ..decide.inputs import decision_for
+from ..events.catalogue import WindowLog, window_event
+from ..plan.model import CONTROL_ROLE, Plan
+from ..plan.register import WindowNotRegistered, family_prompts, registered_plan
+from ..state.fold import WindowState
+from ..state.replay import replay
 from .clock import BudgetClock, parse_time
-from .decide.replay import decision_for
-from .fold import WindowState
-from .plan import CONTROL_ROLE, Plan
-from .registration import family_prompts, registered_plan
-from .replay import replay
 from .steps import Context, Step, next_step
 
 if TYPE_CHECKING:
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-    from .drivers.base import ActionResult, HostDriver
-    from .measure.family import Prompt
-    from .measure.wave import WaveResult
+    from ..drivers.base import ActionResult, HostDriver
+    from ..measure.family import Prompt
+    from ..measure.wave import WaveResult
 
 __all__ = ["CRASH_ENV", "RunResult", "WindowRunner"]
 
@@ -138,7 +138,7 @@ class WindowRunner:
     def ws(self) -> WindowState:
         ws = self.state.windows.get(self.window)
         if ws is None:
-            raise PolicyError(f"window {self.window} is not registered")
+            raise WindowNotRegistered(self.window)
         return ws
 
     def refresh(self) -> None:
@@ -158,7 +158,7 @@ class WindowRunner:
         self.refresh()
         ws = self.ws
         if ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None and not abort:
-            from .fold import admission_blockers
+            from ..state.fold import admission_blockers
 
             blockers = admission_blockers(self.state, self.window)
             raise PolicyError(f"window {self.window} is not admitted: " + ("; ".join(blockers) or ws.phase))
@@ -299,7 +299,7 @@ class WindowRunner:
         then: Callable[[ActionResult], list[Pending]] | None = None,
     ) -> ActionResult:
         """``host.action started`` -> run it -> ``finished`` plus what it established, atomically."""
-        from .drivers.base import ActionResult
+        from ..drivers.base import ActionResult
 
         action_id = uuid.uuid4().hex[:16]
         full = {"window": self.window, **(params or {})}
@@ -394,7 +394,7 @@ class WindowRunner:
         observed = reported if reported is not None else arm.speculative
 
         def began(res: ActionResult) -> list[Pending]:
-            from .gates.spec import spec_sha256
+            from ..gates.spec import spec_sha256
 
             return [("start.began", {
                 "start": start.id, "role": start.role, "clock_cap_mhz": res.facts.get("clock_cap_mhz"),
@@ -413,15 +413,15 @@ class WindowRunner:
         return dict(config) if isinstance(config, dict) else None
 
     def _do_spec_gate(self, step: Step, _r: RunResult) -> None:
-        from .admission import record_gate
-        from .gates.spec import check_standard_spec
+        from ..gates.admission import record_gate
+        from ..gates.spec import check_standard_spec
 
         assert step.start is not None
         start = self.plan.start(step.start)
         arm = self.plan.arm(start.role)
         observed = self._observed_spec(step.start)
         if observed is None:  # fail closed: what the host did not report cannot be checked
-            from .gates.spec import SpecResult
+            from ..gates.spec import SpecResult
 
             checked = SpecResult("FAIL", {"start": start.id, "role": start.role, "config": None,
                                           "failures": ["the host reported no speculative config for this start"]},
@@ -449,7 +449,7 @@ class WindowRunner:
 
     def _model_name(self) -> str:
         if self._model is None:
-            from .measure.wave import list_models
+            from ..measure.wave import list_models
 
             models = list_models(self.driver.serving_url)
             if not models:
@@ -458,7 +458,7 @@ class WindowRunner:
         return self._model
 
     def _do_wave(self, step: Step, result: RunResult) -> None:
-        from .measure.wave import measure_wave
+        from ..measure.wave import measure_wave
 
         wave = step.wave
         assert wave is not None and step.start is not None

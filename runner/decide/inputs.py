@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.store import Ledger
 
-    from ..plan import Plan
+    from ..plan.model import Plan
 
 __all__ = [
     "DecisionInput", "ReplayResult", "abort_reasons", "build_input", "decision_for", "pp3_failures", "replay",
@@ -288,7 +288,7 @@ def replay_window(ledger: Ledger, window: str) -> ReplayResult:
     """``tally replay verdict``: the window's first decision, rebuilt and compared."""
     from ledger.errors import PolicyError
 
-    from ..registration import registered_plan
+    from ..plan.register import registered_plan
 
     reg = registered_plan(ledger, window)
     events = list(ledger.events(stream=f"window/{window}"))

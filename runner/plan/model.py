@@ -1,10 +1,11 @@
 """A window's registered plan (SPEC 5.1): frozen values, the wave schedule, its digest.
 
-A plan is written as TOML (``docs/plan.md``), validated by ``runner.plan_schema`` and
+A plan is written as TOML (``docs/plan.md``), validated by ``runner.plan.parse`` and
 held as a frozen ``Plan``. Its JSON form (``Plan.to_json()``) is what
 ``window.registered`` carries; ``plan_sha256`` is the SHA-256 of that form's JCS bytes.
-``Plan.from_json`` reads the JSON form back (through the same validator), so the
-registered plan and the file agree member for member.
+``runner.plan.parse.parse_plan`` reads the JSON form back (through the same validator),
+so the registered plan and the file agree member for member. Values only: nothing here
+reads a file or validates a document.
 
 Everything window execution needs is here: arms and their declared configs, starts in
 order, cells, families with their frozen prompt orders, the wave schedule
@@ -20,7 +21,6 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 from ledger.canonical import canonical
@@ -47,7 +47,6 @@ __all__ = [
     "Stage",
     "Start",
     "WaveSpec",
-    "load_plan",
     "plan_sha256",
 ]
 
@@ -244,7 +243,7 @@ class WaveSpec:
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated plan. Build it with ``load_plan`` or ``Plan.from_json``."""
+    """A validated plan. Build it with ``runner.plan.parse.load_plan`` or ``parse_plan``."""
 
     window_id: str
     protocol: Protocol
@@ -287,13 +286,6 @@ class Plan:
             "gates": {"required": list(self.required_gates)},
             "qualification": self.qualification.to_json(),
         }
-
-    @classmethod
-    def from_json(cls, data: Any, path: str = "plan") -> Plan:
-        """Read a registered plan back (no file access)."""
-        from .plan_schema import parse_plan
-
-        return parse_plan(data, path=path)
 
     @cached_property
     def sha256(self) -> str:
@@ -404,14 +396,3 @@ class Plan:
 def plan_sha256(plan_json: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the JCS bytes of a plan's JSON form."""
     return hashlib.sha256(canonical(dict(plan_json), "plan")).hexdigest()
-
-
-def load_plan(path: Path | str, *, overrides: Mapping[str, Any] | None = None) -> Plan:
-    """Read, validate and freeze a TOML plan; family files are checked against their sha256.
-
-    ``overrides`` replaces top-level members before validation (e.g. ``commit`` or
-    ``window_id`` when a demo registers an example under its own repository's HEAD).
-    """
-    from .plan_schema import read_plan_file
-
-    return read_plan_file(Path(path), overrides=overrides).plan

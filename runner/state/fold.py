@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .catalogue import WINDOW_STREAM_PREFIX
+from ..events.catalogue import WINDOW_STREAM_PREFIX
 
 if TYPE_CHECKING:
     from ledger.event import Event

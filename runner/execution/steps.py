@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..plan.model import Plan, WaveSpec
+from ..state.fold import State, WindowState
 from .clock import Limit
-from .fold import State, WindowState
-from .plan import Plan, WaveSpec
 
 __all__ = ["MAX_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
 

@@ -17,8 +17,8 @@ from typing import Any, cast
 
 from ledger.errors import FormatError
 
-from .fields import FieldError, Fields
-from .plan import (
+from ..fields import FieldError, Fields
+from .model import (
     CHAIN_MODES,
     CONTEXTS,
     CONTROL_ROLE,
@@ -42,7 +42,7 @@ from .plan import (
     Start,
 )
 
-__all__ = ["LoadedPlan", "parse_plan", "read_family_file", "read_plan_file"]
+__all__ = ["LoadedPlan", "check_family_files", "load_plan", "parse_plan", "read_family_file", "read_plan_file"]
 
 WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -321,7 +321,7 @@ def read_family_file(data: bytes, name: str, where: str) -> dict[str, Any]:
     names a context (``short``, ``32k``, ...) is checked against the frozen orders.
     Returns prompt id -> prompt.
     """
-    from .measure.family import parse_family
+    from ..measure.family import parse_family
 
     try:
         family = parse_family(data, name, where)
@@ -386,3 +386,12 @@ def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) ->
     plan = parse_plan(data)
     family_files = check_family_files(plan, path.parent)
     return LoadedPlan(plan, path, source, family_files)
+
+
+def load_plan(path: Path | str, *, overrides: Mapping[str, Any] | None = None) -> Plan:
+    """Read, validate and freeze a TOML plan; family files are checked against their sha256.
+
+    ``overrides`` replaces top-level members before validation (e.g. ``commit`` or
+    ``window_id`` when a demo registers an example under its own repository's HEAD).
+    """
+    return read_plan_file(Path(path), overrides=overrides).plan

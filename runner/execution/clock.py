@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from .plan import Budget
+from ..plan.model import Budget
 
 __all__ = ["BudgetClock", "Limit", "parse_time"]
 

@@ -50,9 +50,10 @@ from typing import TYPE_CHECKING, Any
 from ledger.canonical import canonical
 from ledger.errors import FormatError, TallyError
 
-from .catalogue import CATALOGUE, WINDOW_STREAM_PREFIX, validate_payload
-from .fold import State, WindowState, admission_blockers
-from .plan import Plan, plan_sha256
+from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX, validate_payload
+from ..plan.model import Plan, plan_sha256
+from ..plan.parse import parse_plan
+from ..state.fold import State, WindowState, admission_blockers
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -201,7 +202,7 @@ class _Auditor:
             if plan_sha256(plan_json) != payload["plan_sha256"]:
                 self.flag("plan-binding", event, "plan_sha256 is not the SHA-256 of the plan's JCS", wid)
             try:
-                plan = self.plans.get(wid) or Plan.from_json(plan_json)
+                plan = self.plans.get(wid) or parse_plan(plan_json)
             except TallyError as exc:
                 self.flag("plan-binding", event, f"the registered plan does not validate: {exc}", wid)
                 plan = None

@@ -1,15 +1,34 @@
-"""Typed payloads of the window event catalogue (SPEC 5.2; one example each in docs/events.md).
+"""Typed payloads of the window event catalogue (one example each in ``docs/events.md``).
 
-One frozen, keyword-only dataclass per event type. Fields without a default are
-required; ``X | None`` members may be null; ``Sha256``/``Commit``/``Time`` are strings
-with a checked shape. Every window event carries ``window`` and ``plan_sha256``
-(``WindowPayload``). ``runner.catalogue`` compiles these classes into validators.
+One payload class (``runner.events.schema.payload``: a frozen, keyword-only dataclass)
+per event type. Fields without a default are required; ``X | None`` members may be
+null; ``Sha256``/``Commit``/``Time`` are strings with a checked shape. Every window
+event carries ``window`` and ``plan_sha256`` (``WindowPayload``): producers leave them
+out and the window's log adds them. ``runner.events.schema`` compiles these classes
+into validators and turns instances into payloads and back; the runner builds its
+events from them and the state fold reads them, so both ends are type-checked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Any, Literal
+
+from ..vocabulary import (
+    ArmRole,
+    BudgetAction,
+    Ending,
+    GateName,
+    GateVerdict,
+    InterruptReason,
+    MeasurementEndReason,
+    ProtocolName,
+    RequestStatus,
+    RestoreStatus,
+    SnapshotSource,
+    ThermalKind,
+)
+from .schema import payload
 
 __all__ = [
     "ArchiveControlStart",
@@ -30,7 +49,7 @@ __all__ = [
     "Placeholder",
     "ProductionSnapshot",
     "ProductionState",
-    "RequestRecord",
+    "RequestSummary",
     "RestoreFinished",
     "StartBegan",
     "StartEnded",
@@ -52,43 +71,39 @@ Time = Annotated[str, r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"]
 BlobName = Annotated[str, r"sha256:[0-9a-f]{64}"]
 Name = Annotated[str, r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"]
 
-Verdict = Literal["PASS", "FAIL"]
-Role = Literal["A", "B", "P"]
-GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok"]
-RequestStatus = Literal["ok", "failed", "timeout", "cancelled", "censored"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class BlobRef:
-    """``{"blob": "sha256:<hex>", "size": n, "media_type": "..."}`` (SPEC 3.5)."""
+    """``{"blob": "sha256:<hex>", "size": n, "media_type": "..."}`` (``docs/format.md``, blobs)."""
 
     blob: BlobName
     size: int
     media_type: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WindowPayload:
     """Members every window event carries."""
 
-    window: Name
-    plan_sha256: Sha256
+    window: Name = ""          # always present on the wire; filled in by the window's log
+    plan_sha256: Sha256 = ""
 
 
 # ---------------------------------------------------------------------- registration and gates
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WindowRegistered(WindowPayload):
     plan: dict[str, Any]
     source: BlobRef | None = None
     family_files: dict[str, BlobRef] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class GateResult(WindowPayload):
     gate: GateName
-    verdict: Verdict
+    verdict: GateVerdict
     evidence: dict[str, Any]
     summary: str = ""
     commit: Commit | None = None
@@ -96,7 +111,7 @@ class GateResult(WindowPayload):
     receipt: BlobRef | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WindowAdmitted(WindowPayload):
     commit: Commit
     gates: dict[str, int]
@@ -106,7 +121,7 @@ class WindowAdmitted(WindowPayload):
 # ---------------------------------------------------------------------- HOLD, production, hosts
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class HoldOpened(WindowPayload):
     owner: Name
     hosts: list[str] = field(default_factory=list)
@@ -114,28 +129,28 @@ class HoldOpened(WindowPayload):
     from_marker: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class HoldClosed(WindowPayload):
     owner: Name
     reason: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ProductionSnapshot(WindowPayload):
     sha256: Sha256
-    source: Literal["drain", "marker", "capture"]
+    source: SnapshotSource
     identity: dict[str, Any] = field(default_factory=dict)
     blob: BlobRef | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ProductionState(WindowPayload):
     state: Literal["up", "down"]
     proof: dict[str, Any]
     host: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class HostAction(WindowPayload):
     """One half of a host action; ``action_id`` pairs ``started`` with ``finished``."""
 
@@ -170,10 +185,10 @@ class HostAction(WindowPayload):
 # ---------------------------------------------------------------------- starts and waves
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class StartBegan(WindowPayload):
     start: Name
-    role: Role
+    role: ArmRole
     clock_cap_mhz: int | None
     spec_config_sha256: Sha256
     spec_config: dict[str, Any] | None = None
@@ -182,7 +197,7 @@ class StartBegan(WindowPayload):
     log: BlobRef | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WarmupDone(WindowPayload):
     start: Name
     cold_ttft_s: float | None
@@ -190,16 +205,16 @@ class WarmupDone(WindowPayload):
     requests: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class StartEnded(WindowPayload):
     start: Name
-    role: Role
+    role: ArmRole
     ok: bool = True
     truncated: bool = False
     reason: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class Counters:
     rounds: int | None
     accepted: int | None
@@ -209,14 +224,14 @@ class Counters:
     generation_tokens: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ChunkIntervals:
     p50: float
     p95: float
     p99: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ClientFigures:
     requests: int
     ok: int
@@ -233,8 +248,8 @@ class ClientFigures:
     tokens_per_chunk: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class RequestRecord:
+@payload
+class RequestSummary:
     index: int
     prompt_id: str
     status: RequestStatus
@@ -246,9 +261,9 @@ class RequestRecord:
     reason: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WaveMeasured(WindowPayload):
-    """One wave (start x cell x wave), exactly as .notes/CONTRACTS.md fixes it."""
+    """One wave (start x cell x wave); its members are a contract (``docs/events.md``)."""
 
     start: Name
     cell: Name
@@ -265,7 +280,7 @@ class WaveMeasured(WindowPayload):
     complete: bool
     incomplete_reasons: list[str]
     client: ClientFigures
-    requests: list[RequestRecord]
+    requests: list[RequestSummary]
     records: BlobRef
 
     @staticmethod
@@ -282,26 +297,26 @@ class WaveMeasured(WindowPayload):
         return problems
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ThermalEvent(WindowPayload):
     host: str
-    kind: Literal["dial_back", "recovered"]
+    kind: ThermalKind
     clock_cap_mhz: int | None = None
     at: Time | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class MeasurementEnded(WindowPayload):
-    reason: Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed"]
+    reason: MeasurementEndReason
     waves: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class BudgetDecision(WindowPayload):
-    """A decision of the budget clock, with its reason (issue 7)."""
+    """A decision of the budget clock, with its reason."""
 
-    action: Literal["stop_admitting", "truncate_block", "begin_restore"]
+    action: BudgetAction
     reason: str
     elapsed_min: float
     limit_min: float
@@ -312,73 +327,73 @@ class BudgetDecision(WindowPayload):
 # ---------------------------------------------------------------------- endings and chain
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class Placeholder(WindowPayload):
     host: str
     proof: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ChainMarkerSet(WindowPayload):
     production_snapshot_sha256: Sha256
     hosts: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ChainMarkerCleared(WindowPayload):
     production_snapshot_sha256: Sha256 | None = None
     watch_seq: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ChainAborted(WindowPayload):
     reason: str
     marker_window: Name | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class RestoreFinished(WindowPayload):
-    status: Literal["ok", "failed"]
+    status: RestoreStatus
     attempts: int = 1
     production_snapshot_sha256: Sha256 | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WatchResult(WindowPayload):
-    verdict: Verdict
+    verdict: GateVerdict
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WindowInterrupted(WindowPayload):
-    reason: Literal["signal", "crash", "abort", "error"]
+    reason: InterruptReason
     signal: str | None = None
     phase: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class WindowClosed(WindowPayload):
-    ending: Literal["restored", "chained", "aborted"]
+    ending: Ending
     summary: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class DecisionRecorded(WindowPayload):
-    rule: Literal["win2-v1", "pp3-v1"]
+    rule: ProtocolName
     params: dict[str, Any]
     inputs_digest: Sha256
     input: dict[str, Any]
     result: dict[str, Any]
 
 
-@dataclass(frozen=True, kw_only=True)
+@payload
 class ArchiveControlStart(WindowPayload):
     """A finished control start, for the archive's day-to-day spread (stream ``archive``)."""
 
     start: Name
-    role: Role
+    role: ArmRole
     cell: Name
     max_tokens: int
     commit: Commit

@@ -19,9 +19,9 @@ from typing import Any
 
 from ledger.errors import ExternalError, FormatError
 
-from .drivers.base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
-from .drivers.commands import CommandsDriver, CommandTemplate, parse_template
-from .drivers.sim import SimDriver
+from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
+from .commands import CommandsDriver, CommandTemplate, parse_template
+from .sim import SimDriver
 
 __all__ = ["HOST_NAME", "REQUIRED_COMMAND_ACTIONS", "load_site", "site_from_dict", "site_time_scale"]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .replay import replay
+from ..state.replay import replay
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
 
-    from .drivers.base import HostDriver
+    from ..drivers.base import HostDriver
 
 __all__ = ["chain_preflight"]
 

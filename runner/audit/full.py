@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import VerificationError
 
-from .audit import AuditReport, RecomputeHook, audit_report
-from .catalogue import ARCHIVE_STREAM
+from ..events.catalogue import ARCHIVE_STREAM
+from .invariants import AuditReport, RecomputeHook, audit_report
 
 if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.store import Ledger
 
-    from .plan import Plan
+    from ..plan.model import Plan
 
 __all__ = ["FullAudit", "recompute_hook", "run_audit"]
 
 
 def recompute_hook(all_events: Sequence[Event]) -> RecomputeHook:
     """The ``decision-recomputes`` hook: rebuild the input from events, recompute the rule."""
-    from .decide.replay import decision_for
+    from ..decide.inputs import decision_for
 
     archive = [e for e in all_events if e.stream == ARCHIVE_STREAM and e.type == "archive.control_start"]
 
@@ -140,7 +140,7 @@ def run_audit(
                             "digest": {"sha256": verified.checkpoint.root.hex()}}]
     else:
         assert book is not None
-        from ledger.verify import verify_ledger
+        from ledger.stored import verify_ledger
 
         result = FullAudit(book.display_url)
         try:

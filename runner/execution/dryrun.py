@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .fold import admission_blockers
-from .gates.budget import budget_report
-from .registration import registered_plan
-from .replay import replay
+from ..gates.budget import budget_report
+from ..plan.register import registered_plan
+from ..state.fold import admission_blockers
+from ..state.replay import replay
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
 
-    from .drivers.base import HostDriver
+    from ..drivers.base import HostDriver
 
 __all__ = ["dry_run_report"]
 

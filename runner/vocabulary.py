@@ -1,0 +1,114 @@
+"""The closed vocabularies of tally, in one place: each a ``Literal`` and the tuple of its words.
+
+Plans, event payloads, the fold, the rules and the measurement client all use these
+names, so a word means one thing everywhere: ``ArmRole`` is a plan arm's role (A
+control, B candidate, P production policy); a win2-v1 metric's role in the decision is
+a ``MetricRole``. The tuples (``ARM_ROLES``...) are ``get_args`` of their ``Literal``,
+so the two can never disagree. ``docs/events.md`` and ``docs/plan.md`` list them too.
+
+A foundation module: it imports nothing of tally, and every layer may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "ARM_ROLES",
+    "BUDGET_ACTIONS",
+    "CHAIN_MODES",
+    "DECISION_REQUEST_STATUSES",
+    "ENDINGS",
+    "GATES",
+    "GATE_VERDICTS",
+    "INTERRUPT_REASONS",
+    "MEASUREMENT_END_REASONS",
+    "PHASES",
+    "PP3_DECISIONS",
+    "PROTOCOLS",
+    "REQUEST_STATUSES",
+    "SNAPSHOT_SOURCES",
+    "STAGE_KINDS",
+    "WAVE_ORDERS",
+    "WIN2_DECISIONS",
+    "ArmRole",
+    "BudgetAction",
+    "ChainMode",
+    "DecisionRequestStatus",
+    "EffectVerdict",
+    "Ending",
+    "GateName",
+    "GateVerdict",
+    "GuardVerdict",
+    "InterruptReason",
+    "MeasurementEndReason",
+    "MetricRole",
+    "Phase",
+    "Pp3Decision",
+    "ProtocolName",
+    "RequestStatus",
+    "RestoreStatus",
+    "SnapshotSource",
+    "StageKind",
+    "ThermalKind",
+    "WaveOrder",
+    "Win2Decision",
+]
+
+# ---------------------------------------------------------------------- plans
+
+ProtocolName = Literal["win2-v1", "pp3-v1"]
+ArmRole = Literal["A", "B", "P"]
+ChainMode = Literal["none", "chained", "last"]
+GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok"]
+StageKind = Literal["setup", "measure", "restore", "close"]
+WaveOrder = Literal["cell-major", "repeat-major"]
+
+PROTOCOLS: tuple[ProtocolName, ...] = get_args(ProtocolName)
+ARM_ROLES: tuple[ArmRole, ...] = get_args(ArmRole)
+CHAIN_MODES: tuple[ChainMode, ...] = get_args(ChainMode)
+GATES: tuple[GateName, ...] = get_args(GateName)
+STAGE_KINDS: tuple[StageKind, ...] = get_args(StageKind)
+WAVE_ORDERS: tuple[WaveOrder, ...] = get_args(WaveOrder)
+
+# ---------------------------------------------------------------------- gates and window state
+
+GateVerdict = Literal["PASS", "FAIL"]
+Phase = Literal[
+    "unregistered", "registered", "admitted", "holding", "measuring", "measurement_ended", "closing",
+    "restored", "chained", "aborted", "decided",
+]
+Ending = Literal["restored", "chained", "aborted"]
+SnapshotSource = Literal["drain", "marker", "capture"]
+ThermalKind = Literal["dial_back", "recovered"]
+MeasurementEndReason = Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed"]
+BudgetAction = Literal["stop_admitting", "truncate_block", "begin_restore"]
+RestoreStatus = Literal["ok", "failed"]
+InterruptReason = Literal["signal", "crash", "abort", "error"]
+
+GATE_VERDICTS: tuple[GateVerdict, ...] = get_args(GateVerdict)
+PHASES: tuple[Phase, ...] = get_args(Phase)
+ENDINGS: tuple[Ending, ...] = get_args(Ending)
+SNAPSHOT_SOURCES: tuple[SnapshotSource, ...] = get_args(SnapshotSource)
+MEASUREMENT_END_REASONS: tuple[MeasurementEndReason, ...] = get_args(MeasurementEndReason)
+BUDGET_ACTIONS: tuple[BudgetAction, ...] = get_args(BudgetAction)
+INTERRUPT_REASONS: tuple[InterruptReason, ...] = get_args(InterruptReason)
+
+# ---------------------------------------------------------------------- measurement
+
+RequestStatus = Literal["ok", "failed", "timeout", "cancelled", "censored"]
+REQUEST_STATUSES: tuple[RequestStatus, ...] = get_args(RequestStatus)
+# A decision input also knows requests the plan registered and nothing recorded.
+DecisionRequestStatus = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost"]
+DECISION_REQUEST_STATUSES: tuple[DecisionRequestStatus, ...] = get_args(DecisionRequestStatus)
+
+# ---------------------------------------------------------------------- decisions
+
+Win2Decision = Literal["WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"]
+Pp3Decision = Literal["CANDIDATE", "NO_PROMOTION", "REJECT"]
+EffectVerdict = Literal["WIN", "LOSS", "NO_CHANGE"]
+GuardVerdict = Literal["LOSS", "OK"]
+MetricRole = Literal["primary", "guard", "reported"]
+
+WIN2_DECISIONS: tuple[Win2Decision, ...] = get_args(Win2Decision)
+PP3_DECISIONS: tuple[Pp3Decision, ...] = get_args(Pp3Decision)
