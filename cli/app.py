@@ -1,7 +1,10 @@
 """The ``tally`` command: global options and the command groups.
 
-Each ``cli/*_cmds.py`` module adds its commands through ``register(app, groups)``;
-modules import heavy libraries inside their commands so that start-up stays fast.
+One module per command group (``cli/window.py`` holds ``tally window ...``, ``cli/gate.py``
+``tally gate ...``; top-level commands live with their kin: ``init`` in ``db``, ``append``
+``log`` ``show`` in ``events``, ``verify`` ``export`` ``audit`` in ``audit``, ``rehearse`` in
+``gate``); each adds its commands through ``register(app)``. Modules import heavy
+libraries inside their commands so that start-up stays fast.
 """
 
 from __future__ import annotations
@@ -20,20 +23,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-
-# Groups that more than one module adds commands to.
-groups: dict[str, typer.Typer] = {
-    name: typer.Typer(help=help_text, no_args_is_help=True)
-    for name, help_text in {
-        "db": "Database schema (Alembic migrations).",
-        "keys": "Ed25519 keys: create, list, add to the ledger, revoke, publish.",
-        "replay": "Derive state and verdicts by replaying the ledger.",
-        "window": "Register, run, resume, abort and report windows.",
-        "chain": "Chain mode: preflight and the previous-window check.",
-        "gate": "Gates checked before any host contact; each appends gate.result.",
-    }.items()
-}
-
 
 def _version(value: bool) -> None:
     if value:
@@ -55,19 +44,28 @@ def _global(
 
 def _register() -> None:
     from . import (
-        ledger_cmds,
-        measure_cmds,
-        run_cmds,
-        transparency_cmds,
-        verdict_cmds,
-        window_cmds,
+        audit,
+        blob,
+        chain,
+        checkpoint,
+        db,
+        demo,
+        events,
+        gate,
+        keys,
+        measure,
+        prove,
+        receipt,
+        replay,
+        sim,
+        verdict,
+        window,
+        witness,
     )
 
-    for module in (ledger_cmds, transparency_cmds, measure_cmds, verdict_cmds, window_cmds, run_cmds):
-        module.register(app, groups)
-    for name, group in groups.items():
-        if group.registered_commands or group.registered_groups:
-            app.add_typer(group, name=name)
+    for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, measure, sim, verdict,
+                   window, gate, chain, replay, demo):
+        module.register(app)
 
 
 _register()

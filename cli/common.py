@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -27,8 +27,12 @@ from ledger.errors import (
 )
 
 if TYPE_CHECKING:
+    from ledger.event import Event
     from ledger.keys import Signer
     from ledger.store import Ledger
+    from runner.drivers.base import HostDriver
+    from runner.plan.register import Registration
+
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -43,10 +47,18 @@ __all__ = [
     "state",
 ]
 
+
 EXIT_OK = 0
+
+
 EXIT_FAILED = 1
+
+
 EXIT_BAD_INPUT = 2
+
+
 EXIT_NO_ANSWER = 3
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -161,3 +173,49 @@ def read_json_arg(value: str, what: str = "payload") -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+WindowArg = Annotated[str, typer.Argument(metavar="WINDOW", help="Window id (as registered).")]
+
+
+SiteOpt = Annotated[Path, typer.Option("--site", help="Site file (docs/site.md): hosts, endpoints, actions.")]
+
+
+def ledger_and_signer() -> tuple[Ledger, Signer]:
+    """The ledger of the global options and its signing key."""
+    book = state.ledger()
+    return book, state.signer(book.url)
+
+
+def registered(book: Ledger, window: str) -> Registration:
+    """The window's registration; one error (exit 2) when it has none."""
+    from runner.plan.register import registered_plan
+
+    return registered_plan(book, window)
+
+
+def read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FormatError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"{what} {path} is not UTF-8 text") from None
+
+
+def print_appended(event: Event, json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(event.line() + "\n")
+    else:
+        print(event.seq)
+
+
+def site_driver(path: Path) -> tuple[HostDriver, float]:
+    """The driver a site file describes, and its time scale."""
+    from runner.drivers.site import load_site, site_time_scale
+
+    driver = load_site(path)
+    return driver, site_time_scale(driver)

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any
 from ledger.canonical import canonical
 from ledger.errors import FormatError, TallyError
 
-from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX, validate_payload
+from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX
 from ..plan.model import Plan, plan_sha256
 from ..plan.parse import parse_plan
-from ..state.fold import State, WindowState, admission_blockers
+from ..state.fold import State, WindowState, admission_blockers, typed_payload
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -169,7 +169,7 @@ class _Auditor:
             return
         try:
             payload = json.loads(event.payload_json)
-            validate_payload(event.type, payload)
+            typed = typed_payload(event.type, payload)
         except (FormatError, ValueError) as exc:
             self.flag("event-catalogue", event, f"{event.type}: {exc}", window)
             return
@@ -183,14 +183,14 @@ class _Auditor:
             return
         track = self.tracks.setdefault(wid, _Track())
         if not self._binding(event, payload, wid, track):
-            self.state.apply(event, payload)
+            self.state.apply(event, typed=typed)
             return
         ws = self.state.windows.get(wid)
         if ws is not None and track.plan is not None:
             check = _CHECKS.get(event.type)
             if check is not None:
                 check(self, event, payload, ws, track)
-        self.state.apply(event, payload)
+        self.state.apply(event, typed=typed)
         track.events.append(event)
 
     def _binding(self, event: Event, payload: dict[str, Any], wid: str, track: _Track) -> bool:

@@ -44,14 +44,6 @@ class DecisionInput:
         return inputs_digest(list(self.used))
 
 
-def _pooled_rate(payload: dict[str, Any]) -> float | None:
-    counters = payload.get("counters") or {}
-    rounds, accepted, decode = counters.get("rounds"), counters.get("accepted"), counters.get("decode_s")
-    if not rounds or accepted is None or not decode:
-        return None
-    return float((rounds + accepted) / decode)
-
-
 def _archive_entries(
     plan: Plan, archive: Iterable[Event], before: int | None
 ) -> tuple[list[dict[str, Any]], list[Event]]:

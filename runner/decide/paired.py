@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..vocabulary import EffectVerdict, GuardVerdict
+
 __all__ = [
     "Direction",
     "GuardVerdict",
@@ -24,8 +26,7 @@ __all__ = [
     "t_quantile",
 ]
 
-Verdict = Literal["WIN", "LOSS", "NO_CHANGE"]
-GuardVerdict = Literal["LOSS", "OK"]
+Verdict = EffectVerdict
 Direction = Literal["higher", "lower"]
 
 

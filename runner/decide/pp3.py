@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ledger.errors import FieldError
 
 from ..fields import Fields
+from ..vocabulary import DECISION_REQUEST_STATUSES, DecisionRequestStatus, Pp3Decision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,13 +43,13 @@ __all__ = [
 RULE = "pp3-v1"
 BLOCKS = ("A1", "B1", "B2", "A2")
 ARM_BLOCKS = {"A": ("A1", "A2"), "B": ("B1", "B2")}
-STATUSES = ("ok", "censored", "failed", "timeout", "cancelled", "lost")
+STATUSES = DECISION_REQUEST_STATUSES
 CONTEXT_ORDER = {"short": 0, "32k": 1, "150k": 2}
 MAX_BOOTSTRAP = 1_000_000
 MAX_SEED = 2**53 - 1
 
-Status = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost"]
-Decision = Literal["CANDIDATE", "NO_PROMOTION", "REJECT"]
+Status = DecisionRequestStatus
+Decision = Pp3Decision
 Pair = tuple[str, str]
 
 

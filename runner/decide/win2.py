@@ -12,13 +12,14 @@ Pure: no I/O, no clock. ``parse`` validates (``FieldError`` naming the field),
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ledger.errors import FieldError
 
 from ..fields import Fields
+from ..vocabulary import MetricRole, Win2Decision
 from .paired import Direction, Verdict, effect_verdict, mean, paired_interval, relative_change
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Win2Params",
     "decide",
     "parse",
+    "pooled_values",
 ]
 
 RULE = "win2-v1"
@@ -40,16 +42,15 @@ CONTROL_ROLES = ("A", "P")
 CANDIDATE_ROLE = "B"
 FAMILIES_PER_REPEAT = 2
 
-Role = Literal["primary", "guard", "reported"]
-Decision = Literal["WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"]
+Decision = Win2Decision
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
     direction: Direction
-    role: Role            # in the decision proper
-    literal_role: Role    # in checklist_literal (ms_per_round primary)
+    role: MetricRole            # in the decision proper
+    literal_role: MetricRole    # in checklist_literal (ms_per_round primary)
 
 
 METRICS: tuple[Metric, ...] = (
@@ -201,6 +202,30 @@ def _archive_entry(f: Fields, production_cap: int) -> ArchiveEntry:
 
 # --------------------------------------------------------------------------- pooling
 
+def pooled_values(rounds: int | None, accepted: int | None, decode_s: Sequence[float] | None,
+                  tokens_after_first: int, client_decode_s: Sequence[float],
+                  ttft_s: Sequence[float]) -> dict[str, float | None]:
+    """The five win2-v1 metrics of pooled waves (``None`` where not computable).
+
+    ``pooled_rate_tps = (R + A) / D``, ``accepted_per_round = A / R``, ``ms_per_round =
+    1000 D / R`` from the summed server counters (``D`` the fsum of the waves' decode
+    seconds); ``decode_tps`` = client tokens after the first / fsum of the client decode
+    seconds; ``ttft_s`` the mean TTFT. The one place these formulas are written: the
+    rule, the archive and the reports all use it.
+    """
+    decode = None if decode_s is None else math.fsum(decode_s)
+    client = math.fsum(client_decode_s)
+    have_rd = rounds is not None and rounds > 0 and decode is not None and decode > 0
+    return {
+        "pooled_rate_tps": (rounds + accepted) / decode
+        if have_rd and accepted is not None and rounds is not None and decode is not None else None,
+        "accepted_per_round": accepted / rounds if accepted is not None and rounds else None,
+        "decode_tps": tokens_after_first / client if client > 0 else None,
+        "ms_per_round": 1000 * decode / rounds if have_rd and decode is not None and rounds else None,
+        "ttft_s": mean(ttft_s) if ttft_s else None,
+    }
+
+
 @dataclass(frozen=True)
 class _Pooled:
     """One (start, cell, repeat): its metric values (``None`` = not computable) and what is missing."""
@@ -225,28 +250,20 @@ def _pool(waves: list[Wave], families: tuple[str, ...], where: str) -> _Pooled:
                 missing.append(f"{where}: counter {counter} missing (family {w.family})")
     rounds = None if any(w.rounds is None for w in ordered) else sum(w.rounds or 0 for w in ordered)
     accepted = None if any(w.accepted is None for w in ordered) else sum(w.accepted or 0 for w in ordered)
-    decode = None if any(w.decode_s is None for w in ordered) else math.fsum(w.decode_s or 0.0 for w in ordered)
-    tokens = sum(w.client_tokens_after_first for w in ordered)
-    client_decode = math.fsum(w.client_decode_s for w in ordered)
+    decode = None if any(w.decode_s is None for w in ordered) else [w.decode_s or 0.0 for w in ordered]
+    client_decode = [w.client_decode_s for w in ordered]
     ttft = [t for w in ordered for t in w.ttft_s]
 
     if rounds == 0:
         missing.append(f"{where}: rounds is zero")
-    if decode == 0:
+    if decode is not None and math.fsum(decode) == 0:
         missing.append(f"{where}: decode_s is zero")
-    if client_decode == 0:
+    if math.fsum(client_decode) == 0:
         missing.append(f"{where}: client_decode_s is zero")
     if not ttft:
         missing.append(f"{where}: no TTFT values")
-    have_rd = rounds is not None and rounds > 0 and decode is not None and decode > 0
-    values: dict[str, float | None] = {
-        "pooled_rate_tps": (rounds + accepted) / decode
-        if have_rd and accepted is not None and rounds is not None and decode is not None else None,
-        "accepted_per_round": accepted / rounds if accepted is not None and rounds else None,
-        "decode_tps": tokens / client_decode if client_decode > 0 else None,
-        "ms_per_round": 1000 * decode / rounds if have_rd and decode is not None and rounds else None,
-        "ttft_s": mean(ttft) if ttft else None,
-    }
+    values = pooled_values(rounds, accepted, decode, sum(w.client_tokens_after_first for w in ordered),
+                           client_decode, ttft)
     return _Pooled(values, tuple(missing))
 
 
@@ -323,7 +340,7 @@ def _clock_reasons(inp: Win2Input) -> list[str]:
     return reasons
 
 
-def _metric(m: Metric, role: Role, pooled: Mapping[tuple[str, int], _Pooled], p: Win2Params,
+def _metric(m: Metric, role: MetricRole, pooled: Mapping[tuple[str, int], _Pooled], p: Win2Params,
             complete: bool) -> dict[str, Any]:
     repeats = range(1, p.repeats + 1)
     per_repeat = {s: [pooled[(s, r)].values[m.name] for r in repeats] for s in STARTS}

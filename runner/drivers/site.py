@@ -1,6 +1,6 @@
 """Site files: which hosts a window runs on and how each host action is done (``docs/site.md``).
 
-``load_site(path)`` reads a TOML site file, checks every field (a ``FormatError``
+``load_site(path)`` reads a TOML site file, checks every field (a ``FieldError``
 names the file and the field in error) and returns the :class:`HostDriver` it
 describes: ``kind = "commands"`` (command templates) or ``kind = "sim"`` (the built-in
 simulator's control API). Loading touches no host.
@@ -19,6 +19,7 @@ from typing import Any
 
 from ledger.errors import ExternalError, FormatError
 
+from ..fields import Fields
 from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
 from .commands import CommandsDriver, CommandTemplate, parse_template
 from .sim import SimDriver
@@ -58,168 +59,180 @@ def load_site(path: str | Path, *, check_programs: bool = True) -> HostDriver:
 def site_from_dict(data: Mapping[str, Any], *, base_dir: Path, where: str = "site",
                    check_programs: bool = True) -> HostDriver:
     """The driver a parsed site file describes (see :func:`load_site`)."""
-    kind = data.get("kind")
+    f = Fields(data, "", source=where)
+    kind = f.raw("kind")
     if kind not in _FIELDS:
-        raise FormatError(f"{where}: kind: must be \"commands\" or \"sim\", got {kind!r}")
+        raise f.fail("kind", f'must be "commands" or "sim", got {kind!r}')
     unknown = sorted(set(data) - _FIELDS[kind])
     if unknown:
-        raise FormatError(f"{where}: unknown field {unknown[0]!r} for a {kind} site")
+        raise f.fail_here(f"unknown field {unknown[0]!r} for a {kind} site")
     if kind == "sim":
-        return _sim_site(data, where)
-    return _commands_site(data, base_dir, where, check_programs)
+        return _sim_site(f)
+    return _commands_site(f, base_dir, check_programs)
 
 
 # ---------------------------------------------------------------------- kinds
 
-def _sim_site(data: Mapping[str, Any], where: str) -> SimDriver:
-    url = _url(data.get("url"), f"{where}: url")
+def _sim_site(f: Fields) -> SimDriver:
+    url = _url(f, "url")
     hosts = None
-    if "hosts" in data:
-        names = data["hosts"]
+    if f.has("hosts"):
+        names = f.raw("hosts")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise FormatError(f"{where}: hosts: must be a non-empty list of host names (head first)")
+            raise f.fail("hosts", "must be a non-empty list of host names (head first)")
         for index, name in enumerate(names):
-            _host_name(name, f"{where}: hosts[{index}]")
+            _host_name(f, f"hosts[{index}]", name)
         if len(set(names)) != len(names):
-            raise FormatError(f"{where}: hosts: host names must be unique")
+            raise f.fail("hosts", "host names must be unique")
         hosts = tuple(names)
-    cap = _cap(data, where, required=False)
+    cap = _cap(f, required=False)
     timeouts: dict[str, float] = {}
-    for action, table in _action_tables(data, where).items():
-        extra = sorted(set(table) - {"timeout_s"})
+    for action, table in _action_tables(f).items():
+        extra = sorted(set(table.data) - {"timeout_s"})
         if extra:
-            raise FormatError(f"{where}: actions.{action}.{extra[0]}: a sim site sets only timeout_s "
-                              "(the simulator runs the action)")
-        if "timeout_s" in table:
-            timeouts[action] = _seconds(table["timeout_s"], f"{where}: actions.{action}.timeout_s")
+            raise table.fail(extra[0], "a sim site sets only timeout_s (the simulator runs the action)")
+        if table.has("timeout_s"):
+            timeouts[action] = _seconds(table, "timeout_s")
     return SimDriver(url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap)
 
 
-def _commands_site(data: Mapping[str, Any], base_dir: Path, where: str, check_programs: bool) -> CommandsDriver:
-    hosts = _hosts(data.get("hosts"), f"{where}: hosts")
-    endpoints = data.get("endpoints")
-    if not isinstance(endpoints, Mapping):
-        raise FormatError(f"{where}: endpoints: required table with serving_url (and metrics_urls)")
-    unknown = sorted(set(endpoints) - {"serving_url", "metrics_urls"})
+def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsDriver:
+    hosts = _hosts(f)
+    if not isinstance(f.raw("endpoints"), Mapping):
+        raise f.fail("endpoints", "required table with serving_url (and metrics_urls)")
+    endpoints = f.table("endpoints")
+    unknown = sorted(set(endpoints.data) - {"serving_url", "metrics_urls"})
     if unknown:
-        raise FormatError(f"{where}: endpoints.{unknown[0]}: unknown field")
-    serving = _url(endpoints.get("serving_url"), f"{where}: endpoints.serving_url").rstrip("/")
-    metrics_raw = endpoints.get("metrics_urls", [f"{serving}/metrics"])
+        raise endpoints.fail(unknown[0], "unknown field")
+    serving = _url(endpoints, "serving_url").rstrip("/")
+    metrics_raw = endpoints.raw("metrics_urls")
+    if metrics_raw is None:
+        metrics_raw = [f"{serving}/metrics"]
     if not isinstance(metrics_raw, list) or not metrics_raw:
-        raise FormatError(f"{where}: endpoints.metrics_urls: must be a non-empty list of URLs")
-    metrics = tuple(_url(u, f"{where}: endpoints.metrics_urls[{i}]") for i, u in enumerate(metrics_raw))
-    cap = _cap(data, where, required=True)
+        raise endpoints.fail("metrics_urls", "must be a non-empty list of URLs")
+    metrics = tuple(_check_url(endpoints, f"metrics_urls[{i}]", u) for i, u in enumerate(metrics_raw))
+    cap = _cap(f, required=True)
     assert cap is not None
     state_dir = None
-    if "state_dir" in data:
-        if not isinstance(data["state_dir"], str) or not data["state_dir"]:
-            raise FormatError(f"{where}: state_dir: must be a non-empty path")
-        state_dir = (base_dir / data["state_dir"]).resolve()
-    grace = _seconds(data.get("kill_grace_s", 5.0), f"{where}: kill_grace_s")
+    if "state_dir" in f.data:
+        value = f.raw("state_dir")
+        if not isinstance(value, str) or not value:
+            raise f.fail("state_dir", "must be a non-empty path")
+        state_dir = (base_dir / value).resolve()
+    grace = _seconds(f, "kill_grace_s", 5.0)
     commands: dict[str, CommandTemplate] = {}
-    for action, table in _action_tables(data, where).items():
-        field = f"{where}: actions.{action}"
-        extra = sorted(set(table) - {"command", "timeout_s"})
+    for action, table in _action_tables(f).items():
+        extra = sorted(set(table.data) - {"command", "timeout_s"})
         if extra:
-            raise FormatError(f"{field}.{extra[0]}: unknown field (an action has command and timeout_s)")
-        command = table.get("command")
+            raise table.fail(extra[0], "unknown field (an action has command and timeout_s)")
+        command = table.raw("command")
         if not isinstance(command, str) or not command.strip():
-            raise FormatError(f"{field}.command: required, a command template string")
-        timeout = _seconds(table.get("timeout_s", DEFAULT_TIMEOUTS_S[action]), f"{field}.timeout_s")
-        template = parse_template(action, command, timeout, f"{field}.command")
+            raise table.fail("command", "required, a command template string")
+        timeout = _seconds(table, "timeout_s", DEFAULT_TIMEOUTS_S[action])
+        where = f"{f.source}: {table.at('command')}" if f.source else table.at("command")
+        template = parse_template(action, command, timeout, where)
         if check_programs:
-            _program(template.argv[0], base_dir, f"{field}.command")
+            _program(template.argv[0], base_dir, table)
         commands[action] = template
     missing = [a for a in REQUIRED_COMMAND_ACTIONS if a not in commands]
     if missing:
-        raise FormatError(f"{where}: actions.{missing[0]}: required (a commands site needs "
-                          f"{', '.join(REQUIRED_COMMAND_ACTIONS)})")
+        raise f.fail(f"actions.{missing[0]}", f"required (a commands site needs {', '.join(REQUIRED_COMMAND_ACTIONS)})")
     for action, template in commands.items():
         if "state_dir" in template.fields and state_dir is None:
-            raise FormatError(f"{where}: actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
+            raise f.fail_here(f"actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
     return CommandsDriver(hosts=hosts, serving_url=serving, metrics_urls=metrics, production_clock_cap_mhz=cap,
                           commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace)
 
 
 # ---------------------------------------------------------------------- fields
 
-def _action_tables(data: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
-    actions = data.get("actions", {})
+def _action_tables(f: Fields) -> dict[str, Fields]:
+    actions = f.raw("actions")
+    if actions is None:
+        return {}
     if not isinstance(actions, Mapping):
-        raise FormatError(f"{where}: actions: must be a table of [actions.<name>] tables")
-    out: dict[str, Mapping[str, Any]] = {}
+        raise f.fail("actions", "must be a table of [actions.<name>] tables")
+    out: dict[str, Fields] = {}
     for name, table in actions.items():
         if name not in ACTIONS:
-            raise FormatError(f"{where}: actions.{name}: unknown action; actions: {', '.join(ACTIONS)}")
+            raise f.fail(f"actions.{name}", f"unknown action; actions: {', '.join(ACTIONS)}")
         if not isinstance(table, Mapping):
-            raise FormatError(f"{where}: actions.{name}: must be a table")
-        out[name] = table
+            raise f.fail(f"actions.{name}", "must be a table")
+        out[name] = Fields(table, f"actions.{name}", source=f.source)
     return out
 
 
-def _hosts(value: Any, where: str) -> dict[str, str]:
+def _hosts(f: Fields) -> dict[str, str]:
+    value = f.raw("hosts")
     if not isinstance(value, list) or not value:
-        raise FormatError(f"{where}: required, one [[hosts]] table per host (name, role)")
+        raise f.fail("hosts", "required, one [[hosts]] table per host (name, role)")
     hosts: dict[str, str] = {}
     for index, table in enumerate(value):
-        field = f"{where}[{index}]"
+        field = f"hosts[{index}]"
         if not isinstance(table, Mapping):
-            raise FormatError(f"{field}: must be a table with name and role")
+            raise f.fail(field, "must be a table with name and role")
         unknown = sorted(set(table) - {"name", "role"})
         if unknown:
-            raise FormatError(f"{field}.{unknown[0]}: unknown field")
-        name = _host_name(table.get("name"), f"{field}.name")
+            raise f.fail(f"{field}.{unknown[0]}", "unknown field")
+        name = _host_name(f, f"{field}.name", table.get("name"))
         if name in hosts:
-            raise FormatError(f"{field}.name: host {name!r} appears twice")
+            raise f.fail(f"{field}.name", f"host {name!r} appears twice")
         role = table.get("role")
         if role not in ("head", "worker"):
-            raise FormatError(f"{field}.role: must be \"head\" or \"worker\", got {role!r}")
+            raise f.fail(f"{field}.role", f'must be "head" or "worker", got {role!r}')
         hosts[name] = role
     heads = [name for name, role in hosts.items() if role == "head"]
     if len(heads) != 1:
-        raise FormatError(f"{where}: exactly one host must have role \"head\", found {len(heads)}")
+        raise f.fail("hosts", f'exactly one host must have role "head", found {len(heads)}')
     # head first, then the workers in file order
     return {heads[0]: "head", **{n: r for n, r in hosts.items() if r == "worker"}}
 
 
-def _host_name(value: Any, where: str) -> str:
+def _host_name(f: Fields, key: str, value: Any) -> str:
     if not isinstance(value, str) or not HOST_NAME.fullmatch(value):
-        raise FormatError(f"{where}: must be a host name (letters, digits, . _ -), got {value!r}")
+        raise f.fail(key, f"must be a host name (letters, digits, . _ -), got {value!r}")
     return value
 
 
-def _url(value: Any, where: str) -> str:
+def _url(f: Fields, key: str) -> str:
+    return _check_url(f, key, f.raw(key))
+
+
+def _check_url(f: Fields, key: str, value: Any) -> str:
     if not isinstance(value, str) or not _URL.fullmatch(value):
-        raise FormatError(f"{where}: must be an http:// or https:// URL, got {value!r}")
+        raise f.fail(key, f"must be an http:// or https:// URL, got {value!r}")
     return value
 
 
-def _cap(data: Mapping[str, Any], where: str, required: bool) -> int | None:
-    value = data.get("production_clock_cap_mhz")
+def _cap(f: Fields, required: bool) -> int | None:
+    value = f.raw("production_clock_cap_mhz")
     if value is None:
         if required:
-            raise FormatError(f"{where}: production_clock_cap_mhz: required, production's GPU clock cap in MHz")
+            raise f.fail("production_clock_cap_mhz", "required, production's GPU clock cap in MHz")
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise FormatError(f"{where}: production_clock_cap_mhz: must be a positive integer (MHz), got {value!r}")
+        raise f.fail("production_clock_cap_mhz", f"must be a positive integer (MHz), got {value!r}")
     return value
 
 
-def _seconds(value: Any, where: str) -> float:
+def _seconds(f: Fields, key: str, default: float | None = None) -> float:
+    value = f.raw(key)
+    if value is None and default is not None:
+        return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise FormatError(f"{where}: must be a positive number of seconds, got {value!r}")
+        raise f.fail(key, f"must be a positive number of seconds, got {value!r}")
     return float(value)
 
 
-def _program(program: str, base_dir: Path, where: str) -> None:
+def _program(program: str, base_dir: Path, f: Fields) -> None:
     if "/" in program:
         candidate = (base_dir / program) if not Path(program).is_absolute() else Path(program)
         if not candidate.is_file():
-            raise FormatError(f"{where}: program {program!r} not found (relative to {base_dir})")
+            raise f.fail("command", f"program {program!r} not found (relative to {base_dir})")
         if not _executable(candidate):
-            raise FormatError(f"{where}: program {program!r} is not executable")
+            raise f.fail("command", f"program {program!r} is not executable")
     elif shutil.which(program) is None:
-        raise FormatError(f"{where}: program {program!r} not found on PATH")
+        raise f.fail("command", f"program {program!r} not found on PATH")
 
 
 def _executable(path: Path) -> bool:

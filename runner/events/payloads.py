@@ -12,7 +12,7 @@ events from them and the state fold reads them, so both ends are type-checked.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ..vocabulary import (
     ArmRole,
@@ -29,6 +29,9 @@ from ..vocabulary import (
     ThermalKind,
 )
 from .schema import payload
+
+if TYPE_CHECKING:
+    from ledger.store import Blob
 
 __all__ = [
     "ArchiveControlStart",
@@ -80,6 +83,11 @@ class BlobRef:
     blob: BlobName
     size: int
     media_type: str
+
+    @classmethod
+    def of(cls, blob: Blob) -> BlobRef:
+        """How a payload refers to ``blob``."""
+        return cls(blob=f"sha256:{blob.sha256}", size=len(blob.data), media_type=blob.media_type)
 
 
 @payload

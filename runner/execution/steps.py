@@ -28,7 +28,7 @@ from ..plan.model import Plan, WaveSpec
 from ..state.fold import State, WindowState
 from .clock import Limit
 
-__all__ = ["MAX_ATTEMPTS", "Context", "Step", "ending_of", "next_step"]
+__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step"]
 
 MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once

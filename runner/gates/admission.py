@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
+from ..events import payloads as p
 from ..events.catalogue import append_window_event
 from ..plan.register import registered_plan
 from ..state.fold import State, admission_blockers
 from ..state.replay import replay
+from ..vocabulary import GateName, GateVerdict
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -42,14 +44,14 @@ class GateRecord:
     admitted: Admission | None
 
 
-def _admitted_payload(state: State, window: str) -> dict[str, Any]:
+def _admitted_payload(state: State, window: str) -> p.WindowAdmitted:
     ws = state.windows[window]
     gates = {}
     for name, gate in ws.gates.items():
         if gate.get("verdict") == "PASS":
             gates[name] = int(gate["seq"])
     marker = state.marker is not None and state.marker.get("window") != window
-    return {"commit": ws.commit, "gates": gates, "under_marker": marker}
+    return p.WindowAdmitted(commit=str(ws.commit), gates=gates, under_marker=marker)
 
 
 def admit(ledger: Ledger, signer: Signer, window: str, *, state: State | None = None) -> Admission:
@@ -71,8 +73,8 @@ def record_gate(
     ledger: Ledger,
     signer: Signer,
     window: str,
-    gate: str,
-    verdict: str,
+    gate: GateName,
+    verdict: GateVerdict,
     evidence: Mapping[str, Any],
     *,
     commit: str | None,
@@ -83,10 +85,9 @@ def record_gate(
 ) -> GateRecord:
     """Append ``gate.result`` for a registered window; admit it if that was the last gate."""
     reg = registered_plan(ledger, window)
-    payload: dict[str, Any] = {"gate": gate, "verdict": verdict, "evidence": dict(evidence), "summary": summary,
-                               "commit": commit}
-    if start is not None:
-        payload["start"] = start
+    starts: dict[str, Any] = {"start": start} if start is not None else {}
+    payload = p.GateResult(gate=gate, verdict=verdict, evidence=dict(evidence), summary=summary, commit=commit,
+                           **starts)
     event = append_window_event(ledger, signer, window, reg.plan_sha256, "gate.result", payload, blobs)
     admitted = None
     if auto_admit and verdict == "PASS":

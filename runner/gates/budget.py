@@ -23,13 +23,14 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 from ..plan.model import Budget
+from ..vocabulary import GateVerdict
 
 __all__ = ["BudgetCheck", "BudgetReport", "BudgetRow", "budget_report", "minutes_display"]
 
-Verdict = Literal["PASS", "FAIL"]
+Verdict = GateVerdict
 
 
 def _seconds(minutes: float) -> Fraction:

@@ -15,10 +15,11 @@ follows belongs to window execution.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..plan.register import WindowNotRegistered
 from ..state.fold import State
+from ..vocabulary import GateVerdict
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -30,7 +31,7 @@ __all__ = ["PrevOk", "check_prev_ok", "run_prev_ok"]
 
 @dataclass(frozen=True)
 class PrevOk:
-    verdict: Literal["PASS", "FAIL"]
+    verdict: GateVerdict
     marker_present: bool
     previous: str | None
     evidence: dict[str, Any]
@@ -113,6 +114,7 @@ class PrevOkRecord:
 
 def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
     """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal."""
+    from ..events import payloads as p
     from ..events.catalogue import append_window_event
     from ..state.replay import replay
     from .admission import record_gate
@@ -124,8 +126,6 @@ def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
                          commit=ws.commit, summary=result.summary)
     aborted = None
     if result.verdict == "FAIL" and result.marker_present and ws.chain_aborted is None:
-        aborted = append_window_event(ledger, signer, window_id, str(ws.plan_sha256), "chain.aborted", {
-            "reason": "chain_prev_ok refused: " + "; ".join(result.failures),
-            "marker_window": result.previous,
-        })
+        aborted = append_window_event(ledger, signer, window_id, str(ws.plan_sha256), "chain.aborted", p.ChainAborted(
+            reason="chain_prev_ok refused: " + "; ".join(result.failures), marker_window=result.previous))
     return PrevOkRecord(result, record.event, aborted)

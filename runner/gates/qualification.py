@@ -15,16 +15,17 @@ import hashlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ledger.errors import ExternalError, FormatError
 
 from ..plan.model import Carry
+from ..vocabulary import GateVerdict
 from .receipts import AdmissionReceipt
 
 __all__ = ["Git", "QualificationResult", "qualify", "unit_dump"]
 
-Verdict = Literal["PASS", "FAIL"]
+Verdict = GateVerdict
 
 
 class Git:

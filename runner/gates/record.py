@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..plan.register import registered_plan
+from ..vocabulary import GateVerdict
 from .admission import GateRecord, record_gate
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def qualification_gate(ledger: Ledger, signer: Signer, window: str, *, repo: Pat
     if result.head != plan.commit:
         failures.append(f"HEAD {result.head[:12]} is not the plan's commit {plan.commit[:12]}")
         evidence["failures"] = failures
-    verdict = "FAIL" if failures else "PASS"
+    verdict: GateVerdict = "FAIL" if failures else "PASS"
     summary = result.summary if verdict == result.verdict else f"FAIL: {'; '.join(failures)}"
     record = record_gate(ledger, signer, window, "qualification", verdict, evidence, commit=result.head,
                          summary=summary)

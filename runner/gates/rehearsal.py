@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..vocabulary import GateVerdict
+
 if TYPE_CHECKING:
     import httpx
 
@@ -109,7 +111,7 @@ class Rehearsal:
     results: tuple[ProbeResult, ...]
 
     @property
-    def verdict(self) -> Literal["PASS", "FAIL"]:
+    def verdict(self) -> GateVerdict:
         return "PASS" if all(r.ok for r in self.results) else "FAIL"
 
     @property

@@ -8,8 +8,9 @@ test it lists passed, and its ``kernel_sha256`` equals the admission receipt's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from ..vocabulary import GateVerdict
 from .receipts import AdmissionReceipt, RngReceipt
 
 __all__ = ["RngResult", "check_rng"]
@@ -17,7 +18,7 @@ __all__ = ["RngResult", "check_rng"]
 
 @dataclass(frozen=True)
 class RngResult:
-    verdict: Literal["PASS", "FAIL"]
+    verdict: GateVerdict
     evidence: dict[str, Any]
     failures: tuple[str, ...]
 

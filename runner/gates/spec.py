@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ledger.canonical import canonical
+
+from ..vocabulary import GateVerdict
 
 __all__ = ["LOSSY_KEYS", "SpecResult", "check_standard_spec", "spec_sha256"]
 
@@ -32,7 +34,7 @@ def spec_sha256(config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class SpecResult:
-    verdict: Literal["PASS", "FAIL"]
+    verdict: GateVerdict
     evidence: dict[str, Any]
     failures: tuple[str, ...]
 

@@ -16,12 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..vocabulary import REQUEST_STATUSES, RequestStatus
 from .stats import percentile
 
 __all__ = ["STATUSES", "RequestRecord", "Status"]
 
-Status = Literal["ok", "failed", "timeout", "cancelled", "censored"]
-STATUSES: tuple[Status, ...] = ("ok", "failed", "timeout", "cancelled", "censored")
+Status = RequestStatus
+STATUSES = REQUEST_STATUSES
 TokensSource = Literal["usage", "token_ids", "chunks", "none"]
 
 

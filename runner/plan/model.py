@@ -21,9 +21,24 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from ledger.canonical import canonical
+
+from ..vocabulary import (
+    ARM_ROLES,
+    CHAIN_MODES,
+    GATES,
+    PROTOCOLS,
+    STAGE_KINDS,
+    WAVE_ORDERS,
+    ArmRole,
+    ChainMode,
+    GateName,
+    ProtocolName,
+    StageKind,
+    WaveOrder,
+)
 
 __all__ = [
     "CHAIN_MODES",
@@ -50,22 +65,10 @@ __all__ = [
     "plan_sha256",
 ]
 
-Protocol = Literal["win2-v1", "pp3-v1"]
-Role = Literal["A", "B", "P"]
-ChainMode = Literal["none", "chained", "last"]
-GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok"]
-StageKind = Literal["setup", "measure", "restore", "close"]
-WaveOrder = Literal["cell-major", "repeat-major"]
-
-PROTOCOLS: tuple[str, ...] = ("win2-v1", "pp3-v1")
 MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-policy"), "pp3-v1": ("abba",)}
 CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
-ROLES: tuple[str, ...] = ("A", "B", "P")
-CHAIN_MODES: tuple[str, ...] = ("none", "chained", "last")
-GATES: tuple[str, ...] = ("qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok")
+ROLES = ARM_ROLES
 CONTEXTS: tuple[str, ...] = ("short", "8k", "32k", "64k", "128k", "150k")
-STAGE_KINDS: tuple[str, ...] = ("setup", "measure", "restore", "close")
-WAVE_ORDERS: tuple[str, ...] = ("cell-major", "repeat-major")
 WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
 PP3_DEFAULTS: Mapping[str, float | int] = {
     "min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
@@ -76,7 +79,7 @@ PP3_DEFAULTS: Mapping[str, float | int] = {
 class Arm:
     """A server configuration: role A (control), B (candidate) or P (production policy)."""
 
-    role: Role
+    role: ArmRole
     name: str
     config_digest: str
     speculative: dict[str, Any]
@@ -100,7 +103,7 @@ class Start:
     """One engine session of one arm, in registered order (``s1``/``s2``/``s3`` or ``A1``...)."""
 
     id: str
-    role: Role
+    role: ArmRole
     greedy_check: bool = False
 
     @property
@@ -226,7 +229,7 @@ class WaveSpec:
 
     index: int
     start: str
-    role: Role
+    role: ArmRole
     cell: str
     repeat: int
     wave: int
@@ -246,7 +249,7 @@ class Plan:
     """A validated plan. Build it with ``runner.plan.parse.load_plan`` or ``parse_plan``."""
 
     window_id: str
-    protocol: Protocol
+    protocol: ProtocolName
     mode: str
     commit: str
     chain: ChainMode

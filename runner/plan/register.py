@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ledger.errors import FormatError, IntegrityError, PolicyError
 
+from ..events import payloads as p
 from ..events.catalogue import WINDOW_STREAM_PREFIX, WindowLog, append_window_event
 from .model import Plan
 from .parse import LoadedPlan, parse_plan, read_family_file
@@ -98,11 +99,8 @@ def register_plan(ledger: Ledger, signer: Signer, loaded: LoadedPlan) -> Registr
         )
     source = Blob(loaded.source, PLAN_MEDIA_TYPE)
     families = {name: Blob(data, FAMILY_MEDIA_TYPE) for name, data in loaded.family_files.items()}
-    payload = {
-        "plan": plan.to_json(),
-        "source": source.ref(),
-        "family_files": {name: blob.ref() for name, blob in families.items()},
-    }
+    payload = p.WindowRegistered(plan=plan.to_json(), source=p.BlobRef.of(source),
+                                 family_files={name: p.BlobRef.of(blob) for name, blob in families.items()})
     event: Event = append_window_event(
         ledger, signer, plan.window_id, sha, "window.registered", payload, [source, *families.values()]
     )

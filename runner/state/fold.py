@@ -23,9 +23,14 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..events.catalogue import WINDOW_STREAM_PREFIX
+from ledger.errors import FormatError
+
+from ..events import payloads as pl
+from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX, validate_payload
+from ..events.schema import from_wire
+from ..vocabulary import ENDINGS, PHASES, Phase
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -38,17 +43,9 @@ __all__ = [
     "WindowState",
     "admission_blockers",
     "fold",
+    "typed_payload",
 ]
 
-Phase = Literal[
-    "unregistered", "registered", "admitted", "holding", "measuring", "measurement_ended", "closing",
-    "restored", "chained", "aborted", "decided",
-]
-PHASES: tuple[str, ...] = (
-    "unregistered", "registered", "admitted", "holding", "measuring", "measurement_ended", "closing",
-    "restored", "chained", "aborted", "decided",
-)
-ENDINGS = ("restored", "chained", "aborted")
 _RANK = {phase: rank for rank, phase in enumerate(PHASES)}
 for _ending in ENDINGS:
     _RANK[_ending] = _RANK["restored"]
@@ -63,7 +60,16 @@ _WAVE_TAIL = re.compile(
     r',"start":"([A-Za-z0-9._-]+)","started_at":"[0-9T:.Z-]+","wave":([0-9]+),"window":"([A-Za-z0-9._-]+)"\}\Z')
 
 
-def _wave_keys(text: str) -> dict[str, Any] | None:
+class WaveKeys(NamedTuple):
+    """What the fold reads of a ``wave.measured`` payload (its fast path)."""
+
+    window: str
+    start: str
+    cell: str
+    wave: int
+
+
+def _wave_keys(text: str) -> WaveKeys | None:
     """``window``, ``start``, ``cell``, ``wave`` of a ``wave.measured`` payload without parsing it all.
 
     The payload is JCS (members sorted at every level), so a well-formed one begins with
@@ -78,7 +84,7 @@ def _wave_keys(text: str) -> dict[str, Any] | None:
     tail = _WAVE_TAIL.search(text, max(0, len(text) - 400))
     if tail is None:
         return None
-    return {"window": tail.group(3), "start": tail.group(1), "cell": head.group(1), "wave": int(tail.group(2))}
+    return WaveKeys(tail.group(3), tail.group(1), head.group(1), int(tail.group(2)))
 
 
 _LIVE_BEFORE_ENDING = frozenset({"admitted", "holding", "measuring", "measurement_ended"})
@@ -261,30 +267,60 @@ class State:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, event: Event, payload: dict[str, Any] | None = None) -> None:
+    def apply(self, event: Event, payload: dict[str, Any] | None = None, *,
+              typed: Any = None) -> None:
         """Apply one event in place (``fold`` is the pure interface).
 
         The payload is parsed here without caching it on the event (``Event.payload``
         would keep every parsed payload alive as long as the caller holds the events);
-        a caller that has parsed it already passes it in.
+        a caller that has parsed it already passes it in (or what ``typed_payload``
+        made of it). Handlers read the typed
+        payload (``runner.events.payloads``); a window event whose payload does not
+        validate is not applied (the audit reports it: ``event-catalogue``).
         """
         self.size = event.seq
         self.head = event.hash
-        stream = event.stream
-        handler = _HANDLERS.get(event.type)
+        type_ = event.type
+        handler = _HANDLERS.get(type_)
         if handler is None:
             return
-        if not stream.startswith(WINDOW_STREAM_PREFIX) and event.type != "archive.control_start":
+        if not event.stream.startswith(WINDOW_STREAM_PREFIX) and type_ != "archive.control_start":
             return
-        if payload is None:
-            payload = (_wave_keys(event.payload_json) if event.type == "wave.measured" else None) \
-                or _loads(event.payload_json)
-        window_id = payload.get("window")
-        if not isinstance(window_id, str):
-            return
-        ws = self._mutable(window_id)
+        if typed is None:
+            typed = _typed(event, payload)
+            if typed is None:
+                return
+        ws = self._mutable(typed.window)
         ws.clock["last"] = event.time
-        handler(self, ws, event, payload)
+        handler(self, ws, event, typed)
+
+
+def _typed(event: Event, payload: dict[str, Any] | None) -> Any:
+    """The typed payload of a window event (``WaveKeys`` on the wave fast path); None if invalid."""
+    if payload is None:
+        if event.type == "wave.measured":
+            keys = _wave_keys(event.payload_json)
+            if keys is not None:
+                return keys
+        try:
+            payload = _loads(event.payload_json)
+        except ValueError:
+            return None
+    try:
+        return typed_payload(event.type, payload)
+    except FormatError:
+        return None
+
+
+def typed_payload(type_: str, payload: dict[str, Any]) -> Any:
+    """What the fold's handler of ``type_`` reads from a checked ``payload`` (``FormatError`` if invalid).
+
+    The typed payload class, except for ``wave.measured``: its four keys (``WaveKeys``).
+    """
+    validate_payload(type_, payload)
+    if type_ == "wave.measured":
+        return WaveKeys(payload["window"], payload["start"], payload["cell"], payload["wave"])
+    return from_wire(CATALOGUE[type_], payload)
 
 
 def _advance(ws: WindowState, phase: Phase) -> None:
@@ -298,13 +334,13 @@ def _closing(ws: WindowState) -> None:
         ws.phase = "closing"
 
 
-def _registered(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _registered(s: State, ws: WindowState, e: Event, p: pl.WindowRegistered) -> None:
     if ws.registered_seq is not None:
         ws.extra_registrations.append(e.seq)
         return
-    plan = p.get("plan") or {}
+    plan = p.plan
     ws.registered_seq = e.seq
-    ws.plan_sha256 = p.get("plan_sha256")
+    ws.plan_sha256 = p.plan_sha256
     ws.protocol = plan.get("protocol")
     ws.mode = plan.get("mode")
     ws.chain = plan.get("chain", "none")
@@ -315,16 +351,12 @@ def _registered(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
         ws.phase = "registered"
 
 
-def _gate(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    name = p.get("gate")
-    if not isinstance(name, str):
-        return
-    entry = {"verdict": p.get("verdict"), "seq": e.seq, "commit": p.get("commit"), "summary": p.get("summary", "")}
-    start = p.get("start")
-    if start is not None:
-        gate = ws.gates.setdefault(name, {"verdict": "PENDING", "seq": e.seq, "commit": p.get("commit"),
-                                          "summary": "", "starts": {}})
-        gate.setdefault("starts", {})[start] = entry
+def _gate(s: State, ws: WindowState, e: Event, p: pl.GateResult) -> None:
+    entry = {"verdict": p.verdict, "seq": e.seq, "commit": p.commit, "summary": p.summary}
+    if p.start is not None:
+        gate = ws.gates.setdefault(p.gate, {"verdict": "PENDING", "seq": e.seq, "commit": p.commit,
+                                            "summary": "", "starts": {}})
+        gate.setdefault("starts", {})[p.start] = entry
         planned = [sid for sid, _ in ws.plan_starts] or list(gate["starts"])
         verdicts = [gate["starts"].get(sid, {}).get("verdict") for sid in planned]
         gate["verdict"] = "FAIL" if "FAIL" in verdicts else "PASS" if all(v == "PASS" for v in verdicts) else "PENDING"
@@ -333,59 +365,56 @@ def _gate(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
         gate["commit"] = commits.pop() if len(commits) == 1 else None
         gate["summary"] = entry["summary"]
     else:
-        ws.gates[name] = entry
+        ws.gates[p.gate] = entry
 
 
-def _admitted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _admitted(s: State, ws: WindowState, e: Event, p: pl.WindowAdmitted) -> None:
     if ws.admitted_seq is None:
         ws.admitted_seq = e.seq
-        ws.admitted_under_marker = bool(p.get("under_marker"))
+        ws.admitted_under_marker = p.under_marker
     _advance(ws, "admitted")
 
 
-def _hold_opened(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    s.hold = {"owner": p.get("owner", ws.id), "seq": e.seq, "time": e.time}
+def _hold_opened(s: State, ws: WindowState, e: Event, p: pl.HoldOpened) -> None:
+    s.hold = {"owner": p.owner, "seq": e.seq, "time": e.time}
     ws.hold_seq = e.seq
     ws.clock["hold_opened"] = e.time
     _advance(ws, "holding")
 
 
-def _hold_closed(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    if s.hold is not None and s.hold.get("owner") == p.get("owner", ws.id):
+def _hold_closed(s: State, ws: WindowState, e: Event, p: pl.HoldClosed) -> None:
+    if s.hold is not None and s.hold.get("owner") == p.owner:
         s.hold = None
     ws.hold_seq = None
     _closing(ws)
 
 
-def _snapshot(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.production_snapshot = p.get("sha256")
+def _snapshot(s: State, ws: WindowState, e: Event, p: pl.ProductionSnapshot) -> None:
+    ws.production_snapshot = p.sha256
 
 
-def _production(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    state = p.get("state")
-    if state in ("up", "down"):
-        s.production = state
+def _production(s: State, ws: WindowState, e: Event, p: pl.ProductionState) -> None:
+    s.production = p.state
 
 
-def _host_action(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    action_id = str(p.get("action_id"))
-    if p.get("phase") == "started":
+def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
+    if p.phase == "started":
         ws.actions += 1
         if ws.clock["first_action"] is None:
             ws.clock["first_action"] = e.time
-        ws.open_actions[action_id] = {"host": p.get("host"), "action": p.get("action"), "seq": e.seq,
-                                      "time": e.time, "probe_of": p.get("probe_of")}
-        if p.get("action") in CLOSING_ACTIONS:
+        ws.open_actions[p.action_id] = {"host": p.host, "action": p.action, "seq": e.seq, "time": e.time,
+                                        "probe_of": p.probe_of}
+        if p.action in CLOSING_ACTIONS:
             _closing(ws)
     else:
-        ws.open_actions.pop(action_id, None)
-        probed = p.get("probe_of")
-        if probed is not None:  # a finished re-probe settles the unknown outcome it probed
-            ws.open_actions.pop(str(probed), None)
-        facts = p.get("detail") or {}
-        ws.finished.append({"action": p.get("action"), "host": p.get("host"), "ok": bool(p.get("ok")),
-                            "seq": e.seq, "time": e.time, "start": facts.get("start")})
-        _engine(ws, str(p.get("action")), bool(p.get("ok")), facts)
+        ws.open_actions.pop(p.action_id, None)
+        if p.probe_of is not None:  # a finished re-probe settles the unknown outcome it probed
+            ws.open_actions.pop(p.probe_of, None)
+        facts = p.detail
+        ok = bool(p.ok)
+        ws.finished.append({"action": p.action, "host": p.host, "ok": ok, "seq": e.seq, "time": e.time,
+                            "start": facts.get("start")})
+        _engine(ws, p.action, ok, facts)
 
 
 def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> None:
@@ -412,130 +441,124 @@ def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> No
                      "serving": "up"}
 
 
-def _start_began(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    start = str(p.get("start"))
-    ws.starts[start] = {
-        "role": p.get("role"), "status": "began", "clock_cap_mhz": p.get("clock_cap_mhz"),
-        "spec_config_sha256": p.get("spec_config_sha256"), "began_seq": e.seq, "began_time": e.time,
+def _start_began(s: State, ws: WindowState, e: Event, p: pl.StartBegan) -> None:
+    ws.starts[p.start] = {
+        "role": p.role, "status": "began", "clock_cap_mhz": p.clock_cap_mhz,
+        "spec_config_sha256": p.spec_config_sha256, "began_seq": e.seq, "began_time": e.time,
         "ended_seq": None, "ok": None,
         "warmup": None, "waves": {}, "truncated": False,
     }
-    ws.current_start = start
+    ws.current_start = p.start
     _advance(ws, "measuring")
 
 
-def _warmup(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    info = ws.starts.get(str(p.get("start")))
+def _warmup(s: State, ws: WindowState, e: Event, p: pl.WarmupDone) -> None:
+    info = ws.starts.get(p.start)
     if info is not None:
-        info["warmup"] = {"cold_ttft_s": p.get("cold_ttft_s"), "warm_ttft_s": p.get("warm_ttft_s"), "seq": e.seq}
+        info["warmup"] = {"cold_ttft_s": p.cold_ttft_s, "warm_ttft_s": p.warm_ttft_s, "seq": e.seq}
 
 
-def _start_ended(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    info = ws.starts.get(str(p.get("start")))
+def _start_ended(s: State, ws: WindowState, e: Event, p: pl.StartEnded) -> None:
+    info = ws.starts.get(p.start)
     if info is not None:
         info["status"] = "ended"
         info["ended_seq"] = e.seq
-        info["truncated"] = bool(p.get("truncated"))
-        info["ok"] = bool(p.get("ok", True))
-    if ws.current_start == p.get("start"):
+        info["truncated"] = p.truncated
+        info["ok"] = p.ok
+    if ws.current_start == p.start:
         ws.current_start = None
 
 
-def _wave(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _wave(s: State, ws: WindowState, e: Event, p: WaveKeys | pl.WaveMeasured) -> None:
     ws.waves += 1
-    info = ws.starts.get(str(p.get("start")))
+    info = ws.starts.get(p.start)
     if info is not None:
-        info["waves"].setdefault(str(p.get("cell")), []).append(p.get("wave"))
+        info["waves"].setdefault(p.cell, []).append(p.wave)
 
 
-def _thermal(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.thermal.append({"host": p.get("host"), "kind": p.get("kind"), "seq": e.seq,
+def _thermal(s: State, ws: WindowState, e: Event, p: pl.ThermalEvent) -> None:
+    ws.thermal.append({"host": p.host, "kind": p.kind, "seq": e.seq,
                        "inside_hold": s.hold is not None and s.hold.get("owner") == ws.id})
 
 
-def _measurement_ended(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.measurement_ended = {"reason": p.get("reason"), "seq": e.seq}
+def _measurement_ended(s: State, ws: WindowState, e: Event, p: pl.MeasurementEnded) -> None:
+    ws.measurement_ended = {"reason": p.reason, "seq": e.seq}
     ws.clock["measurement_ended"] = e.time
     ws.current_start = None
     _advance(ws, "measurement_ended")
 
 
-def _budget(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.budget.append({"action": p.get("action"), "reason": p.get("reason"), "seq": e.seq,
-                      "start": p.get("start"), "cell": p.get("cell")})
-    if p.get("action") in ("stop_admitting", "begin_restore"):
+def _budget(s: State, ws: WindowState, e: Event, p: pl.BudgetDecision) -> None:
+    ws.budget.append({"action": p.action, "reason": p.reason, "seq": e.seq, "start": p.start, "cell": p.cell})
+    if p.action in ("stop_admitting", "begin_restore"):
         ws.stop_admitting = True
 
 
-def _placeholder_up(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    host = str(p.get("host"))
-    s.placeholders[host] = {"window": ws.id, "seq": e.seq}
-    if host not in ws.placeholders_raised:
-        ws.placeholders_raised.append(host)
+def _placeholder_up(s: State, ws: WindowState, e: Event, p: pl.Placeholder) -> None:
+    s.placeholders[p.host] = {"window": ws.id, "seq": e.seq}
+    if p.host not in ws.placeholders_raised:
+        ws.placeholders_raised.append(p.host)
     _closing(ws)
 
 
-def _placeholder_down(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    s.placeholders.pop(str(p.get("host")), None)
+def _placeholder_down(s: State, ws: WindowState, e: Event, p: pl.Placeholder) -> None:
+    s.placeholders.pop(p.host, None)
     _closing(ws)
 
 
-def _marker_set(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    s.marker = {"window": ws.id, "production_snapshot_sha256": p.get("production_snapshot_sha256"), "seq": e.seq}
+def _marker_set(s: State, ws: WindowState, e: Event, p: pl.ChainMarkerSet) -> None:
+    s.marker = {"window": ws.id, "production_snapshot_sha256": p.production_snapshot_sha256, "seq": e.seq}
     ws.marker_set_seq = e.seq
     _closing(ws)
 
 
-def _marker_cleared(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _marker_cleared(s: State, ws: WindowState, e: Event, p: pl.ChainMarkerCleared) -> None:
     s.marker = None
     ws.marker_cleared_seq = e.seq
     _closing(ws)
 
 
-def _chain_aborted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.chain_aborted = {"reason": p.get("reason"), "marker_window": p.get("marker_window"), "seq": e.seq}
+def _chain_aborted(s: State, ws: WindowState, e: Event, p: pl.ChainAborted) -> None:
+    ws.chain_aborted = {"reason": p.reason, "marker_window": p.marker_window, "seq": e.seq}
     _closing(ws)
 
 
-def _restore(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.restore = {"status": p.get("status"), "attempts": p.get("attempts", 1), "seq": e.seq}
+def _restore(s: State, ws: WindowState, e: Event, p: pl.RestoreFinished) -> None:
+    ws.restore = {"status": p.status, "attempts": p.attempts, "seq": e.seq}
     _closing(ws)
 
 
-def _watch(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.watch = {"verdict": p.get("verdict"), "seq": e.seq}
+def _watch(s: State, ws: WindowState, e: Event, p: pl.WatchResult) -> None:
+    ws.watch = {"verdict": p.verdict, "seq": e.seq}
     _closing(ws)
 
 
-def _interrupted(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    ws.interrupted.append({"reason": p.get("reason"), "signal": p.get("signal"), "seq": e.seq,
-                           "phase": ws.phase})
+def _interrupted(s: State, ws: WindowState, e: Event, p: pl.WindowInterrupted) -> None:
+    ws.interrupted.append({"reason": p.reason, "signal": p.signal, "seq": e.seq, "phase": ws.phase})
 
 
-def _closed(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _closed(s: State, ws: WindowState, e: Event, p: pl.WindowClosed) -> None:
     if ws.ending is not None:
         return  # a second ending: the audit reports it (one-ending)
-    ending = p.get("ending")
-    if ending in ENDINGS:
-        ws.ending = ending
-        ws.closed_seq = e.seq
-        ws.clock["closed"] = e.time
-        ws.phase = "decided" if ws.decision is not None else ending
+    ws.ending = p.ending
+    ws.closed_seq = e.seq
+    ws.clock["closed"] = e.time
+    ws.phase = "decided" if ws.decision is not None else p.ending
 
 
-def _decision(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
-    result = p.get("result") or {}
-    ws.decision = {"rule": p.get("rule"), "result": result.get("decision"), "reasons": result.get("reasons", []),
-                   "inputs_digest": p.get("inputs_digest"), "seq": e.seq}
+def _decision(s: State, ws: WindowState, e: Event, p: pl.DecisionRecorded) -> None:
+    result = p.result
+    ws.decision = {"rule": p.rule, "result": result.get("decision"), "reasons": result.get("reasons", []),
+                   "inputs_digest": p.inputs_digest, "seq": e.seq}
     if ws.ending is not None:
         ws.phase = "decided"
 
 
-def _archive(s: State, ws: WindowState, e: Event, p: dict[str, Any]) -> None:
+def _archive(s: State, ws: WindowState, e: Event, p: pl.ArchiveControlStart) -> None:
     return
 
 
-Handler = Callable[[State, WindowState, "Event", dict[str, Any]], None]
+Handler = Callable[[State, WindowState, "Event", Any], None]
 _HANDLERS: dict[str, Handler] = {
     "window.registered": _registered,
     "gate.result": _gate,

@@ -255,7 +255,7 @@ def test_wave_fast_path_agrees_with_json(window: str, start: str, cell: str, wav
     parsed = json.loads(text)
     fast = _wave_keys(text)
     if fast is not None:
-        assert fast == {k: parsed[k] for k in ("window", "start", "cell", "wave")}
+        assert fast._asdict() == {k: parsed[k] for k in ("window", "start", "cell", "wave")}
     plain = all(c.isascii() and (c.isalnum() or c in "._-") for c in window + start + cell)
     if plain and not extra:
         assert fast is not None  # the fast path is taken for every well-formed payload

@@ -1,4 +1,4 @@
-"""Hard cases found in review: stops before the HOLD, host actions that keep failing, two windows
+"""Stops before the HOLD, host actions that keep failing, two windows
 racing for the HOLD, errors mid-window, placeholders after an aborted chained close, partial bundles."""
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
-"""Window execution commands (run, resume, abort, report), chain preflight, replay verdict, demo."""
+"""``tally window``: register, admit, run, resume, abort and report windows.
+
+A window is admitted automatically when the last gate its plan requires passes (``window
+admit`` does it on demand and says what is missing). ``run --execute``, ``resume`` and
+``abort`` hold the window's runner lock for as long as they run.
+"""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -11,34 +15,67 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, command, print_json, state
+from .common import (
+    EXIT_FAILED,
+    JsonOpt,
+    SiteOpt,
+    WindowArg,
+    command,
+    ledger_and_signer,
+    print_json,
+    registered,
+    site_driver,
+    state,
+)
 
 if TYPE_CHECKING:
-    from runner.drivers.base import HostDriver
     from runner.execution.window import RunResult
 
 
-def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add window execution, ``chain preflight``, ``replay verdict`` and ``demo``."""
-    window = groups["window"]
-    command(window, "run")(window_run)
-    command(window, "resume")(window_resume)
-    command(window, "abort")(window_abort)
-    command(window, "report")(window_report)
-    command(groups["chain"], "preflight")(chain_preflight)
-    command(groups["replay"], "verdict")(replay_verdict)
-    command(app, "demo")(demo)
+def window_register(
+    plan: Annotated[Path, typer.Argument(metavar="PLAN.toml", help="The plan file (schema: docs/plan.md).")],
+    commit: Annotated[str | None, typer.Option(help="Set the plan's commit before registering.")] = None,
+    window_id: Annotated[str | None, typer.Option("--window-id", help="Set the plan's window_id.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the digest; append nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Validate a plan and append window.registered (plan + plan_sha256); prints the window id."""
+    from runner.plan.parse import read_plan_file
+
+    overrides = {k: v for k, v in (("commit", commit), ("window_id", window_id)) if v is not None}
+    loaded = read_plan_file(plan, overrides=overrides)
+    result: dict[str, Any] = {"window": loaded.plan.window_id, "plan_sha256": loaded.plan.sha256,
+                              "protocol": loaded.plan.protocol, "mode": loaded.plan.mode, "seq": None,
+                              "already": False}
+    if not dry_run:
+        from runner.plan.register import register_plan
+
+        book, signer = ledger_and_signer()
+        reg = register_plan(book, signer, loaded)
+        result.update(seq=reg.seq, already=reg.already)
+    if json_out:
+        print_json(result)
+        return
+    print(result["window"])
+    if dry_run:
+        print(f"plan {result['plan_sha256']} is valid (dry run: nothing appended)")
+    elif result["already"]:
+        print(f"already registered at seq {result['seq']} with the same plan {result['plan_sha256']}")
+    else:
+        print(f"registered at seq {result['seq']}: plan {result['plan_sha256']}")
 
 
-SiteOpt = Annotated[Path, typer.Option("--site", help="Site file (docs/site.md): hosts, endpoints, actions.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Quiet; print the result as JSON.")]
+def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
+    """Append window.admitted if every required gate has a PASS at the plan's commit."""
+    from runner.gates.admission import admit
 
-
-def _site(path: Path) -> tuple[HostDriver, float]:
-    from runner.drivers.site import load_site, site_time_scale
-
-    driver = load_site(path)
-    return driver, site_time_scale(driver)
+    book, signer = ledger_and_signer()
+    registered(book, window)
+    admission = admit(book, signer, window)
+    if json_out:
+        print_json({"window": window, "admitted_seq": admission.seq, "already": admission.already})
+    else:
+        print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
 
 
 def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False) -> None:
@@ -48,7 +85,7 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
 
     book = state.ledger()
     signer = state.signer(book.url)
-    driver, scale = _site(site)
+    driver, scale = site_driver(site)
     with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty(),
                                              echo=not json_out) as progress:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
@@ -67,7 +104,7 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
 
 def print_verdict(book: Any, window: str) -> None:
     """The recorded decision as the verdict table of `tally verdict compute`."""
-    from .verdict_cmds import print_result, verdict_console
+    from .verdict import print_result, verdict_console
 
     for event in book.events(stream=f"window/{window}", types=["decision.recorded"]):
         result = event.payload["result"]
@@ -110,7 +147,7 @@ def window_run(
     if dry_run:
         from runner.execution.dryrun import dry_run_report
 
-        driver, scale = _site(site)
+        driver, scale = site_driver(site)
         report = dry_run_report(state.ledger(), window, driver, scale)
         if json_out:
             print_json(report)
@@ -148,81 +185,13 @@ def window_report(
         print(f"wrote {paths['html']} and {paths['markdown']}")
 
 
-def chain_preflight(
-    site: SiteOpt,
-    window: Annotated[str | None, typer.Argument(help="Window id for the site commands' {window}; nothing is appended.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Serving state, HOLD and (only while the marker is present) placeholders; appends nothing."""
-    from runner.execution.preflight import chain_preflight as run
-
-    driver, _ = _site(site)
-    report = run(state.ledger(), driver, window)
-    driver.close()
-    if json_out:
-        print_json(report)
-    else:
-        for line in report["lines"]:
-            print(line)
-    if not report["ok"]:
-        raise typer.Exit(EXIT_FAILED)
-
-
-def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
-    """Recompute the window's decision from its recorded measurements; MATCH exit 0, MISMATCH exit 1."""
-    from runner.decide.inputs import replay_window
-
-    result = replay_window(state.ledger(), window)
-    if json_out:
-        print_json(result.to_json())
-    else:
-        verdict = "MATCH" if result.match else "MISMATCH"
-        print(f"{verdict}: window {window}, decision seq {result.decision_seq}: recorded "
-              f"{result.recorded.get('result', {}).get('decision')}, recomputed "
-              f"{result.recomputed.get('result', {}).get('decision')}")
-        for difference in result.differences:
-            print(f"  {difference}")
-    if not result.match:
-        raise typer.Exit(EXIT_FAILED)
-
-
-SCENARIOS = ("window", "chain", "pp3", "faults", "ledger")
-
-
-def demo(
-    directory: Annotated[Path, typer.Option("--dir", help="Where to leave everything.")] = Path("tally-demo"),
-    scenario: Annotated[str, typer.Option(help="window (default), chain, pp3, faults, or ledger.")] = "window",
-    force: Annotated[bool, typer.Option(help="Reuse a non-empty --dir (its content is removed).")] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """A simulated window end to end, with no setup; everything is left in --dir."""
-    if scenario not in SCENARIOS:
-        raise FormatError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
-    if directory.exists() and any(directory.iterdir()):
-        if not force:
-            raise FormatError(f"{directory} is not empty; pass --force to replace it, or --dir elsewhere")
-        shutil.rmtree(directory)
-    if scenario == "ledger":
-        from runner.demo.ledger_tour import ledger_tour
-
-        result = ledger_tour(directory)
-        if result.caught_seq != result.tampered_seq:
-            raise typer.Exit(EXIT_FAILED)
-        print(f"\nShown: a signed, hash-chained ledger verifies; an edit made behind its back is caught at "
-              f"seq {result.caught_seq} (rule {result.caught_rule}). Inspect {directory}/ (tally.db, bundle/).")
-        return
-    from runner.demo.scenarios import run_demo
-
-    summary: dict[str, Any] = run_demo(directory, scenario, quiet=json_out)
-    if json_out:
-        print_json(summary)
-    else:
-        from ledger.store import Ledger
-
-        book = Ledger.open(summary["db"])
-        for entry in summary["windows"]:
-            print(f"\n== verdict of window {entry['window']} ==")
-            print_verdict(book, entry["window"])
-        book.close()
-    if not summary["ok"]:
-        raise typer.Exit(EXIT_FAILED)
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    window = typer.Typer(help="Register, run, resume, abort and report windows.", no_args_is_help=True)
+    command(window, "register")(window_register)
+    command(window, "admit")(window_admit)
+    command(window, "run")(window_run)
+    command(window, "resume")(window_resume)
+    command(window, "abort")(window_abort)
+    command(window, "report")(window_report)
+    app.add_typer(window, name="window")

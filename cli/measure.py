@@ -1,7 +1,7 @@
-"""``tally measure`` (one stand-alone wave) and ``tally sim ...`` (the vLLM simulator).
+"""``tally measure``: one stand-alone wave against an OpenAI-compatible server.
 
 Heavy imports (httpx, numpy, prometheus_client, the ledger store) happen inside the
-commands so that ``tally --version`` stays fast.
+command so that ``tally --version`` stays fast.
 """
 
 from __future__ import annotations
@@ -19,12 +19,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ledger.errors import FormatError
+
 from .common import EXIT_FAILED, command, print_json, state
 
 if TYPE_CHECKING:
+
     from runner.measure import Family, Prompt, RequestRecord, WaveResult
 
+
 EXIT_INTERRUPTED = 130
+
 
 MEASURE_HELP = """\
 Run one wave of streaming requests against an OpenAI-compatible server and report it.
@@ -49,80 +54,6 @@ Exit codes: 0 measured (see the summary for failed requests); 1 no request succe
 written, marked interrupted).
 """
 
-
-def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add ``tally measure`` and the ``tally sim`` group."""
-    sim = typer.Typer(help="The vLLM simulator: serve it, print its config, write demo prompt families.",
-                      no_args_is_help=True)
-    command(sim, "serve")(sim_serve)
-    command(sim, "config")(sim_config)
-    command(sim, "families")(sim_families)
-    app.add_typer(sim, name="sim")
-    command(app, "measure", help=MEASURE_HELP)(measure)
-
-
-# ---------------------------------------------------------------------- tally sim ...
-
-def sim_serve(
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the URL is printed).")] = 0,
-    config: Annotated[Path | None, typer.Option(help="Simulator config (TOML or JSON); defaults otherwise.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed (overrides the config's).")] = None,
-    time_scale: Annotated[float | None, typer.Option(help="Multiply model times by this (0.01: 100x faster).")] = None,
-) -> None:
-    """Serve a simulated vLLM host in the foreground until SIGINT/SIGTERM.
-
-    Prints `tally sim: serving URL (...)`; the OpenAI API is at URL/v1, metrics at
-    URL/metrics, the host control API at URL/_sim (see docs/sim.md).
-    """
-    from ledger.errors import ExternalError
-    from runner.sim.process import serve
-
-    try:
-        serve(config, host=host, port=port, seed=seed, time_scale=time_scale)
-    except OSError as exc:
-        raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
-
-
-def sim_config() -> None:
-    """Print the default simulator config (TOML, every field with its default)."""
-    from importlib.resources import files
-
-    sys.stdout.write(files("runner.sim").joinpath("default.toml").read_text(encoding="utf-8"))
-
-
-def sim_families(
-    out: Annotated[Path, typer.Argument(help="Directory to write opinions.jsonl and filings.jsonl into.")],
-    seed: Annotated[int, typer.Option(help="Generator seed (same seed, same files, same sha256).")] = 0,
-    short: Annotated[int, typer.Option(help="Short prompts per family.")] = 4,
-    long: Annotated[int, typer.Option(help="Long prompts per family.")] = 2,
-    long_words: Annotated[int, typer.Option(help="Upper bound of words in a long prompt.")] = 2500,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Write the deterministic synthetic prompt families (demo/test data) and their sha256."""
-    from ledger.errors import FormatError
-    from runner.measure import FAMILIES, synthetic_family, write_family
-
-    if short < 0 or long < 0 or short + long == 0:
-        raise FormatError("--short and --long must be >= 0 and not both 0")
-    if long_words < 2:
-        raise FormatError("--long-words must be at least 2")
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in FAMILIES:
-        prompts = synthetic_family(name, seed=seed, short=short, long=long,
-                                   long_words=(max(1, long_words * 3 // 5), long_words))
-        path = out / f"{name}.jsonl"
-        written.append({"family": name, "path": str(path), "prompts": len(prompts),
-                        "sha256": write_family(path, prompts)})
-    if as_json:
-        print_json({"families": written})
-        return
-    for item in written:
-        print(f"{item['sha256']}  {item['path']}  ({item['prompts']} prompts)")
-
-
-# ---------------------------------------------------------------------- tally measure
 
 def measure(
     url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000 (with or without /v1).")],
@@ -150,7 +81,6 @@ def measure(
     measure_id: Annotated[str | None, typer.Option("--id", help="Id of the measurement (stream measure/<id>).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    from ledger.errors import FormatError
     from runner.measure import list_models, load_family
 
     for name, value in (("--requests", requests), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
@@ -206,7 +136,6 @@ def measure(
 
 
 def _headers(values: list[str]) -> dict[str, str]:
-    from ledger.errors import FormatError
 
     headers = {}
     for value in values:
@@ -361,3 +290,8 @@ def _print_report(report: dict[str, Any], wave: WaveResult, out: Path | None) ->
     if "event" in report:
         event = report["event"]
         console.print(f"appended wave.measured seq {event['seq']} to {event['stream']} (hash {event['hash'][:16]})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    command(app, "measure", help=MEASURE_HELP)(measure)

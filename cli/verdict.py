@@ -1,4 +1,4 @@
-"""``tally verdict compute|report``: the decision rules on a plain input file (SPEC 7, issue 5).
+"""``tally verdict compute|report``: the decision rules on a plain input file.
 
 Exit 0 when a verdict was computed (whatever it is), 2 for bad input (one line naming the
 field). numpy, scipy and matplotlib are imported inside the commands.
@@ -19,6 +19,7 @@ from .common import command, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console
+
 
 INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads stdin."
 
@@ -41,55 +42,6 @@ def read_input(source: str) -> Any:
 def _refuse_constant(name: str) -> Any:
     raise FormatError(f"input is not valid JSON: {name} is not a JSON number")
 
-
-def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add the ``verdict`` group to ``app``."""
-    verdict = typer.Typer(help="Decision rules win2-v1 and pp3-v1 on a plain input file: compute, report.",
-                          no_args_is_help=True)
-
-    @command(verdict, "compute")
-    def compute_cmd(
-        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
-        as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON (key names fixed).")] = False,
-    ) -> None:
-        """Compute a verdict; exit 0 whatever it is, 2 for bad input."""
-        from runner.decide import compute
-
-        data = read_input(source)
-        result = compute(data)
-        if as_json:
-            print_json(result)
-        else:
-            print_result(data, result, verdict_console())
-
-    @command(verdict, "report")
-    def report_cmd(
-        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
-        out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md and plots/.")],
-        title: Annotated[str | None, typer.Option("--title", help="Report title.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the decision and the paths written as JSON.")]
-        = False,
-    ) -> None:
-        """Compute a verdict and write report.html (self-contained) and report.md with its plots."""
-        from runner.decide import compute
-        from runner.report import write_report
-
-        data = read_input(source)
-        result = compute(data)
-        if out.exists() and not out.is_dir():
-            raise FormatError(f"--out {out}: exists and is not a directory")
-        paths = write_report(data, result, out, title=title)
-        if as_json:
-            print_json({"rule": result["rule"], "decision": result["decision"], **paths.to_json()})
-        else:
-            print(f"{result['rule']}: {result['decision']}")
-            print(f"wrote {paths.html}")
-            print(f"wrote {paths.markdown}")
-
-    app.add_typer(verdict, name="verdict")
-
-
-# --------------------------------------------------------------------------- tables
 
 def verdict_console() -> Console:
     from rich.console import Console
@@ -172,3 +124,50 @@ def _print_pp3(data: dict[str, Any], result: dict[str, Any], console: Console) -
                   f"{_pct(result['lower_bound'])}; {result['distinct_resamples'] or '-'} distinct values in "
                   f"{result['resamples']} resamples (seed {params['seed']}); per family: {families or '-'}",
                   markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``verdict`` group to ``app``."""
+    verdict = typer.Typer(help="Decision rules win2-v1 and pp3-v1 on a plain input file: compute, report.",
+                          no_args_is_help=True)
+
+    @command(verdict, "compute")
+    def compute_cmd(
+        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON (key names fixed).")] = False,
+    ) -> None:
+        """Compute a verdict; exit 0 whatever it is, 2 for bad input."""
+        from runner.decide import compute
+
+        data = read_input(source)
+        result = compute(data)
+        if as_json:
+            print_json(result)
+        else:
+            print_result(data, result, verdict_console())
+
+    @command(verdict, "report")
+    def report_cmd(
+        source: Annotated[str, typer.Argument(metavar="INPUT.json", help=INPUT_HELP)],
+        out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md and plots/.")],
+        title: Annotated[str | None, typer.Option("--title", help="Report title.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the decision and the paths written as JSON.")]
+        = False,
+    ) -> None:
+        """Compute a verdict and write report.html (self-contained) and report.md with its plots."""
+        from runner.decide import compute
+        from runner.report import write_report
+
+        data = read_input(source)
+        result = compute(data)
+        if out.exists() and not out.is_dir():
+            raise FormatError(f"--out {out}: exists and is not a directory")
+        paths = write_report(data, result, out, title=title)
+        if as_json:
+            print_json({"rule": result["rule"], "decision": result["decision"], **paths.to_json()})
+        else:
+            print(f"{result['rule']}: {result['decision']}")
+            print(f"wrote {paths.html}")
+            print(f"wrote {paths.markdown}")
+
+    app.add_typer(verdict, name="verdict")

@@ -1,8 +1,7 @@
-"""Plans, state by replay and gates: window register|admit, replay state, gate ..., rehearse, chain prev-ok.
+"""``tally gate ...`` and ``tally rehearse``: the gates checked before any host contact.
 
-Gates exit 0 PASS, 1 FAIL, 2 bad input (nothing appended), 3 no answer. A window is
-admitted automatically when the last gate its plan requires passes (``window admit``
-does it on demand and says what is missing).
+Gates exit 0 PASS, 1 FAIL, 2 bad input (nothing appended), 3 no answer; each appends
+``gate.result``.
 """
 
 from __future__ import annotations
@@ -14,42 +13,20 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, EXIT_NO_ANSWER, command, print_json, read_json_arg, state
+from .common import (
+    EXIT_FAILED,
+    EXIT_NO_ANSWER,
+    JsonOpt,
+    WindowArg,
+    command,
+    ledger_and_signer,
+    print_json,
+    read_json_arg,
+    registered,
+)
 
 if TYPE_CHECKING:
-    from ledger.keys import Signer
-    from ledger.store import Ledger
     from runner.gates.admission import GateRecord
-    from runner.plan.register import Registration
-
-
-def register(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
-    """Add this module's commands to ``app`` and the shared ``groups``."""
-    command(groups["window"], "register")(window_register)
-    command(groups["window"], "admit")(window_admit)
-    command(groups["replay"], "state")(replay_state)
-    gate = groups["gate"]
-    command(gate, "qualification")(gate_qualification)
-    command(gate, "rng")(gate_rng)
-    command(gate, "budget")(gate_budget)
-    command(gate, "standard-spec")(gate_standard_spec)
-    command(app, "rehearse")(rehearse)
-    command(groups["chain"], "prev-ok")(chain_prev_ok)
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
-WindowArg = Annotated[str, typer.Argument(metavar="WINDOW", help="Window id (as registered).")]
-
-
-def _open() -> tuple[Ledger, Signer]:
-    book = state.ledger()
-    return book, state.signer(book.url)
-
-
-def _registration(book: Ledger, window: str) -> Registration:
-    from runner.plan.register import registered_plan
-
-    return registered_plan(book, window)
 
 
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
@@ -71,92 +48,6 @@ def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict
         raise typer.Exit(EXIT_FAILED)
 
 
-# --------------------------------------------------------------------------- window
-
-
-def window_register(
-    plan: Annotated[Path, typer.Argument(metavar="PLAN.toml", help="The plan file (schema: docs/plan.md).")],
-    commit: Annotated[str | None, typer.Option(help="Set the plan's commit before registering.")] = None,
-    window_id: Annotated[str | None, typer.Option("--window-id", help="Set the plan's window_id.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the digest; append nothing.")] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Validate a plan and append window.registered (plan + plan_sha256); prints the window id."""
-    from runner.plan.parse import read_plan_file
-
-    overrides = {k: v for k, v in (("commit", commit), ("window_id", window_id)) if v is not None}
-    loaded = read_plan_file(plan, overrides=overrides)
-    result: dict[str, Any] = {"window": loaded.plan.window_id, "plan_sha256": loaded.plan.sha256,
-                              "protocol": loaded.plan.protocol, "mode": loaded.plan.mode, "seq": None,
-                              "already": False}
-    if not dry_run:
-        from runner.plan.register import register_plan
-
-        book, signer = _open()
-        reg = register_plan(book, signer, loaded)
-        result.update(seq=reg.seq, already=reg.already)
-    if json_out:
-        print_json(result)
-        return
-    print(result["window"])
-    if dry_run:
-        print(f"plan {result['plan_sha256']} is valid (dry run: nothing appended)")
-    elif result["already"]:
-        print(f"already registered at seq {result['seq']} with the same plan {result['plan_sha256']}")
-    else:
-        print(f"registered at seq {result['seq']}: plan {result['plan_sha256']}")
-
-
-def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
-    """Append window.admitted if every required gate has a PASS at the plan's commit."""
-    from runner.gates.admission import admit
-
-    book, signer = _open()
-    _registration(book, window)
-    admission = admit(book, signer, window)
-    if json_out:
-        print_json({"window": window, "admitted_seq": admission.seq, "already": admission.already})
-    else:
-        print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
-
-
-# --------------------------------------------------------------------------- replay
-
-
-def replay_state(
-    window: Annotated[str | None, typer.Option("--window", help="Only this window's state.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Fold the ledger into the runner's state (SPEC 5.3): marker, HOLD, production, windows."""
-    from runner.state.fold import fold
-
-    book = state.ledger()
-    folded = fold(None, book.events())
-    if window is not None and window not in folded.windows:
-        raise FormatError(f"window {window} is not in the ledger")
-    data = folded.to_json(window)
-    if json_out:
-        print_json(data)
-        return
-    marker = data["chain"]["marker"]
-    print(f"ledger     size {data['ledger']['size']}, head {data['ledger']['head'][:16]}")
-    print(f"production {data['production']}")
-    print(f"hold       {'none' if data['hold'] is None else data['hold']['owner'] + ' since seq ' + str(data['hold']['seq'])}")
-    print(f"marker     {'none' if marker is None else marker['window'] + ' (snapshot ' + str(marker['production_snapshot_sha256'])[:12] + ')'}")
-    placeholders = ", ".join(data["chain"]["placeholders"]) or "none"
-    print(f"placeholders {placeholders}")
-    for wid, ws in data["windows"].items():
-        gates = ", ".join(f"{name} {g['verdict']}" for name, g in ws["gates"].items()) or "no gates"
-        decision = ws["decision"]["result"] if ws["decision"] else "-"
-        print(f"window {wid}: {ws['phase']}; {gates}; starts {', '.join(ws['starts']) or '-'}; "
-              f"waves {ws['waves']}; decision {decision}")
-        for action in ws["open_actions"]:
-            print(f"  open host action {action['action']} on {action['host']} (seq {action['seq']}): unknown outcome")
-
-
-# --------------------------------------------------------------------------- gates
-
-
 def gate_qualification(
     window: WindowArg,
     repo: Annotated[Path, typer.Option(help="The git repository.")],
@@ -172,8 +63,8 @@ def gate_qualification(
     from runner.gates.record import qualification_gate
     from runner.plan.model import Carry
 
-    book, signer = _open()
-    _registration(book, window)
+    book, signer = ledger_and_signer()
+    registered(book, window)
     carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ())) if file or prefix or unit else None
     out = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified_commit,
                              admission=admission, head=head, carry=carry)
@@ -191,8 +82,8 @@ def gate_rng(
     """PASS RNG receipt at the plan's commit whose kernel sha256 equals the admission's prepared verifier."""
     from runner.gates.record import rng_gate
 
-    book, signer = _open()
-    _registration(book, window)
+    book, signer = ledger_and_signer()
+    registered(book, window)
     out = rng_gate(book, signer, window, receipt=receipt, admission=admission)
     _gate_out(window, "rng", out.verdict, out.summary, out.evidence, out.record, json_out)
 
@@ -206,8 +97,8 @@ def gate_budget(
     """The plan's stage estimates against its limits; reports the largest reserve that still fits."""
     from runner.gates.record import budget_gate
 
-    book, signer = _open()
-    _registration(book, window)
+    book, signer = ledger_and_signer()
+    registered(book, window)
     if pair_reserve_s is not None and (pair_reserve_s < 0 or pair_reserve_s != pair_reserve_s):
         raise FormatError("--pair-reserve-s must be a non-negative number of seconds")
     out = budget_gate(book, signer, window, pair_reserve_s=pair_reserve_s)
@@ -229,8 +120,8 @@ def gate_standard_spec(
     from runner.gates.admission import record_gate
     from runner.gates.spec import check_standard_spec
 
-    book, signer = _open()
-    reg = _registration(book, window)
+    book, signer = ledger_and_signer()
+    reg = registered(book, window)
     value = read_json_arg(config, "config")
     if not isinstance(value, dict):
         raise FormatError("config must be a JSON object")
@@ -264,8 +155,8 @@ def rehearse(
         raise FormatError("--eos must be a token id (>= 0)")
     book = reg = signer = None
     if window is not None:
-        book, signer = _open()
-        reg = _registration(book, window)
+        book, signer = ledger_and_signer()
+        reg = registered(book, window)
     result = run_rehearsal(url, eos, model=model, timeout=timeout)
     summary_path, responses_path, responses = write_rehearsal(result, out)
     data = result.to_json()
@@ -291,24 +182,12 @@ def rehearse(
         raise typer.Exit(EXIT_NO_ANSWER if result.exit_code == EXIT_NO_ANSWER else EXIT_FAILED)
 
 
-def chain_prev_ok(window: WindowArg, json_out: JsonOpt = False) -> None:
-    """From replayed state: the previous window left a consistent chain (aborts the chain on refusal)."""
-    from runner.gates.chain import run_prev_ok
-
-    book, signer = _open()
-    _registration(book, window)
-    record = run_prev_ok(book, signer, window)
-    result = record.result
-    if json_out:
-        print_json({"window": window, "gate": "chain_prev_ok", "verdict": result.verdict, "summary": result.summary,
-                    "seq": record.gate_event.seq,
-                    "chain_aborted_seq": None if record.aborted_event is None else record.aborted_event.seq,
-                    "evidence": result.evidence})
-    else:
-        print(f"chain_prev_ok {result.summary}")
-        print(f"recorded gate.result at seq {record.gate_event.seq} for window {window}")
-        if record.aborted_event is not None:
-            print(f"chain aborted at seq {record.aborted_event.seq}: the window must restore production "
-                  f"(tally window abort {window})")
-    if result.verdict != "PASS":
-        raise typer.Exit(EXIT_FAILED)
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    gate = typer.Typer(help="Gates checked before any host contact; each appends gate.result.", no_args_is_help=True)
+    command(gate, "qualification")(gate_qualification)
+    command(gate, "rng")(gate_rng)
+    command(gate, "budget")(gate_budget)
+    command(gate, "standard-spec")(gate_standard_spec)
+    app.add_typer(gate, name="gate")
+    command(app, "rehearse")(rehearse)

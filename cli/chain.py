@@ -1,0 +1,71 @@
+"""``tally chain``: chain mode: the previous-window check and the read-only preflight."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .common import (
+    EXIT_FAILED,
+    JsonOpt,
+    SiteOpt,
+    WindowArg,
+    command,
+    ledger_and_signer,
+    print_json,
+    registered,
+    site_driver,
+    state,
+)
+
+
+def chain_prev_ok(window: WindowArg, json_out: JsonOpt = False) -> None:
+    """From replayed state: the previous window left a consistent chain (aborts the chain on refusal)."""
+    from runner.gates.chain import run_prev_ok
+
+    book, signer = ledger_and_signer()
+    registered(book, window)
+    record = run_prev_ok(book, signer, window)
+    result = record.result
+    if json_out:
+        print_json({"window": window, "gate": "chain_prev_ok", "verdict": result.verdict, "summary": result.summary,
+                    "seq": record.gate_event.seq,
+                    "chain_aborted_seq": None if record.aborted_event is None else record.aborted_event.seq,
+                    "evidence": result.evidence})
+    else:
+        print(f"chain_prev_ok {result.summary}")
+        print(f"recorded gate.result at seq {record.gate_event.seq} for window {window}")
+        if record.aborted_event is not None:
+            print(f"chain aborted at seq {record.aborted_event.seq}: the window must restore production "
+                  f"(tally window abort {window})")
+    if result.verdict != "PASS":
+        raise typer.Exit(EXIT_FAILED)
+
+
+def chain_preflight(
+    site: SiteOpt,
+    window: Annotated[str | None, typer.Argument(help="Window id for the site commands' {window}; nothing is appended.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Serving state, HOLD and (only while the marker is present) placeholders; appends nothing."""
+    from runner.execution.preflight import chain_preflight as run
+
+    driver, _ = site_driver(site)
+    report = run(state.ledger(), driver, window)
+    driver.close()
+    if json_out:
+        print_json(report)
+    else:
+        for line in report["lines"]:
+            print(line)
+    if not report["ok"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    chain = typer.Typer(help="Chain mode: preflight and the previous-window check.", no_args_is_help=True)
+    command(chain, "prev-ok")(chain_prev_ok)
+    command(chain, "preflight")(chain_preflight)
+    app.add_typer(chain, name="chain")

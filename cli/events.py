@@ -1,0 +1,61 @@
+"""Events one by one: ``tally append``, ``tally log``, ``tally show``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from .common import command, print_appended, read_json_arg, state
+
+
+def append(
+    type_: Annotated[str, typer.Argument(metavar="TYPE", help="Event type, dotted (e.g. note.added).")],
+    stream: Annotated[str, typer.Option(help="Stream the event belongs to.")],
+    payload: Annotated[str, typer.Option(help="Payload JSON object, or @FILE (@- for stdin).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the stored event.")] = False,
+) -> None:
+    """Append one signed event; prints its seq."""
+    value = read_json_arg(payload)
+    book = state.ledger()
+    event = book.append(stream, type_, value, state.signer(book.url))
+    print_appended(event, json_out)
+
+
+def log(
+    stream: Annotated[str | None, typer.Option(help="Only this stream.")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="Only this event type.")] = None,
+    since: Annotated[int, typer.Option(help="Only events with seq greater than SEQ.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="One stored event per line (JSON lines).")] = False,
+) -> None:
+    """List events in seq order."""
+    book = state.ledger()
+    write = sys.stdout.write
+    for event in book.events(since, stream=stream, types=[type_] if type_ else None):
+        if json_out:
+            write(event.line() + "\n")
+        else:
+            write(f"{event.seq:>8}  {event.time}  {event.stream:<24} {event.type:<22} {event.hash[:16]}\n")
+
+
+def show(
+    seq: Annotated[int, typer.Argument(help="Event seq.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the stored event as JSON.")] = False,
+) -> None:
+    """Show one event."""
+    event = state.ledger().get(seq)
+    if json_out:
+        sys.stdout.write(event.line() + "\n")
+        return
+    print(f"seq     {event.seq}\nstream  {event.stream}\ntype    {event.type}\ntime    {event.time}")
+    print(f"actor   {event.actor}\nprev    {event.prev}\nhash    {event.hash}\nsig     {event.sig}")
+    print("payload " + json.dumps(event.payload, indent=2, ensure_ascii=False))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    command(app, "append")(append)
+    command(app, "log")(log)
+    command(app, "show")(show)

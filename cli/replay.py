@@ -1,0 +1,68 @@
+"""``tally replay``: state and verdicts derived by replaying the ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ledger.errors import FormatError
+
+from .common import EXIT_FAILED, JsonOpt, command, print_json, state
+
+
+def replay_state(
+    window: Annotated[str | None, typer.Option("--window", help="Only this window's state.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fold the ledger into the runner's state (SPEC 5.3): marker, HOLD, production, windows."""
+    from runner.state.fold import fold
+
+    book = state.ledger()
+    folded = fold(None, book.events())
+    if window is not None and window not in folded.windows:
+        raise FormatError(f"window {window} is not in the ledger")
+    data = folded.to_json(window)
+    if json_out:
+        print_json(data)
+        return
+    marker = data["chain"]["marker"]
+    print(f"ledger     size {data['ledger']['size']}, head {data['ledger']['head'][:16]}")
+    print(f"production {data['production']}")
+    print(f"hold       {'none' if data['hold'] is None else data['hold']['owner'] + ' since seq ' + str(data['hold']['seq'])}")
+    print(f"marker     {'none' if marker is None else marker['window'] + ' (snapshot ' + str(marker['production_snapshot_sha256'])[:12] + ')'}")
+    placeholders = ", ".join(data["chain"]["placeholders"]) or "none"
+    print(f"placeholders {placeholders}")
+    for wid, ws in data["windows"].items():
+        gates = ", ".join(f"{name} {g['verdict']}" for name, g in ws["gates"].items()) or "no gates"
+        decision = ws["decision"]["result"] if ws["decision"] else "-"
+        print(f"window {wid}: {ws['phase']}; {gates}; starts {', '.join(ws['starts']) or '-'}; "
+              f"waves {ws['waves']}; decision {decision}")
+        for action in ws["open_actions"]:
+            print(f"  open host action {action['action']} on {action['host']} (seq {action['seq']}): unknown outcome")
+
+
+def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
+    """Recompute the window's decision from its recorded measurements; MATCH exit 0, MISMATCH exit 1."""
+    from runner.decide.inputs import replay_window
+
+    result = replay_window(state.ledger(), window)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        verdict = "MATCH" if result.match else "MISMATCH"
+        print(f"{verdict}: window {window}, decision seq {result.decision_seq}: recorded "
+              f"{result.recorded.get('result', {}).get('decision')}, recomputed "
+              f"{result.recomputed.get('result', {}).get('decision')}")
+        for difference in result.differences:
+            print(f"  {difference}")
+    if not result.match:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    replay = typer.Typer(help="Derive state and verdicts by replaying the ledger.", no_args_is_help=True)
+    command(replay, "state")(replay_state)
+    command(replay, "verdict")(replay_verdict)
+    app.add_typer(replay, name="replay")

@@ -1,0 +1,71 @@
+"""The opening steps: re-probe an unknown outcome, preflight, proofs under a marker, snapshot, drain, HOLD.
+
+The production snapshot comes before the drain, while production serves: whatever
+happens from there on, there is something to restore to. Under another window's
+chain marker there is no drain: placeholders and quiet hosts are proved, the HOLD
+opens, and the snapshot is the marker's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..events import payloads as p
+from .recorder import Recorder, RunResult, StepHandler, plain
+
+if TYPE_CHECKING:
+    from .steps import Step, StepKind
+
+__all__ = ["HANDLERS", "HOST_STEP_ACTIONS", "OpeningSteps"]
+
+
+class OpeningSteps(Recorder):
+    def probe(self, step: Step, _r: RunResult) -> None:
+        self.say(f"re-probing: {step.reason}")
+        self.action("probe", None, {"probed_action": step.args.get("action")}, probe_of=step.args["probe_of"])
+
+    def preflight(self, _s: Step, _r: RunResult) -> None:
+        self.say(f"window {self.window}: preflight")
+        self.action("preflight", None, {"marker": bool(self.state.marker)})
+
+    def host_step(self, step: Step, _r: RunResult) -> None:
+        """A step that is one host action and records nothing else (a proof, a fence, the experiment's stop)."""
+        self.action(HOST_STEP_ACTIONS[step.kind], step.host, {})
+
+    def drain(self, _s: Step, _r: RunResult) -> None:
+        self.action("drain", None, {}, then=lambda res: [
+            ("production.state", p.ProductionState(state="down", proof={"action": "drain", **plain(res.facts)}), ())])
+
+    def hold_open(self, step: Step, _r: RunResult) -> None:
+        self.append([("hold.opened", p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
+                                                  from_marker=bool(step.args.get("from_marker"))), ())])
+        self.say(f"HOLD opened by {self.owner}")
+
+    def snapshot(self, step: Step, _r: RunResult) -> None:
+        marker = self.state.marker
+        if step.args.get("from_marker") and marker is not None:
+            self.append([("production.snapshot", p.ProductionSnapshot(
+                sha256=marker["production_snapshot_sha256"], source="marker",
+                identity={"marker_window": marker.get("window"), "marker_seq": marker.get("seq")}), ())])
+            return
+        self.action("snapshot", None, {}, then=lambda res: [
+            ("production.snapshot", p.ProductionSnapshot(sha256=res.facts["snapshot_sha256"], source="drain",
+                                                         identity=plain(res.facts.get("identity") or {})), ())])
+
+
+# The steps that are one host action, opening and closing, and the action each runs.
+HOST_STEP_ACTIONS: dict[str, str] = {
+    "placeholder_proof": "placeholder_proof", "quiet_proof": "quiet_proof",
+    "closing_placeholder_proof": "placeholder_proof", "closing_quiet_proof": "quiet_proof",
+    "fence": "fence", "experiment_stop": "experiment_stop",
+}
+
+HANDLERS: dict[StepKind, StepHandler] = {
+    "probe": OpeningSteps.probe,
+    "preflight": OpeningSteps.preflight,
+    "placeholder_proof": OpeningSteps.host_step,
+    "quiet_proof": OpeningSteps.host_step,
+    "drain": OpeningSteps.drain,
+    "hold_open": OpeningSteps.hold_open,
+    "snapshot": OpeningSteps.snapshot,
+}

@@ -1,0 +1,283 @@
+"""The steps of a start: its engine, its clock cap, the standard_spec gate, warm-up, waves, its end.
+
+A wave's deadlines are the plan's (window seconds, scaled by the site's time scale)
+and never run past the budget's next cut (the restore point, the block limit): a
+wave cut by the budget is followed, in the same transaction, by the budget decision
+that cut it. A finished control start of a win2-v1 window goes to the archive.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ledger.errors import ExternalError
+from ledger.store import Blob
+
+from ..decide.win2 import pooled_values
+from ..events import payloads as p
+from ..plan.model import CONTROL_ROLE
+from ..plan.register import family_prompts
+from ..vocabulary import ArmRole
+from .clock import parse_time
+from .recorder import Pending, Recorder, RunResult, StepHandler, plain
+
+if TYPE_CHECKING:
+    from ..drivers.base import ActionResult
+    from ..measure.family import Prompt
+    from ..measure.wave import WaveResult
+    from ..state.fold import WindowState
+    from .steps import Step, StepKind
+
+__all__ = ["HANDLERS", "StartSteps", "block_began", "wave_payload"]
+
+
+def block_began(ws: WindowState, start: str) -> datetime | None:
+    """When the start's engine came up (its start_arm, else its start.began)."""
+    for item in ws.finished:
+        if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
+            return parse_time(item["time"])
+    began = (ws.starts.get(start) or {}).get("began_time")
+    return parse_time(began) if began else None
+
+
+def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveResult, records: Blob) -> p.WaveMeasured:
+    """The ``wave.measured`` payload of a measured wave (its records travel as ``records``)."""
+    s = measured.summary()
+    client = dict(s["client"])
+    intervals = client.pop("chunk_interval_ms")
+    return p.WaveMeasured(
+        start=start, cell=cell, repeat=repeat, wave=wave, family=s["family"], seed=s["seed"],
+        max_tokens=s["max_tokens"], concurrency=s["concurrency"], started_at=s["started_at"], ended_at=s["ended_at"],
+        counters=p.Counters(**s["counters"]), counters_missing=s["counters_missing"], complete=s["complete"],
+        incomplete_reasons=s["incomplete_reasons"],
+        client=p.ClientFigures(chunk_interval_ms=None if intervals is None else p.ChunkIntervals(**intervals),
+                               **client),
+        requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records))
+
+
+class StartSteps(Recorder):
+    prompts: dict[str, dict[str, Prompt]] | None
+    model: str | None
+    last_wave_end: float | None
+
+    def _elapsed_min(self, now: datetime) -> float:
+        first = self.ws.clock.get("first_action")
+        return self.clock.minutes(parse_time(first) if first else None, now)
+
+    def start_arm(self, step: Step, _r: RunResult) -> None:
+        assert step.start is not None
+        self.say(f"start {self.plan.start(step.start).label}")
+        self.model = None
+        self.action("start_arm", None, self.arm_params(step.start), start=step.start)
+
+    def _observed_spec(self, start_id: str) -> dict[str, Any] | None:
+        """The speculative config the host reported when it started this start's engine."""
+        engine = self.ws.engine or {}
+        config = engine.get("speculative_config") if engine.get("start") == start_id else None
+        return dict(config) if isinstance(config, dict) else None
+
+    def start_began(self, step: Step, _r: RunResult) -> None:
+        from ..gates.spec import spec_sha256
+
+        assert step.start is not None
+        start = self.plan.start(step.start)
+        arm = self.plan.arm(start.role)
+        reported = self._observed_spec(step.start)
+        observed = reported if reported is not None else arm.speculative
+
+        def began(res: ActionResult) -> list[Pending]:
+            return [("start.began", p.StartBegan(
+                start=start.id, role=start.role, clock_cap_mhz=res.facts.get("clock_cap_mhz"),
+                spec_config_sha256=spec_sha256(observed), spec_config=plain(observed),
+                config_digest=arm.config_digest,
+                identity={"arm": arm.name, "log_line": res.facts.get("log_line"),
+                          "spec_config_source": "host" if reported is not None else "declared (host reported none)"},
+            ), ())]
+
+        self.action("read_clock_cap", None, self.arm_params(step.start), start=step.start, then=began)
+
+    def spec_gate(self, step: Step, _r: RunResult) -> None:
+        from ..gates.admission import record_gate
+        from ..gates.spec import SpecResult, check_standard_spec
+
+        assert step.start is not None
+        start = self.plan.start(step.start)
+        arm = self.plan.arm(start.role)
+        observed = self._observed_spec(step.start)
+        if observed is None:  # fail closed: what the host did not report cannot be checked
+            checked = SpecResult("FAIL", {"start": start.id, "role": start.role, "config": None,
+                                          "failures": ["the host reported no speculative config for this start"]},
+                                 ("the host reported no speculative config for this start",))
+        else:
+            checked = check_standard_spec(start.id, start.role, observed, arm.speculative)
+        record_gate(self.ledger, self.signer, self.window, "standard_spec", checked.verdict, checked.evidence,
+                    commit=self.plan.commit, start=start.id, summary="; ".join(checked.failures) or "standard",
+                    auto_admit=False)
+        self.crash.after(["gate.result"])
+        self.say(f"  standard_spec {start.label}: {checked.verdict}")
+
+    def warmup(self, step: Step, _r: RunResult) -> None:
+        assert step.start is not None
+        start_id = step.start
+        self.action("warmup", None, self.arm_params(start_id), start=start_id, then=lambda res: [
+            ("warmup.done", p.WarmupDone(start=start_id, cold_ttft_s=res.facts.get("ttft_cold_s"),
+                                         warm_ttft_s=res.facts.get("ttft_warm_s"),
+                                         requests=int(res.facts.get("requests", 0) or 0)), ())])
+
+    def _prompts_for(self, family: str) -> dict[str, Prompt]:
+        if self.prompts is None:
+            self.prompts = family_prompts(self.ledger, self.registration)
+        return self.prompts[family]
+
+    def _model_name(self) -> str:
+        if self.model is None:
+            from ..measure.wave import list_models
+
+            models = list_models(self.driver.serving_url)
+            if not models:
+                raise ExternalError(f"{self.driver.serving_url} lists no model")
+            self.model = models[0]
+        return self.model
+
+    def wave(self, step: Step, result: RunResult) -> None:
+        from ..measure.wave import measure_wave
+
+        wave = step.wave
+        assert wave is not None and step.start is not None
+        family = self._prompts_for(wave.family)
+        prompts = [family[pid] for pid in wave.prompt_ids]
+        now = datetime.now(UTC)
+        began = block_began(self.ws, step.start)
+        block = self.clock.minutes(began, now) if began else None
+        cut_s, cut = self.clock.wave_cut_s(self._elapsed_min(now), block)
+        # Plan deadlines are in window seconds; the site's time scale makes them real ones.
+        wave_deadline = self.plan.measurement.wave_deadline_s * self.clock.time_scale
+        request_deadline = self.plan.measurement.request_deadline_s * self.clock.time_scale
+        deadline = min(wave_deadline, cut_s) if cut_s > 0 else 0.001
+        sampling = self.plan.sampling
+        t0 = time.perf_counter()
+        if self.last_wave_end is not None:
+            result.wave_gaps_s.append(t0 - self.last_wave_end)
+        measured = measure_wave(
+            self.driver.serving_url, self.driver.metrics_urls[0] if self.driver.metrics_urls else None, prompts,
+            model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
+            deadline_s=request_deadline, wave_deadline_s=deadline,
+            ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
+            temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
+        )
+        self.last_wave_end = time.perf_counter()
+        spent = self.last_wave_end - t0
+        result.measuring_s += spent
+        result.waves += 1
+        records = Blob(measured.records_jsonl(), "application/x-ndjson")
+        items: list[Pending] = [
+            ("wave.measured", wave_payload(step.start, wave.cell, wave.repeat, wave.wave, measured, records),
+             (records,))]
+        cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
+        if cut_by_budget and cut is not None and not self.cancel.is_set():
+            items.append(("budget.decision", p.BudgetDecision(
+                action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+                limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
+                cell=wave.cell), ()))
+        self.append(items)
+        if self.on_wave is not None:
+            self.on_wave(self.ws.waves, len(self.plan.waves), f"{step.start} {wave.cell} wave {wave.wave}")
+
+    def budget(self, step: Step, _r: RunResult) -> None:
+        limit = step.limit
+        assert limit is not None
+        self.append([("budget.decision", p.BudgetDecision(
+            action=limit.action, reason=limit.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+            limit_min=limit.at_min, start=step.start), ())])
+        self.say(f"budget: {limit.action}: {limit.reason}")
+
+    def end_start(self, step: Step, _r: RunResult) -> None:
+        assert step.start is not None
+        self.last_wave_end = None  # the gap to the next start's first wave is host work, not overhead
+        start = self.plan.start(step.start)
+        info = self.ws.starts.get(start.id) or {}
+        lost = bool(step.args.get("lost"))
+        failed = bool(step.args.get("failed"))
+        if not lost:
+            cap = info.get("clock_cap_mhz")
+
+            def thermal(res: ActionResult) -> list[Pending]:
+                current = res.facts.get("current_clock_mhz")
+                if isinstance(current, int) and isinstance(cap, int) and current < cap:
+                    return [("thermal.event", p.ThermalEvent(host="site", kind="dial_back", clock_cap_mhz=current,
+                                                             detail={"start": start.id, "start_cap_mhz": cap}), ())]
+                return []
+
+            self.action("read_clock_cap", None, self.arm_params(start.id), start=start.id, then=thermal)
+
+        def finish(ok: bool, reason: str) -> list[Pending]:
+            ended = p.StartEnded(start=start.id, role=start.role, ok=ok,
+                                 truncated=bool(step.args.get("truncated")), reason=reason)
+            return [("start.ended", ended, ()), *self._archive_items(start.id, start.role)]
+
+        if lost:
+            self.append(finish(False, step.reason))
+            return
+        res = self.action("stop_arm", None, self.arm_params(start.id), start=start.id,
+                          then=lambda _res: finish(not failed, step.reason))
+        if not res.ok:
+            self.append(finish(False, f"stop_arm failed: {res.facts.get('error') or res.exit_code}"))
+
+    def _archive_items(self, start_id: str, role: ArmRole) -> list[Pending]:
+        if role != CONTROL_ROLE.get(self.plan.mode) or self.plan.protocol != "win2-v1":
+            return []
+        items: list[Pending] = []
+        info = self.ws.starts.get(start_id) or {}
+        for cell in self.plan.cells:
+            if not cell.decision:
+                continue
+            figures = self._cell_figures(start_id, cell.name)
+            if figures is None:
+                continue
+            items.append(("archive.control_start", p.ArchiveControlStart(
+                start=start_id, role=role, cell=cell.name, max_tokens=self.plan.sampling.max_tokens,
+                commit=self.plan.commit, clock_cap_mhz=info.get("clock_cap_mhz"), figures=figures), ()))
+        return items
+
+    def _cell_figures(self, start_id: str, cell: str) -> dict[str, Any] | None:
+        rounds = accepted = client_tokens = 0
+        decode: list[float] = []
+        client_s: list[float] = []
+        ttfts: list[float] = []
+        for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
+                                        types=["wave.measured"]):
+            w = event.payload
+            if w["start"] != start_id or w["cell"] != cell:
+                continue
+            c = w["counters"]
+            if c.get("rounds") is None or c.get("accepted") is None or c.get("decode_s") is None:
+                return None
+            rounds += c["rounds"]
+            accepted += c["accepted"]
+            decode.append(c["decode_s"])
+            client_tokens += w["client"]["tokens_after_first"]
+            client_s.append(w["client"]["decode_s"])
+            ttfts += w["client"]["ttft_s"]
+        if not decode or not rounds or not sum(decode):
+            return None
+        values = pooled_values(rounds, accepted, decode, client_tokens, client_s, ttfts)
+        return {**values, "waves": len(decode)}
+
+    def measurement_end(self, step: Step, _r: RunResult) -> None:
+        why = step.args.get("why", "complete")
+        self.append([("measurement.ended", p.MeasurementEnded(reason=why, waves=self.ws.waves), ())])
+        self.say(f"measurement ended ({why}): {step.reason}")
+
+
+HANDLERS: dict[StepKind, StepHandler] = {
+    "start_arm": StartSteps.start_arm,
+    "start_began": StartSteps.start_began,
+    "spec_gate": StartSteps.spec_gate,
+    "warmup": StartSteps.warmup,
+    "wave": StartSteps.wave,
+    "budget": StartSteps.budget,
+    "end_start": StartSteps.end_start,
+    "measurement_end": StartSteps.measurement_end,
+}
