@@ -1,4 +1,4 @@
-"""Decision-rule benchmark (issue 5): `verdict compute` for pp3-v1 (2,000 resamples) and win2-v1.
+"""Decision-rule benchmark: `verdict compute` for pp3-v1 (2,000 resamples) and win2-v1.
 
     python bench/decide.py [--small]
 

@@ -1,4 +1,4 @@
-"""Fold rate and audit time on 100,000 window events (issue 6 benchmark).
+"""Fold rate and audit time on 100,000 window events.
 
 Builds a ledger of scripted windows (chains of two windows: chained close, then the
 chain's last window with restore, watch and marker clearing; ~180 events per chain, 43%

@@ -1,4 +1,4 @@
-"""Ledger core benchmark (issue 2): the floor, the eventsourcing anchor, and tally, in one run.
+"""Ledger core benchmark: the floor, the eventsourcing anchor, and tally, in one run.
 
     python bench/ledger.py [--small]
 

@@ -1,4 +1,4 @@
-"""Benchmark of the measurement client and the simulator (issues 4 and 8).
+"""Benchmark of the measurement client and the simulator.
 
 1. Client overhead: the simulator (a child process, so it has its own interpreter)
    streams 8 concurrent requests at 500, 2,000 and 5,000 chunks/s in total; for every

@@ -1,4 +1,4 @@
-"""Runner overhead (issue 7): time between waves spent outside measuring, and replay per step.
+"""Runner overhead: time between waves spent outside measuring, and replay per step.
 
     python bench/runner.py [--small]
 

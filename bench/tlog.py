@@ -1,4 +1,4 @@
-"""Transparency benchmark (issue 3): proofs, checkpoints and the cost of keeping the Merkle tree.
+"""Transparency benchmark: proofs, checkpoints and the cost of keeping the Merkle tree.
 
     python bench/tlog.py [--small] [--events N] [--db URL_OR_PATH] [--samples K]
 

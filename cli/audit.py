@@ -19,7 +19,7 @@ def verify(
     jobs: Annotated[int, typer.Option(help="Threads checking signatures.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check every event against SPEC 3.3 (exit 1 with the first failing seq and rule)."""
+    """Check every event against the verification rules (docs/format.md) (exit 1 with the first failing seq and rule)."""
     from ledger.stored import verify_ledger
 
     book = state.ledger()
@@ -71,7 +71,7 @@ def audit(
     jobs: Annotated[int, typer.Option(help="Threads checking signatures (database audits).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print a SLSA verification summary-shaped result.")] = False,
 ) -> None:
-    """Cryptographic checks, then every protocol invariant (SPEC 5.4); exit 1 naming the first failure."""
+    """Cryptographic checks, then every protocol invariant (docs/events.md); exit 1 naming the first failure."""
     from runner.audit.full import run_audit
 
     if bundle is not None:

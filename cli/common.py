@@ -64,7 +64,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def exit_code(error: BaseException) -> int:
-    """The one place where the error tree becomes exit codes (SPEC 9)."""
+    """The one place where the error tree becomes exit codes (README, exit codes)."""
     if isinstance(error, FormatError):
         return EXIT_BAD_INPUT
     if isinstance(error, ExternalError):

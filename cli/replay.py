@@ -15,7 +15,7 @@ def replay_state(
     window: Annotated[str | None, typer.Option("--window", help="Only this window's state.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Fold the ledger into the runner's state (SPEC 5.3): marker, HOLD, production, windows."""
+    """Fold the ledger into the runner's state (docs/events.md): marker, HOLD, production, windows."""
     from runner.state.fold import fold
 
     book = state.ledger()

@@ -15,6 +15,7 @@ and on planted sources that break each rule.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -215,3 +216,20 @@ def test_a_module_outside_every_layer_is_found() -> None:
 def test_every_import_form_is_resolved(text: str) -> None:
     graph = _planted({"runner/plan/a.py": text, "runner/plan/b.py": ""})
     assert graph["runner.plan.a"] == {"runner.plan.b"}
+
+
+CITATION = re.compile(r"\bSPEC \d|\bSPEC section|\bissue \d+|\bissues \d+ and|\.notes/|CONTRACTS\.md|"
+                      r"\b\d{3}_[0-9a-f]{16}\.txt")
+
+
+def test_code_and_docs_stand_on_their_own() -> None:
+    """No comment, docstring or doc cites the design notes tally was built from: docs/ anchors only."""
+    offenders = []
+    paths = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md", *sorted((REPO / "examples").rglob("*.toml"))]
+    for package in (*PACKAGES, "bench", "tests"):
+        paths += [p for p in sorted((REPO / package).rglob("*.py")) if p != Path(__file__).resolve()]
+    for path in paths:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if CITATION.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
+    assert offenders == []

@@ -1,9 +1,9 @@
-"""``tally audit``: the cryptographic checks, then every protocol invariant (SPEC 5.4).
+"""``tally audit``: the cryptographic checks, then every protocol invariant (``docs/events.md``, the audit).
 
 Works on the database (``verify_ledger``) or on an exported bundle with nothing else
 (``verify_bundle``). When the cryptography fails, the protocol is not audited: its
 events cannot be trusted. Decisions are recomputed from the recorded measurements
-(``decision-recomputes``) with ``runner.decide.replay``. The JSON form is shaped as a
+(``decision-recomputes``) with ``runner.decide.inputs``. The JSON form is shaped as a
 SLSA verification summary (an in-toto Statement) with tally's findings beside it.
 """
 

@@ -1,7 +1,7 @@
-"""Protocol audit (SPEC 5.4): did what happened keep what the plan promised?
+"""Protocol audit (``docs/events.md``, the audit): did what happened keep what the plan promised?
 
 ``audit_protocol(events)`` walks the events once, in seq order, folding them with
-``runner.fold`` and checking each event against the state *before* it; every breach is
+``runner.state.fold`` and checking each event against the state *before* it; every breach is
 a ``Violation`` naming the invariant and the offending seq. It runs after the
 cryptographic checks (``tally audit``) and is pure: events in, violations out.
 

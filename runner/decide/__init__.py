@@ -1,4 +1,4 @@
-"""Decision rules ``win2-v1`` and ``pp3-v1``: pure functions of a JSON input (SPEC 7, issue 5).
+"""Decision rules ``win2-v1`` and ``pp3-v1``: pure functions of a JSON input (``docs/rules.md``).
 
 ``compute(input) -> result`` validates and decides; ``inputs_digest(hashes)`` names the
 measurement events a decision used. No I/O, no clock. ``docs/rules.md`` documents every

@@ -223,7 +223,7 @@ def decision_for(plan: Plan, events: Sequence[Event], archive: Iterable[Event] =
                  before: int | None = None) -> tuple[DecisionInput, dict[str, Any]]:
     """The input and the result a window's decision must record.
 
-    A window that closed ``aborted`` is decided REJECT (SPEC 5.6) with the reasons its
+    A window that closed ``aborted`` is decided REJECT (``docs/window.md``, endings) with the reasons its
     events give; otherwise the registered rule decides from the rebuilt input.
     """
     window_events = [e for e in events if before is None or e.seq < before]

@@ -1,4 +1,4 @@
-"""Rule ``pp3-v1`` (seed 003, "Pre-registered rule"; SPEC 7.2).
+"""Rule ``pp3-v1`` (seed 003, "Pre-registered rule"; ``docs/rules.md``).
 
 Blocks A1 B1 B2 A2 each run the same frozen requests; a pair is one (family, context).
 Throughput gain of B over A pooled over all pairs, a source-cluster bootstrap (clusters are
@@ -238,7 +238,7 @@ def bootstrap_gains(sums: FamilySums, params: Pp3Params) -> npt.NDArray[np.float
 # --------------------------------------------------------------------------- deciding
 
 def decide(inp: Pp3Input) -> dict[str, Any]:
-    """The ``pp3-v1`` result (key names fixed by issue 5)."""
+    """The ``pp3-v1`` result (its key names are a contract: ``docs/rules.md``)."""
     import numpy as np
 
     p = inp.params

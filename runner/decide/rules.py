@@ -40,7 +40,7 @@ def validate(data: Any) -> None:
 
 
 def compute(data: Any) -> dict[str, Any]:
-    """Validate ``data`` and return its rule's result (a JSON-ready dict; key names fixed by issue 5).
+    """Validate ``data`` and return its rule's result (a JSON-ready dict; key names are a contract, ``docs/rules.md``).
 
     Pure and deterministic: the same input gives the same result, bit for bit. Values so large
     or small that a sum overflows or a result is not finite are bad input (``FormatError``).

@@ -1,4 +1,4 @@
-"""Rule ``win2-v1`` (seed 000, "Decision (win2-v1, paired by repeat)"; SPEC 7.1).
+"""Rule ``win2-v1`` (seed 000, "Decision (win2-v1, paired by repeat)"; ``docs/rules.md``).
 
 Three starts per window: ``s1`` and ``s3`` are the bracketing controls, ``s2`` the
 candidate. Per start, decision cell and repeat the repeat's waves (one per source family)
@@ -270,7 +270,7 @@ def _pool(waves: list[Wave], families: tuple[str, ...], where: str) -> _Pooled:
 # --------------------------------------------------------------------------- deciding
 
 def decide(inp: Win2Input) -> dict[str, Any]:
-    """The ``win2-v1`` result (key names fixed by issue 5)."""
+    """The ``win2-v1`` result (its key names are a contract: ``docs/rules.md``)."""
     p = inp.params
     repeats = range(1, p.repeats + 1)
     decision_waves = [w for w in inp.waves if w.cell in inp.decision_cells]

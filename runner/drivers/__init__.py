@@ -1,6 +1,6 @@
 """Host drivers: one interface (:class:`HostDriver`) for a real site and for the simulator.
 
-``runner.site.load_site(path)`` reads a site file and returns the driver it describes;
+``runner.drivers.site.load_site(path)`` reads a site file and returns the driver it describes;
 ``SimDriver.for_handle(handle)`` drives a simulator started in this process. See
 ``docs/site.md`` for the actions, their facts and the site file format.
 """

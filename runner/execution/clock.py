@@ -1,4 +1,4 @@
-"""The budget clock (SPEC 5.5): window minutes from event times, and the limits they hit.
+"""The budget clock (``docs/window.md``, the budget clock): window minutes from event times, and the limits they hit.
 
 The clock's zero is the window's first host action (as recorded in the ledger). A
 site's ``time_scale`` converts wall time to window time: a real site runs at 1.0; the

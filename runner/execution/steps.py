@@ -1,10 +1,10 @@
-"""What a window does next, decided from replayed state only (SPEC 5.5-5.7). Pure.
+"""What a window does next, decided from replayed state only (``docs/window.md``). Pure.
 
-``next_step(ctx)`` looks at the folded state of the ledger (``runner.fold``), the plan,
+``next_step(ctx)`` looks at the folded state of the ledger (``runner.state.fold``), the plan,
 the site's hosts and the budget clock's reading, and names the one step to take now.
 The runner performs it, records it, replays, and asks again; a runner killed at any
 instant asks the same question on resume and gets the step that brings the window to
-a safe, recorded state. The order of steps is the reference sequence of SPEC 5.7:
+a safe, recorded state. The order of steps is the reference sequence of ``docs/window.md``:
 
     preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
     quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,

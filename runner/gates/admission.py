@@ -2,7 +2,7 @@
 
 A window is admitted (``window.admitted``, state phase ``admitted``) only when every
 gate its plan requires has a latest result PASS at the plan's commit, plus
-``chain_prev_ok`` while the chain marker is set (``runner.fold.admission_blockers``).
+``chain_prev_ok`` while the chain marker is set (``runner.state.fold.admission_blockers``).
 Admission is appended automatically by ``record_gate`` as soon as the last required
 gate passes; ``admit`` does the same on demand (``tally window admit``) and refuses
 with the list of what is missing.

@@ -1,4 +1,4 @@
-"""The budget gate (SPEC 8): does the registered stage estimate fit the registered limits?
+"""The budget gate (``docs/gates.md``): does the registered stage estimate fit the registered limits?
 
 Pure arithmetic on ``Plan.budget``, exact (stage minutes are read as decimals and summed
 as fractions of a second, then rounded half-up to 0.1 min for display), so the seeds'

@@ -1,4 +1,4 @@
-"""The chain_prev_ok gate (SPEC 5.6): did the previous window leave a consistent chain?
+"""The chain_prev_ok gate (``docs/gates.md``): did the previous window leave a consistent chain?
 
 From replayed state only. With the chain marker present, the previous window is the one
 that set it: it must have closed ``chained`` with its placeholders still up on every

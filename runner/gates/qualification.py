@@ -1,4 +1,4 @@
-"""The qualification gate (SPEC 8): carry a QUALIFIED admission at commit Q to HEAD.
+"""The qualification gate (``docs/gates.md``): carry a QUALIFIED admission at commit Q to HEAD.
 
 PASS only if the admission receipt says QUALIFIED for Q, every carried file and every
 file under a carried prefix is byte-identical between Q and HEAD, and every carried unit

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import FormatError
+from ledger.errors import FieldError, FormatError
 
 __all__ = ["AdmissionReceipt", "RngReceipt", "read_admission_receipt", "read_rng_receipt"]
 
@@ -61,7 +61,7 @@ def _load(path: Path, what: str) -> tuple[dict[str, Any], str]:
 def _field(obj: dict[str, Any], key: str, pattern: re.Pattern[str] | None, what: str, path: Path) -> str:
     value = obj.get(key)
     if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
-        raise FormatError(f"{what} {path}: {key} is missing or malformed")
+        raise FieldError(key, "missing or malformed", source=f"{what} {path}")
     return value
 
 
@@ -101,7 +101,7 @@ def read_admission_receipt(path: Path) -> AdmissionReceipt:
     commit = _field(obj, "commit", _COMMIT, what, path)
     prepared = obj.get("prepared_verifier_sha256")
     if prepared is not None and (not isinstance(prepared, str) or not _SHA256.fullmatch(prepared)):
-        raise FormatError(f"{what} {path}: prepared_verifier_sha256 is malformed")
+        raise FieldError("prepared_verifier_sha256", "malformed", source=f"{what} {path}")
     window = obj.get("window") if isinstance(obj.get("window"), str) else None
     return AdmissionReceipt(verdict, commit, prepared, window, digest, str(path))
 
@@ -114,10 +114,10 @@ def read_rng_receipt(path: Path) -> RngReceipt:
     kernel = _field(obj, "kernel_sha256", _SHA256, what, path)
     tests_raw = obj.get("tests", [])
     if not isinstance(tests_raw, list):
-        raise FormatError(f"{what} {path}: tests must be an array")
+        raise FieldError("tests", "must be an array", source=f"{what} {path}")
     tests = []
     for index, item in enumerate(tests_raw):
         if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("outcome"), str)):
-            raise FormatError(f"{what} {path}: tests[{index}] needs name and outcome strings")
+            raise FieldError(f"tests[{index}]", "needs name and outcome strings", source=f"{what} {path}")
         tests.append((item["name"], item["outcome"]))
     return RngReceipt(verdict, commit, kernel, tuple(tests), digest, str(path))

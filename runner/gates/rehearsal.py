@@ -1,4 +1,4 @@
-"""The API rehearsal (SPEC 8, seed 000): send the admission's probes to production first.
+"""The API rehearsal (``docs/gates.md``): send the admission's probes to production first.
 
 Five tiny non-streaming probes (at most 8 generated tokens each, ``priority`` 10, sent
 back to back with no idle wait):

@@ -1,4 +1,4 @@
-"""The RNG gate (SPEC 8): a PASS RNG receipt at HEAD whose kernel matches the admission's verifier.
+"""The RNG gate (``docs/gates.md``): a PASS RNG receipt at HEAD whose kernel matches the admission's verifier.
 
 PASS only if the RNG receipt says PASS, was produced at the plan's commit (HEAD), every
 test it lists passed, and its ``kernel_sha256`` equals the admission receipt's

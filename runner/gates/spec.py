@@ -1,4 +1,4 @@
-"""The standard_spec gate (SPEC 8): a start's speculative config is standard verification.
+"""The standard_spec gate (``docs/gates.md``): a start's speculative config is standard verification.
 
 Standard verification means lossless rejection sampling against the target: the config
 names a ``method`` and a positive ``num_speculative_tokens``; an acceptance method, when

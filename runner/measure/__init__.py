@@ -7,7 +7,7 @@
     family = load_family("opinions.jsonl")
     wave = measure_wave("http://127.0.0.1:8000", "http://127.0.0.1:8000/metrics", family.prompts,
                         model="m", max_tokens=512, seed=43, family=family.name)
-    wave.summary()        # the wave.measured payload (CONTRACTS.md) without window keys
+    wave.summary()        # the wave.measured payload (docs/events.md) without window keys
     wave.records_jsonl()  # every request's record, the event's blob
 
 See ``docs/measure.md`` for the definitions of every figure.

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import FormatError
+from ledger.errors import FieldError, FormatError
+
+from ..fields import Fields
 
 __all__ = ["Family", "Prompt", "family_bytes", "load_family", "parse_family", "write_family"]
 
@@ -57,36 +59,34 @@ class Family:
 
 
 def _line_prompt(obj: Any, number: int, name: str, where: str) -> Prompt:
+    line = f"line {number}"
     if not isinstance(obj, dict):
-        raise FormatError(f"{where} line {number}: must be a JSON object")
-    pid = obj.get("id", f"{name}-{number}")
-    if not isinstance(pid, str) or not pid:
-        raise FormatError(f"{where} line {number}: id must be a non-empty string")
-    kind = obj.get("kind", "")
-    if not isinstance(kind, str):
-        raise FormatError(f"{where} line {number}: kind must be a string")
+        raise FieldError(line, "must be a JSON object", source=where)
+    f = Fields(obj, line, source=where, dialect="json")
+    pid = f.string("id", f"{name}-{number}", nonempty=True)
+    kind = f.string("kind", "")
     if "messages" in obj:
-        messages = obj["messages"]
+        messages = f.raw("messages")
         if (not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
                 for m in messages)):
-            raise FormatError(f"{where} line {number}: messages must be a non-empty list of {{role, content}}")
+            raise f.fail("messages", "must be a non-empty list of {role, content}")
         text = "\n".join(m["content"] for m in messages)
         return Prompt(pid, text, kind, tuple({"role": m["role"], "content": m["content"]} for m in messages))
-    prompt = obj.get("prompt")
+    prompt = f.raw("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise FormatError(f"{where} line {number}: prompt must be a non-empty string")
+        raise f.fail("prompt", "must be a non-empty string")
     return Prompt(pid, prompt, kind)
 
 
 def parse_family(data: bytes, name: str, where: str = "family") -> Family:
-    """Parse family bytes; ``FormatError`` names the first bad line."""
+    """Parse family bytes; ``FieldError`` names the first bad line (and member)."""
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise FieldError("", f"not UTF-8 ({exc.reason} at byte {exc.start})", source=where) from None
     # Lines end at "\n" only: str.splitlines() would also split inside JSON strings at U+0085, U+2028...
     for number, line in enumerate(text.split("\n"), start=1):
         line = line.removesuffix("\r")
@@ -95,14 +95,15 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise FormatError(f"{where} line {number}: not valid JSON ({exc})") from None
+            raise FieldError(f"line {number}", f"not valid JSON ({exc})", source=where) from None
         prompt = _line_prompt(obj, number, name, where)
         if prompt.id in seen:
-            raise FormatError(f"{where} line {number}: duplicate id {prompt.id!r} (first on line {seen[prompt.id]})")
+            raise FieldError(f"line {number}", f"duplicate id {prompt.id!r} (first on line {seen[prompt.id]})",
+                             source=where)
         seen[prompt.id] = number
         prompts.append(prompt)
     if not prompts:
-        raise FormatError(f"{where}: holds no prompts")
+        raise FieldError("", "holds no prompts", source=where)
     return Family(name, tuple(prompts), hashlib.sha256(data).hexdigest())
 
 

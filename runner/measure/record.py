@@ -4,7 +4,7 @@ Times are the client's ``time.perf_counter()``; ``send_t`` is taken just before 
 request is written, and every token chunk's arrival is kept as an offset from it
 (``chunk_t``, seconds), stamped when the network read that carried it returned.
 
-Status (CONTRACTS.md): ``ok`` finished with ``[DONE]``; ``failed`` HTTP/transport
+Status (``docs/events.md``): ``ok`` finished with ``[DONE]``; ``failed`` HTTP/transport
 error or an error frame; ``timeout`` no content before a deadline; ``censored`` cut
 by a deadline after delivering tokens (the partial is kept); ``cancelled`` stopped by
 the caller (interrupt, budget) or never sent because of it.
@@ -91,7 +91,7 @@ class RequestRecord:
         return self.tokens_after_first / decode if decode else None
 
     def summary_entry(self) -> dict[str, Any]:
-        """The request's entry in ``wave.measured`` ``requests`` (CONTRACTS.md)."""
+        """The request's entry in ``wave.measured`` ``requests`` (``docs/events.md``)."""
         return {
             "index": self.index, "prompt_id": self.prompt_id, "status": self.status,
             "delivered_tokens": self.delivered_tokens, "decode_s": self.decode_s, "ttft_s": self.ttft_s,

@@ -2,7 +2,7 @@
 
 :func:`measure_wave` is the measurement client's one entry point; it returns a
 :class:`WaveResult` whose :meth:`~WaveResult.summary` is the ``wave.measured`` payload
-of CONTRACTS.md without the window keys and the records blob, and whose
+of ``docs/events.md`` without the window keys and the records blob, and whose
 :meth:`~WaveResult.records_jsonl` is that blob (one JSON object per request, every
 request included).
 """
@@ -129,7 +129,7 @@ class WaveResult:
         return any(self.counters.to_json()[k] is not None for k in ("rounds", "accepted", "draft_tokens"))
 
     def summary(self) -> dict[str, Any]:
-        """The ``wave.measured`` payload minus window keys and ``records`` (CONTRACTS.md)."""
+        """The ``wave.measured`` payload minus window keys and ``records`` (``docs/events.md``)."""
         return {
             "family": self.family,
             "seed": self.seed,

@@ -1,4 +1,4 @@
-"""A window's registered plan (SPEC 5.1): frozen values, the wave schedule, its digest.
+"""A window's registered plan (``docs/plan.md``): frozen values, the wave schedule, its digest.
 
 A plan is written as TOML (``docs/plan.md``), validated by ``runner.plan.parse`` and
 held as a frozen ``Plan``. Its JSON form (``Plan.to_json()``) is what
@@ -10,7 +10,7 @@ reads a file or validates a document.
 Everything window execution needs is here: arms and their declared configs, starts in
 order, cells, families with their frozen prompt orders, the wave schedule
 (``Plan.waves``: start x cell x wave with repeat, family, seed 42+wave and prompt ids),
-sampling, deadlines, decision parameters (SPEC defaults), the time budget, the
+sampling, deadlines, decision parameters (with their registered defaults), the time budget, the
 required gates, the expected production clock cap, the chain mode and the
 qualification carry lists.
 """
@@ -334,7 +334,7 @@ class Plan:
 
     @property
     def decision_params(self) -> dict[str, float | int]:
-        """The rule's ``params`` exactly as the decision input takes them (issue 5)."""
+        """The rule's ``params`` exactly as the decision input takes them (``docs/rules.md``)."""
         return dict(self.decision)
 
     # ------------------------------------------------------------------ schedule

@@ -323,13 +323,7 @@ def read_family_file(data: bytes, name: str, where: str) -> dict[str, Any]:
     """
     from ..measure.family import parse_family
 
-    try:
-        family = parse_family(data, name, where)
-    except FieldError:
-        raise
-    except FormatError as exc:
-        raise FieldError(where, str(exc).removeprefix(where).lstrip(": ")) from None
-    return {prompt.id: prompt for prompt in family.prompts}
+    return {prompt.id: prompt for prompt in parse_family(data, name, where).prompts}
 
 
 def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, bytes]:

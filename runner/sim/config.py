@@ -2,7 +2,7 @@
 
 A configuration is a TOML (or JSON) file; every field has a default, so an empty file
 is a valid configuration (``runner/sim/default.toml`` shows them all). Loading validates
-every field and names the one in error (``FormatError``).
+every field and names the one in error (``FieldError``).
 
 Times in an arm are *model* milliseconds; the server multiplies them by ``time_scale``
 (0.01 makes a 512-token request take tens of milliseconds). Fault times are real
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FormatError
+
+from ..fields import Fields
 
 __all__ = [
     "FAULT_KINDS",
@@ -216,126 +217,76 @@ _SIM_FIELDS = set(SimConfig.__dataclass_fields__)
 
 
 def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfig:
-    """Validate a parsed configuration; unknown or ill-typed fields are refused by name."""
-    if not isinstance(data, Mapping):
-        raise FormatError(f"{where}: must be a table")
-    unknown = sorted(set(data) - _SIM_FIELDS)
-    if unknown:
-        raise FormatError(f"{where}: unknown field {unknown[0]!r}")
-    base = SimConfig()
+    """Validate a parsed configuration; unknown or ill-typed fields are refused by name (``FieldError``)."""
+    f = Fields(data, "", source=where)
     kw: dict[str, Any] = {}
     for name in ("model", "production_arm"):
-        if name in data:
-            kw[name] = _string(data[name], f"{where}: {name}")
+        if f.has(name):
+            kw[name] = f.string(name, nonempty=True)
     for name, low in (("seed", 0), ("eos_token_id", 0), ("vocab_size", 4), ("max_model_len", 16),
                       ("engines", 1), ("thermal_cap_mhz", 1)):
-        if name in data:
-            kw[name] = _integer(data[name], f"{where}: {name}", low)
-    for name in ("time_scale",):
-        if name in data:
-            kw[name] = _number(data[name], f"{where}: {name}", positive=True)
+        if f.has(name):
+            kw[name] = f.integer(name, low=low)
+    if f.has("time_scale"):
+        kw["time_scale"] = f.number("time_scale", low=0, low_open=True)
     for name in ("eos_probability", "start_s", "cold_ttft_extra_ms", "start_jitter", "step_jitter"):
-        if name in data:
-            kw[name] = _number(data[name], f"{where}: {name}")
-    if "eos_probability" in kw and kw["eos_probability"] > 1:
-        raise FormatError(f"{where}: eos_probability: must be at most 1")
-    if "hosts" in data:
-        kw["hosts"] = _strings(data["hosts"], f"{where}: hosts", allowed=None, non_empty=True)
-    if "spec_metrics" in data:
-        kw["spec_metrics"] = _strings(data["spec_metrics"], f"{where}: spec_metrics", allowed=SPEC_SERIES)
-    if "ignore_fields" in data:
-        kw["ignore_fields"] = _strings(data["ignore_fields"], f"{where}: ignore_fields", allowed=IGNORABLE_FIELDS)
-    arms = base.arms
-    if "arms" in data:
-        table = data["arms"]
-        if not isinstance(table, Mapping) or not table:
-            raise FormatError(f"{where}: arms: must be a non-empty table of arms")
-        arms = tuple(_arm(name, spec, f"{where}: arms.{name}") for name, spec in table.items())
-    kw["arms"] = arms
-    if "faults" in data:
+        if f.has(name):
+            kw[name] = f.number(name, low=0, high=1 if name == "eos_probability" else None)
+    if f.has("hosts"):
+        kw["hosts"] = f.strings("hosts", nonempty=True)
+        if not kw["hosts"]:
+            raise f.fail("hosts", "must not be empty")
+    if f.has("spec_metrics"):
+        kw["spec_metrics"] = f.strings("spec_metrics", choices=SPEC_SERIES)
+    if f.has("ignore_fields"):
+        kw["ignore_fields"] = f.strings("ignore_fields", choices=IGNORABLE_FIELDS)
+    kw["arms"] = SimConfig().arms
+    if f.has("arms"):
+        table = f.table("arms")
+        if not table.data:
+            raise f.fail("arms", "must be a non-empty table of arms")
+        kw["arms"] = tuple(_arm(str(name), table.table(name)) for name in table.data)
+        table.done()
+    if f.has("faults"):
         from .faults import validate_faults
 
-        kw["faults"] = validate_faults(data["faults"], f"{where}: faults")
+        kw["faults"] = validate_faults(f.raw("faults"), "faults", source=where)
+    f.done(also=_SIM_FIELDS)
     config = SimConfig(**kw)
     if config.eos_token_id >= config.vocab_size:
-        raise FormatError(f"{where}: eos_token_id: must be below vocab_size {config.vocab_size}")
+        raise f.fail("eos_token_id", f"must be below vocab_size {config.vocab_size}")
     if config.production_arm not in config.arm_names():
-        raise FormatError(f"{where}: production_arm: {config.production_arm!r} is not a configured arm")
+        raise f.fail("production_arm", f"{config.production_arm!r} is not a configured arm")
     return config
 
 
-def _arm(name: Any, spec: Any, where: str) -> ArmConfig:
-    name = _string(name, where)
-    if not isinstance(spec, Mapping):
-        raise FormatError(f"{where}: must be a table")
-    unknown = sorted(set(spec) - _ARM_FIELDS)
-    if unknown:
-        raise FormatError(f"{where}: unknown field {unknown[0]!r}")
+def _arm(name: str, f: Fields) -> ArmConfig:
+    if not name:
+        raise f.fail_here("an arm needs a non-empty name")
     base = ArmConfig(name)
     kw: dict[str, Any] = {}
-    if "k" in spec:
-        kw["k"] = _integer(spec["k"], f"{where}.k", 0)
-        if kw["k"] > 32:
-            raise FormatError(f"{where}.k: at most 32 draft tokens")
-    if "acceptance" in spec:
-        values = spec["acceptance"]
-        if not isinstance(values, list):
-            raise FormatError(f"{where}.acceptance: must be a list of probabilities")
-        probs = tuple(_number(v, f"{where}.acceptance[{i}]") for i, v in enumerate(values))
-        if any(p > 1 for p in probs):
-            raise FormatError(f"{where}.acceptance: probabilities must be within [0, 1]")
-        kw["acceptance"] = probs
+    if f.has("k"):
+        kw["k"] = f.integer("k", low=0, high=32)
+    if f.has("acceptance"):
+        kw["acceptance"] = f.numbers("acceptance", low=0)
+        if any(p > 1 for p in kw["acceptance"]):
+            raise f.fail("acceptance", "probabilities must be within [0, 1]")
     k = kw.get("k", base.k)
     acceptance = kw.get("acceptance", base.acceptance if k == base.k else None)
     if acceptance is None:
-        raise FormatError(f"{where}.acceptance: give {k} acceptance probabilities for k = {k}")
+        raise f.fail("acceptance", f"give {k} acceptance probabilities for k = {k}")
     if len(acceptance) != k:
-        raise FormatError(f"{where}.acceptance: has {len(acceptance)} probabilities, k is {k}")
+        raise f.fail("acceptance", f"has {len(acceptance)} probabilities, k is {k}")
     kw["acceptance"] = acceptance
     for fname in ("step_base_ms", "step_per_token_ms", "ttft_base_ms", "ttft_per_1k_tokens_ms"):
-        if fname in spec:
-            kw[fname] = _number(spec[fname], f"{where}.{fname}")
-    if "clock_cap_mhz" in spec:
-        kw["clock_cap_mhz"] = _integer(spec["clock_cap_mhz"], f"{where}.clock_cap_mhz", 1)
+        if f.has(fname):
+            kw[fname] = f.number(fname, low=0)
+    if f.has("clock_cap_mhz"):
+        kw["clock_cap_mhz"] = f.integer("clock_cap_mhz", low=1)
     for fname in ("method", "verification", "image"):
-        if fname in spec:
-            kw[fname] = _string(spec[fname], f"{where}.{fname}")
-    if "reported_config" in spec:
-        if not isinstance(spec["reported_config"], Mapping):
-            raise FormatError(f"{where}.reported_config: must be a table")
-        kw["reported_config"] = dict(spec["reported_config"])
+        if f.has(fname):
+            kw[fname] = f.string(fname, nonempty=True)
+    if f.has("reported_config"):
+        kw["reported_config"] = dict(f.table("reported_config").data)
+    f.done(also=_ARM_FIELDS)
     return ArmConfig(name, **kw)
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"{where}: must be a non-empty string")
-    return value
-
-
-def _integer(value: Any, where: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FormatError(f"{where}: must be an integer")
-    if value < low:
-        raise FormatError(f"{where}: must be at least {low}")
-    return value
-
-
-def _number(value: Any, where: str, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise FormatError(f"{where}: must be a finite number")
-    if value < 0 or (positive and value == 0):
-        raise FormatError(f"{where}: must be {'positive' if positive else 'non-negative'}")
-    return float(value)
-
-
-def _strings(value: Any, where: str, allowed: tuple[str, ...] | None, non_empty: bool = False) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise FormatError(f"{where}: must be a list of strings")
-    if non_empty and not value:
-        raise FormatError(f"{where}: must not be empty")
-    if allowed is not None:
-        for v in value:
-            if v not in allowed:
-                raise FormatError(f"{where}: {v!r} is not one of {', '.join(allowed)}")
-    return tuple(value)

@@ -22,12 +22,11 @@ fault                  shape                                               effec
 from __future__ import annotations
 
 import copy
-import math
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ledger.errors import FormatError
+from ..fields import MISSING, Fields
 
 __all__ = ["FaultState", "validate_faults"]
 
@@ -44,54 +43,33 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
 }
 
 
-def _field(kind: str, value: Any, where: str) -> Any:
-    if kind in ("int", "int0", "status"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FormatError(f"{where}: must be an integer")
-        if kind == "int" and value < 1:
-            raise FormatError(f"{where}: must be at least 1")
-        if kind == "int0" and value < 0:
-            raise FormatError(f"{where}: must be at least 0")
-        if kind == "status" and not 500 <= value <= 599:
-            raise FormatError(f"{where}: must be a 5xx status")
-        return value
+def _field(f: Fields, name: str, kind: str, default: Any) -> Any:
+    required = MISSING if default is None else default
+    if kind == "int":
+        return f.integer(name, required, low=1)
+    if kind == "int0":
+        return f.integer(name, required, low=0)
+    if kind == "status":
+        return f.integer(name, required, low=500, high=599)
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise FormatError(f"{where}: must be a non-negative number")
-        return float(value)
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"{where}: must be a non-empty string")
-    return value
+        return f.number(name, required, low=0)
+    return f.string(name, required, nonempty=True)
 
 
-def validate_faults(data: Any, where: str = "faults") -> dict[str, Any]:
-    """Check a faults table; returns it normalised (defaults filled in)."""
-    if not isinstance(data, Mapping):
-        raise FormatError(f"{where}: must be a table")
+def validate_faults(data: Any, where: str = "faults", *, source: str | None = None) -> dict[str, Any]:
+    """Check a faults table (``FieldError`` naming the field); returns it normalised (defaults filled in)."""
+    faults = Fields(data, where, source=source)
     out: dict[str, Any] = {}
-    for kind, spec in data.items():
+    for kind in faults.data:
         if kind == "metrics_down":
-            if not isinstance(spec, bool):
-                raise FormatError(f"{where}.metrics_down: must be true or false")
-            out[kind] = spec
+            out[kind] = faults.boolean(kind)
             continue
         shape = _SHAPES.get(kind)
         if shape is None:
-            raise FormatError(f"{where}: unknown fault {kind!r}")
-        if not isinstance(spec, Mapping):
-            raise FormatError(f"{where}.{kind}: must be a table")
-        unknown = sorted(set(spec) - set(shape))
-        if unknown:
-            raise FormatError(f"{where}.{kind}: unknown field {unknown[0]!r}")
-        item: dict[str, Any] = {}
-        for name, (ftype, default) in shape.items():
-            if name in spec:
-                item[name] = _field(ftype, spec[name], f"{where}.{kind}.{name}")
-            elif default is None:
-                raise FormatError(f"{where}.{kind}.{name}: required")
-            else:
-                item[name] = default
-        out[kind] = item
+            raise faults.fail_here(f"unknown fault {kind!r} (faults: {', '.join([*_SHAPES, 'metrics_down'])})")
+        f = faults.table(kind, required=True)
+        out[kind] = {name: _field(f, name, ftype, default) for name, (ftype, default) in shape.items()}
+        f.done()
     return out
 
 

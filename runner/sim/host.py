@@ -1,7 +1,7 @@
 """The simulated host: production, engine sessions (starts), snapshot/restore, clock, placeholders.
 
 This is what the window runner's simulator driver talks to through ``/_sim/...``:
-every host action of SPEC 5.5 is a method here that either returns a JSON-able result
+every host action of ``docs/site.md`` is a method here that either returns a JSON-able result
 (``{"ok": true, "action", "output", ...}``) or raises :class:`HostActionError`
 (HTTP 409 for a refusal or a negative proof, 500 for an injected failure).
 
@@ -29,7 +29,7 @@ from .truth import TruthLog
 
 __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
 
-# Host actions (SPEC 5.5) plus the simulator's own: production up/down and thermal dial-back.
+# Host actions (``docs/site.md``) plus the simulator's own: production up/down and thermal dial-back.
 ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "quiet_proof",
            "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof", "restore",
            "watch", "read_clock_cap", "production", "thermal")

@@ -1,4 +1,4 @@
-"""State by replay (SPEC 5.3): a pure fold from events to the state the runner acts on.
+"""State by replay (``docs/events.md``, state by replay): a pure fold from events to the state the runner acts on.
 
 ``fold(state, events) -> state`` applies events in seq order to a copy of ``state``
 (``State.empty()`` to start) and never touches the argument; it reads no clock and does

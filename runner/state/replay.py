@@ -1,4 +1,4 @@
-"""State by replay from a ledger: the impure edge of ``runner.fold`` (it reads the database).
+"""State by replay from a ledger: the impure edge of ``runner.state.fold`` (it reads the database).
 
 ``replay(ledger)`` folds every event; ``replay(ledger, state)`` folds only the events
 appended since ``state`` was taken (``ledger.events(after=state.size)``), which is what

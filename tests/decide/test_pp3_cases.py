@@ -1,4 +1,4 @@
-"""pp3-v1 worked by hand, one case per outcome (SPEC 7.2, issue 5).
+"""pp3-v1 worked by hand, one case per outcome (docs/rules.md).
 
 Two families f1, f2 x contexts short/32k/150k; every request decodes for 10 s. Arm A delivers
 900 tokens per request (90 tok/s). With B at 972 tokens for f1 and 1026 for f2, the per-family

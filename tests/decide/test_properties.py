@@ -1,4 +1,4 @@
-"""Properties of the rules (issue 5): role exchange mirrors WIN into LOSS, scaling the counters or
+"""Properties of the rules (docs/rules.md): role exchange mirrors WIN into LOSS, scaling the counters or
 permuting the waves changes nothing, and pp3 results are bit-identical across runs."""
 
 from __future__ import annotations

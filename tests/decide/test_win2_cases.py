@@ -1,4 +1,4 @@
-"""win2-v1 worked by hand, one case per outcome (SPEC 7.1, issue 5).
+"""win2-v1 worked by hand, one case per outcome (docs/rules.md).
 
 Controls pool R = 1000 rounds, A = 1000 accepted, D = 20 s per repeat: pooled_rate_tps =
 (R + A) / D = 100 tok/s, accepted_per_round = 1.0, ms_per_round = 20.0, decode_tps = 2000 / 20 =

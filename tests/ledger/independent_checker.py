@@ -1,4 +1,4 @@
-"""An independent verifier of an exported ``events.jsonl``, written from SPEC section 3 only.
+"""An independent verifier of an exported ``events.jsonl``, written from docs/format.md only.
 
 It must not import ``ledger``: it re-derives everything from the contract (JCS via
 ``rfc8785``, SHA-256, the signing prefix, key ids, key events) so that a bug shared by

@@ -1,4 +1,4 @@
-"""Export bundles audited offline (SPEC 3.7): full and partial, and each corruption named."""
+"""Export bundles audited offline (docs/format.md): full and partial, and each corruption named."""
 
 from __future__ import annotations
 

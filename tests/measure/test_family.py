@@ -44,9 +44,9 @@ def test_chat_messages_and_default_ids() -> None:
 @pytest.mark.parametrize(("data", "message"), [
     (b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": \n', "line 2: not valid JSON"),
     (b'["x"]\n', "line 1: must be a JSON object"),
-    (b'{"id": "a", "prompt": ""}\n', "line 1: prompt must be a non-empty string"),
+    (b'{"id": "a", "prompt": ""}\n', "line 1.prompt: must be a non-empty string"),
     (b'{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "line 2: duplicate id 'a' \\(first on line 1\\)"),
-    (b'{"messages": []}\n', "line 1: messages must be a non-empty list"),
+    (b'{"messages": []}\n', "line 1.messages: must be a non-empty list"),
     (b"\n\n", "holds no prompts"),
     (b"\xff\xfe", "not UTF-8"),
 ])

@@ -175,7 +175,7 @@ def test_malformed_family_line_exit_2(server: SimHandle, tmp_path: Path) -> None
     bad.write_text('{"id": "a", "prompt": "fine"}\n{"id": "b", "prompt": "broken\n')
     code, out, err = invoke("measure", "--url", server.url, "--family", str(bad))
     assert code == 2 and out == ""
-    assert err.strip() == (f"tally: {bad} line 2: not valid JSON (Unterminated string starting at: "
+    assert err.strip() == (f"tally: {bad}: line 2: not valid JSON (Unterminated string starting at: "
                            "line 1 column 23 (char 22))")
     assert server.truth()["requests"] == []  # nothing was sent
 

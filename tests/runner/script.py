@@ -1,4 +1,4 @@
-"""Scripted windows: the event sequences of SPEC 5.7, built through the catalogue.
+"""Scripted windows: the event sequences of docs/window.md, built through the catalogue.
 
 ``Script`` writes the events a correct runner would append (restoring window, chained
 close, chain's last window, chain abort) as validated ``NewEvent``s. They can be

@@ -124,7 +124,7 @@ def test_rng_receipt_malformed_is_bad_input(site: Site, tmp_path: Path) -> None:
     rng.write_text(json.dumps({"verdict": "PASS"}))
     size = site.size()
     result = tally("gate", "rng", window, "--receipt", rng, "--admission", admission)
-    assert result.code == 2 and "commit is missing" in result.err and site.size() == size
+    assert result.code == 2 and "commit: missing or malformed" in result.err and site.size() == size
 
 
 # ---------------------------------------------------------------------- standard spec

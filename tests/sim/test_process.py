@@ -45,7 +45,7 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     result = subprocess.run([str(TALLY), "sim", "serve", "--config", str(config)], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 2
-    assert result.stderr.strip() == f"tally: {config}: time_scale: must be positive"
+    assert result.stderr.strip() == f"tally: {config}: time_scale: must be > 0, got -1"
 
 
 def test_spawned_process_and_kill() -> None:
