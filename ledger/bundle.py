@@ -1,4 +1,4 @@
-"""Export bundles (SPEC 3.7): what an auditor needs, with no database.
+"""Export bundles (``docs/format.md``, export bundles): what an auditor needs, with no database.
 
 A bundle directory holds ``manifest.json``, ``events.jsonl`` (one event per line,
 JCS, in seq order), ``checkpoint.txt`` (the newest checkpoint covering every exported
@@ -190,7 +190,7 @@ def verify_bundle(
     vkeys: Sequence[str] = (),
     witness_threshold: int = 0,
 ) -> VerifiedBundle:
-    """Verify an exported bundle with nothing but its files (SPEC 3.7).
+    """Verify an exported bundle with nothing but its files (``docs/format.md``, export bundles).
 
     A full bundle is checked by its chain (rules 1-7, 9) and its checkpoint (rule 8:
     signed by a log key, root equal to the Merkle root of its events); a partial one by

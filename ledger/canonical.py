@@ -1,4 +1,4 @@
-"""Canonical JSON (RFC 8785, JCS) and the payload rules of SPEC 3.1.
+"""Canonical JSON (RFC 8785, JCS) and the payload rules (``docs/format.md``).
 
 ``canonical(obj)`` returns the JCS bytes of a JSON value. The reference is the
 ``rfc8785`` package; for values without floats and whose object keys sort the same in
@@ -6,7 +6,7 @@ UTF-16 and in code points, the C ``json`` encoder produces the very same bytes m
 faster, so it is used there (tests/ledger/test_canonical.py proves the two agree on
 arbitrary values). Anything else goes through ``rfc8785``.
 
-``check_payload(payload)`` walks a payload once, refusing what SPEC 3.1 forbids with a
+``check_payload(payload)`` walks a payload once, refusing what the payload rules forbid with a
 ``PayloadError`` naming the offending path (``payload.x.y: NaN is not allowed``).
 """
 
@@ -21,10 +21,11 @@ import rfc8785
 
 from .errors import PayloadError
 
-__all__ = ["MAX_BODY_BYTES", "MAX_INT", "canonical", "check_payload", "json_string"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_INT", "canonical", "check_payload", "json_string"]
 
 MAX_INT = 2**53 - 1
 MAX_BODY_BYTES = 1 << 20
+MAX_DEPTH = 64  # arrays and objects nested in a payload (the payload object is level 0)
 
 # Code points from here on sort differently in UTF-16 (surrogate pairs) than as code
 # points, so keys containing them go through rfc8785.
@@ -53,13 +54,15 @@ def _scan_float(value: float) -> bool:
     return False
 
 
-def _scan(value: Any) -> bool:
+def _scan(value: Any, depth: int = 0) -> bool:
     """Validate ``value`` quickly; True if the fast encoder gives JCS bytes for it.
 
     Scalars inside containers are checked inline (no call per value): this walk runs
     for every appended event.
     """
     kind = type(value)
+    if (kind is dict or kind is list or kind is tuple) and depth >= MAX_DEPTH:
+        raise _Refused
     if kind is dict:
         fast = True
         for key, item in value.items():
@@ -73,7 +76,7 @@ def _scan(value: Any) -> bool:
             if kind is int:
                 if not -MAX_INT <= item <= MAX_INT:
                     raise _Refused
-            elif not _scan(item):
+            elif not _scan(item, depth + 1):
                 fast = False
         return fast
     if kind is list or kind is tuple:
@@ -85,7 +88,7 @@ def _scan(value: Any) -> bool:
             if kind is int:
                 if not -MAX_INT <= item <= MAX_INT:
                     raise _Refused
-            elif not _scan(item):
+            elif not _scan(item, depth + 1):
                 fast = False
         return fast
     if kind is str or kind is bool or value is None:
@@ -103,17 +106,19 @@ def _key_path(path: str, key: str) -> str:
     return path + (f".{key}" if _PLAIN_KEY.match(key) else f"[{json.dumps(key)}]")
 
 
-def _explain(value: Any, path: str) -> None:
+def _explain(value: Any, path: str, depth: int = 0) -> None:
     """Walk again, slowly, and raise a ``PayloadError`` naming the first refused path."""
     kind = type(value)
+    if (kind is dict or kind is list or kind is tuple) and depth >= MAX_DEPTH:
+        raise PayloadError(path, f"nested more than {MAX_DEPTH} levels deep")
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
                 raise PayloadError(path, f"object key {key!r} is not a string")
-            _explain(item, _key_path(path, key))
+            _explain(item, _key_path(path, key), depth + 1)
     elif kind is list or kind is tuple:
         for index, item in enumerate(value):
-            _explain(item, f"{path}[{index}]")
+            _explain(item, f"{path}[{index}]", depth + 1)
     elif kind is int:
         if not -MAX_INT <= value <= MAX_INT:
             raise PayloadError(path, f"integer {value} is outside +/-(2^53-1)")
@@ -147,7 +152,7 @@ def _encode(value: Any, fast: bool, path: str) -> bytes:
 
 
 def canonical(value: Any, path: str = "value") -> bytes:
-    """JCS bytes of ``value``; refuses what JSON (per SPEC 3.1) cannot carry."""
+    """JCS bytes of ``value``; refuses what JSON (per the payload rules) cannot carry."""
     return _encode(value, _walk(value, path), path)
 
 

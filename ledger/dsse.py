@@ -1,9 +1,9 @@
-"""DSSE envelopes (secure-systems-lab/dsse v1.0.0) signed with Ed25519 ledger keys (SPEC 3.6).
+"""DSSE envelopes (secure-systems-lab/dsse v1.0.0) signed with Ed25519 ledger keys (``docs/format.md``, receipts).
 
 ``PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`` where LEN is
 the ASCII decimal *byte* length; the signature covers the PAE, never the JSON. On the
 wire an envelope is ``{"payload": b64, "payloadType": str, "signatures": [{"keyid",
-"sig"}]}``; ``keyid`` is the ledger key id (SHA-256 of the raw public key, SPEC 3.2),
+"sig"}]}``; ``keyid`` is the ledger key id (SHA-256 of the raw public key),
 always emitted because securesystemslib matches on it. Readers accept standard and
 URL-safe base64, and ignore members they do not know.
 

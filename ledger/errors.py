@@ -76,7 +76,7 @@ class VerificationError(IntegrityError):
     """A ledger verification rule failed at a given event.
 
     ``seq`` is the first failing event (``None`` when the failure is not tied to one
-    event, e.g. a checkpoint file), ``rule`` the rule number of SPEC 3.3 (or a short
+    event, e.g. a checkpoint file), ``rule`` the rule number of ``docs/format.md`` (or a short
     name for bundle and protocol checks).
     """
 

@@ -1,4 +1,4 @@
-"""The event of SPEC 3.1: body, hash, signature, and its exported line.
+"""The event (``docs/format.md``, events): body, hash, signature, and its exported line.
 
 The body is never re-serialised from parsed JSON: the payload is kept as the JCS
 bytes it was hashed with, and the body bytes are spliced together from the members in
@@ -153,7 +153,7 @@ _MEMBERS = ("v", "ledger", "seq", "prev", "stream", "type", "time", "actor", "pa
 def event_from_json(obj: Any, where: str = "event") -> Event:
     """An ``Event`` from an exported JSON object, re-canonicalising its payload.
 
-    Refuses objects whose members are not exactly those of SPEC 3.1 (with the types it
+    Refuses objects whose members are not exactly those of an event (``docs/format.md``) (with the types it
     names); it does not check hashes or signatures: that is ``verify``'s work.
     """
     if not isinstance(obj, dict):
@@ -161,7 +161,7 @@ def event_from_json(obj: Any, where: str = "event") -> Event:
     if set(obj) != set(_MEMBERS):
         missing = sorted(set(_MEMBERS) - set(obj))
         extra = sorted(set(obj) - set(_MEMBERS))
-        raise FormatError(f"{where}: members differ from SPEC 3.1 (missing {missing}, extra {extra})")
+        raise FormatError(f"{where}: members differ from an event's (missing {missing}, extra {extra})")
     for name in ("ledger", "prev", "stream", "type", "time", "actor", "hash", "sig"):
         if not isinstance(obj[name], str):
             raise FormatError(f"{where}: {name} is not a string")

@@ -1,4 +1,4 @@
-"""Ed25519 keys (SPEC 3.2): key ids, PEM files, signers, and the key ring.
+"""Ed25519 keys (``docs/format.md``, keys and roles): key ids, PEM files, signers, and the key ring.
 
 Key id = SHA-256 of the raw 32-byte public key, as 64 hex characters. Private keys are
 PKCS#8 PEM files with mode 0600, encrypted when ``TALLY_KEY_PASSPHRASE`` is set.

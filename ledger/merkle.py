@@ -1,4 +1,4 @@
-"""RFC 6962 / RFC 9162 Merkle tree math (SPEC 3.4). Pure: no I/O.
+"""RFC 6962 / RFC 9162 Merkle tree math (``docs/format.md``, the Merkle tree). Pure: no I/O.
 
 Leaf i of the ledger's tree is the raw 32-byte hash of event seq i+1. A complete
 subtree is addressed as ``(level, index)``: leaves ``[index * 2^level, (index+1) * 2^level)``.

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 models of the ledger's tables (SPEC 4).
+"""SQLAlchemy 2 models of the ledger's tables (``docs/deploy.md``).
 
 Alembic owns the schema (``migrations/``); a test checks that the migrations give
 exactly these tables. ``events`` is append-only: nothing in tally updates or deletes
@@ -68,7 +68,7 @@ class CheckpointRow(Base):
 
 
 class BlobRow(Base):
-    """Content-addressed evidence referenced by events (SPEC 3.5)."""
+    """Content-addressed evidence referenced by events (``docs/format.md``, blobs)."""
 
     __tablename__ = "blobs"
 

@@ -1,4 +1,4 @@
-"""C2SP signed notes, vkeys and timestamped cosignatures (SPEC 3.4). Pure: no I/O, no clock.
+"""C2SP signed notes, vkeys and timestamped cosignatures (``docs/format.md``, checkpoints). Pure: no I/O, no clock.
 
 A signed note is UTF-8 text ending in ``\\n``, a blank line, then one or more
 signature lines ``U+2014 SP name SP base64(keyID[4] || signature)``. The text runs up

@@ -11,7 +11,7 @@ A receipt for event ``seq`` is three files:
 - ``<seq>.tlog-proof``: a C2SP ``c2sp.org/tlog-proof@v1`` file: ``index <seq-1>``, the
   inclusion path of the event's leaf (base64, leaf sibling first), a blank line, and
   the checkpoint (with any cosignatures) verbatim;
-- ``<seq>.event.json``: the event itself (SPEC 3.1), so that the Statement can be
+- ``<seq>.event.json``: the event itself (its line), so that the Statement can be
   recomputed from it.
 
 ``verify_receipt`` checks all of it offline: the envelope signature (PAE) under a

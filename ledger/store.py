@@ -1,4 +1,4 @@
-"""The ledger store: append (single and batch), read, blobs, Merkle nodes (SPEC 3-4).
+"""The ledger store: append (single and batch), read, blobs, Merkle nodes (``docs/format.md``, ``docs/deploy.md``).
 
 An append is one transaction: it takes the append lock, reads the head, signs the new
 events, and writes them with their Merkle nodes, blobs and key-cache rows, committing
@@ -63,7 +63,7 @@ APPEND_RETRIES = 3  # under the append lock a race cannot happen; this guards wr
 
 @dataclass(frozen=True)
 class Blob:
-    """Content-addressed bytes (SPEC 3.5)."""
+    """Content-addressed bytes (``docs/format.md``, blobs)."""
 
     data: bytes
     media_type: str = "application/octet-stream"

@@ -1,4 +1,4 @@
-"""A checkpoint witness (C2SP tlog-witness semantics, run as a command, SPEC 3.4).
+"""A checkpoint witness (C2SP tlog-witness semantics, run as a command, ``docs/format.md``).
 
 ``Witness.cosign`` checks a checkpoint's log signature, checks that it is consistent
 with the last checkpoint this witness cosigned for the same origin, and returns the
