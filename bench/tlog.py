@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ledger import merkle  # noqa: E402
-from ledger.checkpoint import sign_checkpoint  # noqa: E402
 from ledger.keys import Signer  # noqa: E402
+from ledger.signing import sign_checkpoint  # noqa: E402
 from ledger.store import Ledger, NewEvent  # noqa: E402
 
 ORIGIN = "bench.tally/tlog"

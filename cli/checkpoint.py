@@ -28,7 +28,8 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ledger.checkpoint import checkpoint_at, sign_checkpoint
+    from ledger.checkpoint import checkpoint_at
+    from ledger.signing import sign_checkpoint
 
     book = state.ledger()
     signer = state.signer(book.url)

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def _checkpoint_for(book: Ledger, seq: int, size: int | None) -> SignedCheckpoint:
-    from ledger.checkpoint import checkpoint_at, checkpoint_covering, sign_checkpoint
+    from ledger.checkpoint import checkpoint_at, checkpoint_covering
+    from ledger.signing import sign_checkpoint
 
     if size is not None:
         if not seq <= size <= book.size():

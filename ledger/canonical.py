@@ -21,11 +21,15 @@ import rfc8785
 
 from .errors import PayloadError
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_INT", "canonical", "check_payload", "json_string"]
+__all__ = ["BLOB_NAME", "MAX_BODY_BYTES", "MAX_DEPTH", "MAX_INT", "blob_references", "canonical", "check_payload",
+           "json_string"]
 
 MAX_INT = 2**53 - 1
 MAX_BODY_BYTES = 1 << 20
 MAX_DEPTH = 64  # arrays and objects nested in a payload (the payload object is level 0)
+
+BLOB_NAME = re.compile(r"[0-9a-f]{64}")
+BLOB_MARK = '"blob":"sha256:'  # in a payload's JCS text wherever it refers to a blob
 
 # Code points from here on sort differently in UTF-16 (surrogate pairs) than as code
 # points, so keys containing them go through rfc8785.
@@ -161,3 +165,30 @@ def check_payload(payload: Any) -> bytes:
     if type(payload) is not dict:
         raise PayloadError("payload", f"must be a JSON object, not {type(payload).__name__}")
     return _encode(payload, _walk(payload, "payload"), "payload")
+
+
+def blob_references(payload: Any, path: str = "payload") -> dict[str, str]:
+    """Every blob a payload refers to (``{"blob": "sha256:<64 hex>", ...}`` anywhere in it): name -> path.
+
+    A ``blob`` member whose value starts with ``sha256:`` but does not name a blob by 64
+    lowercase hex is refused (``PayloadError``): a reference must not be able to name a
+    file outside a bundle's ``blobs/``.
+    """
+    found: dict[str, str] = {}
+    _references(payload, path, found)
+    return found
+
+
+def _references(value: Any, path: str, found: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        ref = value.get("blob")
+        if isinstance(ref, str) and ref.startswith("sha256:"):
+            name = ref[len("sha256:"):]
+            if not BLOB_NAME.fullmatch(name):
+                raise PayloadError(f"{path}.blob", f"{ref[:40]!r} is not a blob reference (sha256: and 64 hex)")
+            found.setdefault(name, path)
+        for key, item in value.items():
+            _references(item, _key_path(path, str(key)), found)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _references(item, f"{path}[{index}]", found)

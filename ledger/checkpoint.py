@@ -10,8 +10,6 @@ origin. What lives here:
 - ``Checkpoint`` / ``parse_checkpoint``: the note text, parsed strictly;
 - ``open_checkpoint`` / ``verify_checkpoint``: verify a checkpoint note against log
   keys (vkeys or raw public keys) and a k-of-n witness policy, offline;
-- ``sign_checkpoint``: sign the ledger at a size and store the note, refusing when it
-  would be inconsistent with any checkpoint the ledger signed before;
 - ``verify_ledger_checkpoint`` / ``rule8_hook``: rule 8 of ``tally verify`` and
   ``tally audit`` (the checkpoint verifies under a key known at its size and commits
   to the Merkle root the verifier computed);
@@ -30,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import merkle
 from . import note as notes
-from .errors import FormatError, PolicyError, StorageError, TallyError, VerificationError
-from .keys import KeyRing, Signer
+from .errors import FormatError, StorageError, TallyError, VerificationError
+from .keys import KeyRing
 
 if TYPE_CHECKING:
     from .store import Ledger
@@ -50,7 +48,6 @@ __all__ = [
     "parse_checkpoint",
     "parse_consistency_proof",
     "rule8_hook",
-    "sign_checkpoint",
     "stored_checkpoints",
     "verify_checkpoint",
     "verify_ledger_checkpoint",
@@ -60,7 +57,6 @@ __all__ = [
 LOG_ROLES = ("root", "signer")  # keys that may sign checkpoints (the roles that append)
 MAX_SIZE = (1 << 63) - 1
 MAX_PROOF_HASHES = 128
-CONSISTENCY_BATCH = 64  # stored checkpoints checked per node query when signing
 
 KeySpec = str | bytes | notes.Verifier  # a vkey, a raw 32-byte Ed25519 public key, or a parsed verifier
 
@@ -318,7 +314,7 @@ def rule8_hook(
 
 
 # ---------------------------------------------------------------------------
-# Signing and storing (the ledger never signs two inconsistent checkpoints).
+# The checkpoints the ledger stored (``ledger.signing`` signs them).
 
 
 @dataclass(frozen=True)
@@ -359,82 +355,6 @@ def checkpoint_covering(ledger: Ledger, seq: int = 1) -> SignedCheckpoint | None
     """The newest stored checkpoint whose tree includes event ``seq``."""
     found = [c for c in stored_checkpoints(ledger) if c.size >= seq]
     return found[-1] if found else None
-
-
-def _require_consistent(ledger: Ledger, earlier: SignedCheckpoint, size: int, root: bytes) -> None:
-    """Refuse (``PolicyError``) unless a tree of ``size`` with ``root`` is consistent with ``earlier``."""
-    old, new = sorted((earlier.size, size))
-    old_root, new_root = (earlier.checkpoint.root, root) if earlier.size <= size else (root, earlier.checkpoint.root)
-    try:
-        proof = ledger.consistency_proof(old, new) if old != new else []
-        merkle.verify_consistency(old, new, old_root, new_root, proof)
-    except (VerificationError, StorageError, FormatError) as exc:
-        raise PolicyError(
-            f"refusing to sign: the tree at size {size} is not consistent with the checkpoint "
-            f"this ledger signed at size {earlier.size} ({exc})"
-        ) from None
-
-
-def _require_all_consistent(ledger: Ledger, stored: list[SignedCheckpoint], size: int, root: bytes) -> None:
-    """``_require_consistent`` for every stored checkpoint; the smaller ones in batches of one query."""
-    smaller = [c for c in stored if c.size < size]
-    for offset in range(0, len(smaller), CONSISTENCY_BATCH):
-        chunk = smaller[offset:offset + CONSISTENCY_BATCH]
-        try:
-            proofs = merkle.consistency_proofs([c.size for c in chunk], size, ledger.fetch_nodes)
-        except (StorageError, FormatError) as exc:
-            raise PolicyError(f"refusing to sign: the tree at size {size} cannot be proved consistent with "
-                              f"the checkpoints signed before ({_reason(exc)})") from None
-        for earlier, proof in zip(chunk, proofs, strict=True):
-            try:
-                merkle.verify_consistency(earlier.size, size, earlier.checkpoint.root, root, proof)
-            except VerificationError as exc:
-                raise PolicyError(
-                    f"refusing to sign: the tree at size {size} is not consistent with the checkpoint "
-                    f"this ledger signed at size {earlier.size} ({_reason(exc)})"
-                ) from None
-    for earlier in stored:
-        if earlier.size >= size:
-            _require_consistent(ledger, earlier, size, root)
-
-
-def sign_checkpoint(ledger: Ledger, signer: Signer, size: int | None = None) -> SignedCheckpoint:
-    """Sign (and store) a checkpoint of ``ledger`` at ``size`` (default: its current size).
-
-    Returns the stored one if a checkpoint at that size exists. Refuses with
-    ``PolicyError`` when ``signer`` may not sign for the ledger, when the ledger is
-    smaller than a checkpoint it signed (truncated), or when the tree at ``size`` is not
-    consistent with every checkpoint stored before (checked with consistency proofs
-    from the stored subtree hashes).
-    """
-    origin = ledger.info.origin
-    current = ledger.size()
-    size = current if size is None else size
-    if not 1 <= size <= current:
-        raise FormatError(f"size {size} is not between 1 and the ledger size {current}")
-    ledger.key_ring().require(signer.id, LOG_ROLES)
-    stored = _stored(ledger, origin)
-    for earlier in stored:
-        if earlier.size > current:
-            raise PolicyError(
-                f"refusing to sign: the ledger has {current} events but signed a checkpoint at size "
-                f"{earlier.size} (history truncated)"
-            )
-    root = ledger.root(size)
-    _require_all_consistent(ledger, stored, size, root)
-    existing = next((c for c in stored if c.size == size), None)
-    if existing is not None:
-        return existing
-    body = Checkpoint(origin, size, root)
-    message = notes.sign(body.text(), origin, signer)
-    try:
-        ledger.store_checkpoint(size, message)
-    except Exception as exc:  # the database refused the row: maybe a concurrent signer stored this size first
-        again = checkpoint_at(ledger, size)
-        if again is None or again.checkpoint != body:
-            raise StorageError(f"could not store the checkpoint at size {size}: {type(exc).__name__}") from None
-        return again
-    return SignedCheckpoint(body, message)
 
 
 # ---------------------------------------------------------------------------

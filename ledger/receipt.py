@@ -33,13 +33,22 @@ from typing import TYPE_CHECKING, Any
 
 from . import merkle
 from .canonical import canonical
-from .checkpoint import KeySpec, SignedCheckpoint, VerifiedCheckpoint, _reason, checkpoint_covering, open_checkpoint
-from .checkpoint import sign_checkpoint as _sign_checkpoint
+from .checkpoint import (
+    KeySpec,
+    SignedCheckpoint,
+    VerifiedCheckpoint,
+    _reason,
+    checkpoint_covering,
+    log_verifiers,
+    open_checkpoint,
+)
 from .dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign_envelope, verify_envelope
 from .errors import FormatError, TallyError, VerificationError
 from .event import Event, event_from_json
 from .keys import Signer
 from .note import Verifier, b64decode_standard, parse_vkey
+from .signing import sign_checkpoint
+from .trusted import TrustedTree, proven_inclusion, trusted_event, trusted_tree
 
 if TYPE_CHECKING:
     from .store import Ledger
@@ -358,7 +367,7 @@ def write_bundle_proofs(
     if chosen is None:
         if signer is None:
             raise FormatError(f"no stored checkpoint covers seq {last}; pass a signing key to sign one")
-        chosen = _sign_checkpoint(ledger, signer, size)
+        chosen = sign_checkpoint(ledger, signer, size)
     (out / "checkpoint.txt").write_text(chosen.note, encoding="utf-8")
     files: dict[str, Any] = {
         "checkpoint_size": chosen.size,
@@ -432,19 +441,49 @@ def build_receipt(ledger: Ledger, seq: int, signer: Signer, policy: ReceiptPolic
                   checkpoint: SignedCheckpoint | None = None) -> Receipt:
     """The receipt of event ``seq``, signed by ``signer`` (a ledger ``root``/``signer`` key).
 
-    The proof is against ``checkpoint``, else the newest stored checkpoint covering
-    the event, else a checkpoint signed now at the current size.
+    Signs only what it verified: the ledger's tree is established from its events
+    (``trusted_tree``), the event is re-checked against it (hash, signer at its seq,
+    signature, membership: ``trusted_event``), and the proof is against ``checkpoint``,
+    else the newest stored checkpoint covering the event, else a checkpoint signed now
+    at the current size; whichever it is, its note must verify under the ledger's log
+    keys and its root must be the verified tree's (at its size), and the inclusion path
+    is verified against that root before it is written. A stored row edited without
+    the key gives a ``VerificationError`` naming the seq and rule, never a receipt.
     """
-    event = ledger.get(seq)
+    tree = trusted_tree(ledger)
+    event = trusted_event(ledger, seq, tree)
     origin = ledger.info.origin
     statement = statement_for(event, origin, policy)
-    ledger.key_ring().require(signer.id, ("root", "signer"))
-    chosen = checkpoint or checkpoint_covering(ledger, seq) or _sign_checkpoint(ledger, signer)
+    tree.ring.require(signer.id, ("root", "signer"))
+    chosen = checkpoint or checkpoint_covering(ledger, seq) or sign_checkpoint(ledger, signer, tree=tree)
     if chosen.size < seq:
         raise FormatError(f"the checkpoint at size {chosen.size} does not cover seq {seq}")
-    hashes = ledger.inclusion_proof(seq - 1, chosen.size)
+    _check_chosen(ledger, chosen, tree)
+    hashes = proven_inclusion(ledger, seq, chosen.size, chosen.checkpoint.root, bytes.fromhex(event.hash))
     envelope = sign_envelope(canonical(statement), INTOTO_PAYLOAD_TYPE, [signer])
     return Receipt(event, envelope, TlogProof(seq - 1, tuple(hashes), chosen.note))
+
+
+def _check_chosen(ledger: Ledger, chosen: SignedCheckpoint, tree: TrustedTree) -> None:
+    """The checkpoint a receipt proves against is this ledger's: signed by its log key, over the verified tree."""
+    origin = ledger.info.origin
+    if chosen.size > tree.size:
+        raise VerificationError(f"the checkpoint at size {chosen.size} is beyond the ledger's {tree.size} events",
+                                seq=tree.size + 1, rule=8)
+    try:
+        open_checkpoint(chosen.note, log_verifiers(origin, tree.ring, chosen.size), threshold=0, origin=origin)
+        if chosen.size == tree.size:
+            consistent = chosen.checkpoint.root == tree.root
+        else:
+            merkle.verify_consistency(chosen.size, tree.size, chosen.checkpoint.root, tree.root,
+                                      ledger.consistency_proof(chosen.size, tree.size))
+            consistent = True
+    except (TallyError, ValueError) as exc:
+        raise VerificationError(f"refusing to sign: the checkpoint at size {chosen.size} is not one of the "
+                                f"verified tree ({_reason(exc)})", seq=chosen.size, rule=8) from None
+    if not consistent:
+        raise VerificationError(f"refusing to sign: the checkpoint at size {chosen.size} does not have the root "
+                                "of the verified events", seq=chosen.size, rule=8)
 
 
 def receipt_paths(out: Path, seq: int) -> tuple[Path, Path, Path]:

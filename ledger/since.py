@@ -25,7 +25,7 @@ from .verify import VerifyStart, check_chain, check_event
 if TYPE_CHECKING:
     from .store import Ledger
 
-__all__ = ["SincePoint", "prove_since", "since_start"]
+__all__ = ["SincePoint", "prove_since", "proven_key_ring", "since_start"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = Non
     """Prove that ``ledger`` extends the checkpoint an auditor saved earlier.
 
     The saved note must be a checkpoint of this ledger's origin, signed by one of
-    ``keys`` (default: the ledger's ``root``/``signer`` keys). Raises
+    ``keys`` (default: the ledger's ``root``/``signer`` keys, from its key events proven
+    in the saved tree). Raises
     ``VerificationError(rule=8)`` naming "truncated" history when the ledger is now
     smaller than the saved tree, and "rewritten" history when its first ``size`` events
     no longer give the saved root (the stored tree at that size, the saved tree's last
@@ -59,10 +60,14 @@ def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = Non
     saved_cp = parse_checkpoint(parsed.text)
     if saved_cp.origin != origin:
         raise VerificationError(f"the saved checkpoint is for {saved_cp.origin!r}, this ledger is {origin!r}", rule=8)
-    trusted = list(keys) if keys is not None else log_verifiers(origin, ledger.key_ring())
-    open_checkpoint(saved, trusted, threshold=0, origin=origin)
     size, root = saved_cp.size, saved_cp.root
     current = ledger.size()
+    if keys is not None:
+        trusted: list[KeySpec] = list(keys)
+    else:  # the ledger's log keys, from its key events (never from the keys cache)
+        ring = proven_key_ring(ledger, size, root) if 0 < size <= current else _checked_key_ring(ledger)
+        trusted = list(log_verifiers(origin, ring))
+    open_checkpoint(saved, trusted, threshold=0, origin=origin)
     if current < size:
         raise VerificationError(
             f"history truncated: the ledger has {current} events, the saved checkpoint covers {size}",
@@ -105,22 +110,32 @@ def prove_since(ledger: Ledger, saved: str, keys: Iterable[KeySpec] | None = Non
     return SincePoint(size, root, last.hash, frontier, saved_cp, current)
 
 
-def _key_ring_until(ledger: Ledger, point: SincePoint) -> KeyRing:
-    """The key ring after event ``point.size``, from key events proven to be in the saved tree.
+def _checked_key_ring(ledger: Ledger) -> KeyRing:
+    """The key ring of every key event, each checked (hash, signer, signature), none proven in a tree."""
+    ring = KeyRing()
+    for event in ledger.events(types=sorted(KEY_EVENT_TYPES)):
+        check_event(ring, event)
+    return ring
 
-    Each key event must be included under the saved root (leaf from its stored hash),
-    hash to its hash, and be signed by a root key known (and not revoked) before it.
+
+def proven_key_ring(ledger: Ledger, size: int, root: bytes) -> KeyRing:
+    """The key ring after event ``size``, from key events proven to be in the tree of ``size`` with ``root``.
+
+    Each key event is checked like every event (``verify.check_event``: its hash, its
+    signer known and not revoked before it, its signature, root keys for key events)
+    and must be included under ``root`` (its leaf from its recomputed hash). The ring
+    never comes from the ``keys`` cache.
     """
     ring = KeyRing()
-    for event in ledger.events(types=sorted(KEY_EVENT_TYPES), until=point.size):
+    for event in ledger.events(types=sorted(KEY_EVENT_TYPES), until=size):
         seq = event.seq
+        digest = check_event(ring, event)
         try:
-            merkle.verify_inclusion(seq - 1, point.size, merkle.hash_leaf(event.raw_hash),
-                                    ledger.inclusion_proof(seq - 1, point.size), point.root)
+            proof = ledger.inclusion_proof(seq - 1, size)
+            merkle.verify_inclusion(seq - 1, size, merkle.hash_leaf(digest), proof, root)
         except (VerificationError, StorageError, ValueError) as exc:
-            raise VerificationError(f"history rewritten: key event {seq} is not in the saved tree ({_reason(exc)})",
-                                    seq=seq, rule=8) from None
-        check_event(ring, event)
+            raise VerificationError(f"history rewritten: key event {seq} is not in the tree of size {size} "
+                                    f"({_reason(exc)})", seq=seq, rule=8) from None
     return ring
 
 
@@ -140,5 +155,5 @@ def since_start(ledger: Ledger, saved: str | Path, keys: Iterable[KeySpec] | Non
     info = ledger.info
     if point.size == 0:
         return VerifyStart(0, GENESIS_PREV, info.ledger_id, info.origin, KeyRing(), merkle.Frontier())
-    ring = _key_ring_until(ledger, point)
+    ring = proven_key_ring(ledger, point.size, point.root)
     return VerifyStart(point.size, point.head, info.ledger_id, info.origin, ring, point.frontier)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from . import merkle
-from .canonical import check_payload, json_string
+from .canonical import BLOB_MARK, blob_references, check_payload, json_string
 from .db import (
     HEAD_REVISION,
     RawTx,
@@ -36,7 +36,7 @@ from .db import (
     schema_revision,
     sqlite_path,
 )
-from .errors import ExternalError, FormatError, PolicyError, StorageError, TallyError
+from .errors import ExternalError, FormatError, PayloadError, PolicyError, StorageError, TallyError
 from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, format_time
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
 from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
@@ -260,20 +260,27 @@ class Ledger:
 
     def _append(self, items: list[NewEvent], signer: Signer, ledger_id: str | None = None) -> list[Event]:
         prepared = []
+        needed: dict[str, str] = {}  # blobs the payloads refer to -> the path of the first reference
+        attached: set[str] = set()
         for item in items:
             _check_name("stream", item.stream)
             _check_name("type", item.type)
             payload_json = check_payload(item.payload).decode("utf-8")
+            if BLOB_MARK in payload_json:
+                for name, path in blob_references(item.payload).items():
+                    needed.setdefault(name, path)
             if item.type in KEY_EVENT_TYPES and item.stream != "ledger":
                 raise FormatError(f"{item.type} events belong to stream 'ledger'")
             if item.type == "ledger.created" and ledger_id is None:
                 raise PolicyError("ledger.created is written only by `tally init`")
+            attached.update(blob.sha256 for blob in item.blobs)
             prepared.append((item, payload_json))
         integrity, operational, db_error = dbapi_errors(self.engine)
         with self._lock:
             for _attempt in range(APPEND_RETRIES):
                 try:
                     with append_transaction(self.engine) as tx:
+                        self._require_blobs(tx, {n: p for n, p in needed.items() if n not in attached})
                         return self._append_locked(tx, prepared, signer, ledger_id)
                 except integrity:
                     self._frontier = None
@@ -349,6 +356,18 @@ class Ledger:
         if frontier is not None:
             self._frontier, self._frontier_head = frontier, prev
         return events
+
+    @staticmethod
+    def _require_blobs(tx: RawTx, needed: Mapping[str, str]) -> None:
+        """Every blob a payload refers to is attached to this append or already stored."""
+        if not needed:
+            return
+        names = sorted(needed)
+        marks = ", ".join("?" for _ in names)
+        stored = {row[0] for row in tx.all(f"SELECT sha256 FROM blobs WHERE sha256 IN ({marks})", names)}
+        for name in names:
+            if name not in stored:
+                raise PayloadError(needed[name], f"blob sha256:{name[:16]}... is neither attached nor stored")
 
     def _authorise(self, tx: RawTx, signer: Signer, prepared: list[tuple[NewEvent, str]]) -> None:
         row = tx.one("SELECT roles, revoked_at_seq, name FROM keys WHERE id = ?", (signer.id,))
@@ -522,6 +541,12 @@ class Ledger:
             return set(conn.execute(select(_BLOBS.c.sha256)).scalars())
 
     # ------------------------------------------------------------------ merkle
+
+    def node_count(self) -> int:
+        """How many complete-subtree hashes are stored."""
+        with self._raw_read() as tx:
+            row = tx.one("SELECT COUNT(*) FROM merkle_nodes")
+        return int(row[0]) if row else 0
 
     def fetch_nodes(self, nodes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         with self._raw_read() as tx:

@@ -1,8 +1,10 @@
-"""Verifying a stored ledger: its events (every rule), its checkpoints (rule 8) and its blobs.
+"""Verifying a stored ledger: its events (every rule), checkpoints (rule 8), blobs and caches.
 
 ``verify_ledger(book)`` is what ``tally verify`` runs: ``verify_events`` over the
 stored events, rule 8 for every stored checkpoint, every stored blob against its
-digest and every referenced blob present.
+digest and every referenced blob present, and the derived caches against the events:
+every stored Merkle subtree hash is the one the verified events give (and no other is
+stored), and the ``keys`` table is the key ring of the key events (rule ``cache``).
 """
 
 from __future__ import annotations
@@ -12,35 +14,23 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .canonical import BLOB_MARK, blob_references
 from .checkpoint import rule8_hook
-from .errors import VerificationError
+from .errors import PayloadError, StorageError, VerificationError
 from .event import Event
 from .since import since_start
 from .verify import VerifiedLedger, verify_events
 
 __all__ = ["LedgerReport", "referenced_blobs", "verify_ledger", "verify_stored_blobs"]
 
-_BLOB_MARK = '"blob":"sha256:'
-
-
-def _blob_refs(value: Any, out: set[str]) -> None:
-    if isinstance(value, dict):
-        ref = value.get("blob")
-        if isinstance(ref, str) and ref.startswith("sha256:"):
-            out.add(ref[len("sha256:"):])
-        for item in value.values():
-            _blob_refs(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _blob_refs(item, out)
-
-
 def referenced_blobs(event: Event) -> set[str]:
-    """The blob digests an event's payload refers to."""
-    refs: set[str] = set()
-    if _BLOB_MARK in event.payload_json:
-        _blob_refs(event.payload, refs)
-    return refs
+    """The blob digests an event's payload refers to (a malformed reference is refused)."""
+    if BLOB_MARK not in event.payload_json:
+        return set()
+    try:
+        return set(blob_references(event.payload))
+    except PayloadError as exc:
+        raise VerificationError(str(exc), seq=event.seq, rule="blob") from None
 
 
 @dataclass(frozen=True)
@@ -84,14 +74,70 @@ def verify_ledger(book: Any, *, root_key: str | None = None, jobs: int = 1, sinc
 
     def tap(events: Iterable[Event]) -> Iterator[Event]:
         for event in events:
-            if _BLOB_MARK in event.payload_json:
+            if BLOB_MARK in event.payload_json:
                 references.append((event.seq, referenced_blobs(event)))
             yield event
 
+    nodes = _NodeCheck(book)
     verified = verify_events(tap(book.events(start.size if start else 0)), root_key=root_key, jobs=jobs,
-                             start=start, checkpoint_sizes=checkpoints, on_size=hook)
+                             start=start, checkpoint_sizes=checkpoints, on_size=hook, on_nodes=nodes.add)
+    nodes.flush()
+    if start is None:
+        nodes.check_count()
+    check_key_cache(book, verified)
     blobs = verify_stored_blobs(book, references)
     return LedgerReport(verified, blobs, since_size)
+
+
+class _NodeCheck:
+    """Compares the subtree hashes the verified events give with the stored ones, in batches."""
+
+    BATCH = 4096
+
+    def __init__(self, book: Any) -> None:
+        self.book = book
+        self.pending: dict[tuple[int, int], bytes] = {}
+        self.count = 0
+
+    def add(self, made: list[tuple[int, int, bytes]]) -> None:
+        for level, index, value in made:
+            self.pending[(level, index)] = value
+        if len(self.pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        wanted = sorted(self.pending)
+        try:
+            stored = self.book.fetch_nodes(wanted)
+        except StorageError as exc:
+            raise VerificationError(f"stored Merkle tree: {exc}", rule="cache") from None
+        for node in wanted:
+            if stored[node] != self.pending[node]:
+                level, index = node
+                raise VerificationError(
+                    f"stored Merkle subtree hash (level {level}, index {index}) is not the hash of events "
+                    f"{index * 2**level + 1}..{(index + 1) * 2**level}", seq=(index + 1) * 2**level, rule="cache")
+        self.count += len(wanted)
+        self.pending = {}
+
+    def check_count(self) -> None:
+        stored = self.book.node_count()
+        if stored != self.count:
+            raise VerificationError(f"{stored} Merkle subtree hashes are stored, the events give {self.count}",
+                                    rule="cache")
+
+
+def check_key_cache(book: Any, verified: VerifiedLedger) -> None:
+    """The ``keys`` table is exactly the key ring the verified key events give (rule ``cache``)."""
+    cached = book.key_ring().keys
+    derived = verified.keys.keys
+    for kid in sorted(set(cached) | set(derived)):
+        if cached.get(kid) != derived.get(kid):
+            what = "is not in the key events" if kid not in derived else \
+                "is missing from the keys table" if kid not in cached else "differs from its key events"
+            raise VerificationError(f"cached key {kid[:16]} {what}", rule="cache")
 
 
 def verify_stored_blobs(book: Any, references: Iterable[tuple[int, set[str]]]) -> int:

@@ -31,7 +31,7 @@ from .errors import FormatError, VerificationError
 from .event import BODY_TEMPLATE, GENESIS_PREV, SIGNING_PREFIX, Event
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing
 
-__all__ = ["VerifiedLedger", "VerifyStart", "check_chain", "check_event", "verify_events"]
+__all__ = ["VerifiedLedger", "VerifyStart", "check_chain", "check_event", "check_signature", "verify_events"]
 
 CHUNK = 2048
 
@@ -48,6 +48,7 @@ class VerifiedLedger:
     root: bytes
     first_seq: int = 1
     checkpoints: tuple[int, ...] = ()
+    frontier: merkle.Frontier | None = None  # the tree's right edge after the last event
 
 
 @dataclass
@@ -68,6 +69,8 @@ class VerifyStart:
 
 # A hook called whenever the walk has verified ``size`` events; rule 8 lives there.
 SizeHook = Callable[[int, merkle.Frontier, KeyRing], None]
+# A hook given the complete subtrees (level >= 1, index, hash) each verified event finishes.
+NodesHook = Callable[[list[tuple[int, int, bytes]]], None]
 
 
 @dataclass
@@ -76,6 +79,7 @@ class _Walk:
     jobs: int
     on_size: SizeHook | None
     checkpoint_sizes: frozenset[int]
+    on_nodes: NodesHook | None = None
     expected: int = 1
     prev: str = GENESIS_PREV
     ledger_id: str | None = None
@@ -113,15 +117,17 @@ def verify_events(
     start: VerifyStart | None = None,
     checkpoint_sizes: Iterable[int] = (),
     on_size: SizeHook | None = None,
+    on_nodes: NodesHook | None = None,
 ) -> VerifiedLedger:
     """Verify ``events`` (seq order, from 1 or from ``start``) against rules 1-7 and 9.
 
     ``on_size(size, frontier, ring)`` is called after event ``size`` for every size in
     ``checkpoint_sizes``; it raises ``VerificationError`` (rule 8) when a checkpoint at
-    that size does not hold.
+    that size does not hold. ``on_nodes(nodes)`` receives the complete subtrees of the
+    tree each event finishes (for checking a store's cached subtree hashes).
     """
     walk = _Walk(root_key=root_key, jobs=max(1, jobs), on_size=on_size,
-                 checkpoint_sizes=frozenset(checkpoint_sizes))
+                 checkpoint_sizes=frozenset(checkpoint_sizes), on_nodes=on_nodes)
     if start is not None:
         walk.expected, walk.prev = start.size + 1, start.head
         walk.ledger_id, walk.origin = start.ledger_id, start.origin
@@ -162,6 +168,7 @@ def verify_events(
         root=walk.frontier.root(),
         first_seq=start.size + 1 if start else 1,
         checkpoints=tuple(walk.checked),
+        frontier=walk.frontier,
     )
 
 
@@ -210,6 +217,13 @@ def _key_event(ring: KeyRing, event: Event, key: KeyInfo) -> None:
             raise _fail(event.seq, 7, f"malformed key event: {exc}") from None
 
 
+def check_signature(event: Event, key: KeyInfo, digest: bytes) -> None:
+    """Rule 6 for one event whose hash is ``digest``: its signature verifies under ``key``."""
+    failure = _check_signatures([(event.seq, key.public_raw, _signature(event), digest)])
+    if failure:
+        raise _fail(failure[0], 6, failure[1])
+
+
 def check_event(ring: KeyRing, event: Event, *, root_key: str | None = None) -> bytes:
     """Rules 4-7 (and 9 at the genesis) for one event, its signature included; returns its digest.
 
@@ -223,9 +237,7 @@ def check_event(ring: KeyRing, event: Event, *, root_key: str | None = None) -> 
     elif event.type == "ledger.created":
         raise _fail(event.seq, 7, "a second ledger.created event")
     key = _actor_key(ring, event)
-    failure = _check_signatures([(event.seq, key.public_raw, _signature(event), digest)])
-    if failure:
-        raise _fail(failure[0], 6, failure[1])
+    check_signature(event, key, digest)
     _key_event(ring, event, key)
     return digest
 
@@ -256,7 +268,9 @@ def _step(walk: _Walk, event: Event) -> None:
         if len(walk.pending) >= CHUNK:
             _flush(walk)
     _key_event(walk.ring, event, key)
-    walk.frontier.append(merkle.hash_leaf(digest))
+    made = walk.frontier.append(merkle.hash_leaf(digest))
+    if made and walk.on_nodes is not None:
+        walk.on_nodes(made)
     walk.expected = seq + 1
     walk.prev = event.hash
     if seq in walk.checkpoint_sizes and walk.on_size is not None:

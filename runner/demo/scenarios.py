@@ -317,7 +317,7 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
     finally:
         world.sim.stop()
     from ledger.bundle import export_bundle
-    from ledger.checkpoint import sign_checkpoint
+    from ledger.signing import sign_checkpoint
     from ledger.stored import verify_ledger
 
     checkpoint = sign_checkpoint(book, root)

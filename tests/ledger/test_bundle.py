@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from ledger.bundle import export_bundle, verify_bundle
-from ledger.checkpoint import sign_checkpoint
 from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
 from ledger.note import vkey
+from ledger.signing import sign_checkpoint
 from ledger.store import Blob, Ledger, NewEvent
 from ledger.stored import verify_ledger
 

@@ -15,7 +15,7 @@ from securesystemslib.exceptions import VerificationError as SSlibVerificationEr
 from securesystemslib.signer import SSlibKey
 
 from ledger import checkpoint as cp
-from ledger import dsse, note
+from ledger import dsse, note, signing
 from ledger import receipt as rc
 from ledger.errors import FormatError, VerificationError
 from ledger.keys import Signer
@@ -158,7 +158,7 @@ def test_tampered_receipts_fail(window: Ledger, root: Signer, tmp_path: Path) ->
     fails(envelope, "\n".join(lines), "inclusion")
     fails(envelope, proof.replace(f"\n{window.size()}\n", f"\n{window.size() + 1}\n"), "checkpoint")  # size
     head, _, note_text = proof.partition("\n\n")
-    other_root = cp.sign_checkpoint(window, root, size=window.size() - 1).note
+    other_root = signing.sign_checkpoint(window, root, size=window.size() - 1).note
     fails(envelope, head + "\n\n" + other_root, "inclusion")  # a real checkpoint, of another tree size
     fails(envelope, head + "\n\n" + note.sign(note.parse_note(note_text).text, ORIGIN, Signer.generate()),
           "checkpoint")  # the checkpoint re-signed by a stranger
@@ -174,7 +174,7 @@ def test_receipt_with_witness_policy(window: Ledger, root: Signer, tmp_path: Pat
     from ledger.witness import Witness
 
     witness = Witness(tmp_path / "w", "w.example", Signer.generate())
-    signed = cp.sign_checkpoint(window, root)
+    signed = signing.sign_checkpoint(window, root)
     cosigned = witness.cosign(signed.note, [root.public_raw], None, now=5).note
     receipt = rc.build_receipt(window, 5, root, WINDOW_RECEIPTS, cp.SignedCheckpoint(signed.checkpoint, cosigned))
     envelope, proof, _ = (p.read_text() for p in rc.write_receipt(receipt, tmp_path / "r"))
@@ -187,7 +187,7 @@ def test_receipt_with_witness_policy(window: Ledger, root: Signer, tmp_path: Pat
 
 
 def test_tlog_proof_format(window: Ledger, root: Signer) -> None:
-    signed = cp.sign_checkpoint(window, root)
+    signed = signing.sign_checkpoint(window, root)
     hashes = tuple(window.inclusion_proof(2, signed.size))
     proof = rc.TlogProof(2, hashes, signed.note, extra=b"x")
     text = proof.text()
@@ -203,7 +203,7 @@ def test_tlog_proof_format(window: Ledger, root: Signer) -> None:
 
 
 def test_inclusion_records_for_partial_exports(window: Ledger, root: Signer) -> None:
-    signed = cp.sign_checkpoint(window, root)
+    signed = signing.sign_checkpoint(window, root)
     seqs = [e.seq for e in window.events(stream="window/w1")]
     proofs = rc.inclusion_proofs(window, seqs, signed.size, chunk=2)
     verified = cp.verify_checkpoint(signed.note, [root.public_raw])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ledger import checkpoint as cp
-from ledger import note
+from ledger import note, signing
 from ledger.errors import FormatError, PolicyError, VerificationError
 from ledger.keys import Signer
 from ledger.store import Ledger
@@ -28,14 +28,14 @@ def _vkey(root: Signer) -> str:
 
 def test_cosigns_a_first_then_a_consistent_checkpoint(ledger: Ledger, root: Signer, witness: Witness) -> None:
     fill(ledger, root, 4)
-    first = cp.sign_checkpoint(ledger, root)
+    first = signing.sign_checkpoint(ledger, root)
     result = witness.cosign(first.note, [_vkey(root)], None, now=1_700_000_000)
     assert result.old_size == 0 and result.note.startswith(first.note)
     assert result.line.startswith("\u2014 witness.example/w1 ")
     verified = cp.open_checkpoint(result.note, [root.public_raw], witnesses=[witness.vkey()])
     assert [(w.verifier.name, w.timestamp) for w in verified.witnesses] == [("witness.example/w1", 1_700_000_000)]
     fill(ledger, root, 6)
-    second = cp.sign_checkpoint(ledger, root)
+    second = signing.sign_checkpoint(ledger, root)
     proof = cp.parse_consistency_proof(cp.consistency_proof(ledger, 5, 11).text())
     again = witness.cosign(second.note, [], proof, now=1_700_000_100)  # the log key is remembered
     assert again.old_size == 5
@@ -50,9 +50,9 @@ def test_cosigns_a_first_then_a_consistent_checkpoint(ledger: Ledger, root: Sign
 
 def test_refuses_a_rollback(ledger: Ledger, root: Signer, witness: Witness) -> None:
     fill(ledger, root, 4)
-    small = cp.sign_checkpoint(ledger, root)
+    small = signing.sign_checkpoint(ledger, root)
     fill(ledger, root, 4)
-    big = cp.sign_checkpoint(ledger, root)
+    big = signing.sign_checkpoint(ledger, root)
     witness.cosign(big.note, [_vkey(root)], None, now=1)
     with pytest.raises(VerificationError, match="rollback"):
         witness.cosign(small.note, [_vkey(root)], None, now=2)
@@ -69,12 +69,12 @@ def test_refuses_a_fork(tmp_path: Path, root: Signer, witness: Witness) -> None:
         fill(book, root, 4)
         books.append(book)
     a, b = books
-    witness.cosign(cp.sign_checkpoint(a, root).note, [_vkey(root)], None, now=1)  # size 5 of a
-    same_size = cp.sign_checkpoint(b, root)
+    witness.cosign(signing.sign_checkpoint(a, root).note, [_vkey(root)], None, now=1)  # size 5 of a
+    same_size = signing.sign_checkpoint(b, root)
     with pytest.raises(VerificationError, match="fork"):
         witness.cosign(same_size.note, [], None, now=2)
     fill(b, root, 3)
-    larger = cp.sign_checkpoint(b, root)
+    larger = signing.sign_checkpoint(b, root)
     proof = cp.parse_consistency_proof(cp.consistency_proof(b, 5, 8).text())  # b's own proof: not from a's root
     with pytest.raises(VerificationError, match="fork"):
         witness.cosign(larger.note, [], proof, now=3)
@@ -84,9 +84,9 @@ def test_refuses_a_fork(tmp_path: Path, root: Signer, witness: Witness) -> None:
 
 def test_needs_the_right_proof(ledger: Ledger, root: Signer, witness: Witness) -> None:
     fill(ledger, root, 4)
-    witness.cosign(cp.sign_checkpoint(ledger, root).note, [_vkey(root)], None, now=1)  # 5
+    witness.cosign(signing.sign_checkpoint(ledger, root).note, [_vkey(root)], None, now=1)  # 5
     fill(ledger, root, 5)
-    newer = cp.sign_checkpoint(ledger, root)  # 10
+    newer = signing.sign_checkpoint(ledger, root)  # 10
     with pytest.raises(PolicyError, match="from size 5"):
         witness.cosign(newer.note, [], None, now=2)
     with pytest.raises(PolicyError, match="witness is at size 5"):
@@ -97,7 +97,7 @@ def test_needs_the_right_proof(ledger: Ledger, root: Signer, witness: Witness) -
 
 
 def test_refuses_a_bad_log_signature_and_unknown_logs(ledger: Ledger, root: Signer, witness: Witness) -> None:
-    signed = cp.sign_checkpoint(ledger, root)
+    signed = signing.sign_checkpoint(ledger, root)
     with pytest.raises(FormatError, match="no log key"):
         witness.cosign(signed.note, [], None, now=1)
     impostor = note.sign(signed.checkpoint.text(), ORIGIN, Signer.generate())
@@ -113,9 +113,9 @@ def test_refuses_a_bad_log_signature_and_unknown_logs(ledger: Ledger, root: Sign
 
 def test_state_is_replaced_atomically(ledger: Ledger, root: Signer, witness: Witness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     fill(ledger, root, 2)
-    first = witness.cosign(cp.sign_checkpoint(ledger, root).note, [_vkey(root)], None, now=1)
+    first = witness.cosign(signing.sign_checkpoint(ledger, root).note, [_vkey(root)], None, now=1)
     fill(ledger, root, 2)
-    newer = cp.sign_checkpoint(ledger, root)
+    newer = signing.sign_checkpoint(ledger, root)
 
     def crash(src: object, dst: object) -> None:
         raise OSError(5, "simulated crash before the rename")
@@ -131,7 +131,7 @@ def test_state_is_replaced_atomically(ledger: Ledger, root: Signer, witness: Wit
 def test_a_second_witness_and_a_k_of_n_policy(ledger: Ledger, root: Signer, tmp_path: Path) -> None:
     w1 = Witness(tmp_path / "w1", "w1.example", Signer.generate())
     w2 = Witness(tmp_path / "w2", "w2.example", Signer.generate())
-    signed = cp.sign_checkpoint(ledger, root)
+    signed = signing.sign_checkpoint(ledger, root)
     once = w1.cosign(signed.note, [_vkey(root)], None, now=10).note
     twice = w2.cosign(once, [_vkey(root)], None, now=11).note
     assert twice.count("\u2014 ") == 3
