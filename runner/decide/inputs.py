@@ -76,6 +76,14 @@ def _not_counted(payload: dict[str, Any]) -> str:
     return "; ".join(reasons)
 
 
+def _served_by_its_engine(payload: dict[str, Any]) -> bool:
+    """The wave's engine attestation (absent in ledgers older than it) says its start's engine served it."""
+    engine = payload.get("engine")
+    if not isinstance(engine, dict):
+        return True
+    return all(isinstance(seen, dict) and seen.get("ok") for seen in engine.values())
+
+
 def _in_hold(events: Sequence[Event]) -> list[Event]:
     inside, out = False, []
     for event in events:
@@ -171,6 +179,8 @@ def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
             continue
         p = event.payload
         used.append(event)
+        if not _served_by_its_engine(p):
+            continue  # not an observation of its block's arm: its requests count as not recorded
         for record in p["requests"]:
             key = (p["start"], p["family"], context_of.get(p["cell"], p["cell"]))
             seen[key] = {

@@ -41,7 +41,8 @@ from ledger.errors import FormatError
 
 from .base import ACTIONS, ActionResult, check_action, settle
 
-__all__ = ["PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "group_members", "parse_facts", "parse_template"]
+__all__ = ["INHERITED_ENV", "PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "command_environment",
+           "group_members", "parse_facts", "parse_template"]
 
 # Placeholder -> where its value comes from (docs/site.md, "Placeholders").
 PLACEHOLDERS: Mapping[str, str] = {
@@ -68,8 +69,21 @@ _FROM_PARAMS = {"window": "window", "start": "start", "role": "role", "arm": "ar
                 "snapshot": "snapshot_sha256", "seed": "seed"}
 _WORD = re.compile(r"[A-Za-z0-9._:@%+=,/-]*")
 _FACTS_PREFIX = "TALLY-FACTS "
+# What a site command inherits from the runner's environment (docs/site.md, "Environment"):
+# nothing else, so no secret of the runner (TALLY_KEY_PASSPHRASE, a database URL with its
+# password, cloud credentials) reaches a command, its output blob or an exported bundle.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+                 "SSH_AUTH_SOCK", "SSH_AGENT_PID")
+NEVER_PASSED = re.compile(r"TALLY_.*")
 _CLOCK_LINE = re.compile(r"\bclock cap (\d+) MHz\b")
 _CLOCK_ACTIONS = frozenset({"start_arm", "restore", "read_clock_cap"})
+
+
+def command_environment(environ: Mapping[str, str], pass_env: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment a site command starts with: the allow-list, ``LC_*``, and the site's ``pass_env``."""
+    allowed = set(INHERITED_ENV) | set(pass_env)
+    return {name: value for name, value in environ.items()
+            if (name in allowed or name.startswith("LC_")) and not NEVER_PASSED.fullmatch(name)}
 
 
 @dataclass(frozen=True)
@@ -152,8 +166,9 @@ class CommandsDriver:
 
     def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
                  production_clock_cap_mhz: int, commands: Mapping[str, CommandTemplate], cwd: Path,
-                 state_dir: Path | None = None, kill_grace_s: float = 5.0) -> None:
+                 state_dir: Path | None = None, kill_grace_s: float = 5.0, pass_env: tuple[str, ...] = ()) -> None:
         self._roles = dict(hosts)
+        self.pass_env = tuple(pass_env)
         self._hosts = tuple(hosts)
         self._serving_url = serving_url
         self._metrics_urls = metrics_urls
@@ -243,7 +258,7 @@ class CommandsDriver:
         return value
 
     def _environment(self, action: str, host: str | None, params: Mapping[str, Any], request: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = command_environment(os.environ, self.pass_env)
         env.update({
             "TALLY_ACTION": action, "TALLY_HOST": host or "", "TALLY_HOST_ROLE": self._roles.get(host or "", ""),
             "TALLY_HOSTS": ",".join(self._hosts), "TALLY_STATE_DIR": str(self.state_dir or ""),

@@ -148,6 +148,8 @@ class SimDriver:
             body["role"] = params.get("role", params["arm"])
         elif action == "restore" and params.get("snapshot_sha256") is not None:
             body["sha256"] = params["snapshot_sha256"]
+            if isinstance(params.get("snapshot_identity"), Mapping):
+                body["identity"] = dict(params["snapshot_identity"])
         elif action == "drain":
             # let the simulator give up on in-flight requests before our call times out
             body["timeout_s"] = max(0.0, self._timeouts["drain"] * 0.8)
@@ -210,6 +212,7 @@ def _state_facts(state: Mapping[str, Any]) -> dict[str, Any]:
         "arm": engine.get("arm") if engine else None,
         "role": engine.get("role") if engine else None,
         "engine": engine.get("status") if engine else None,
+        "session": engine.get("session") if engine else None,
         "clock_cap_mhz": engine.get("clock_cap_mhz") if engine else None,
         "placeholders": _present(state.get("placeholders")),
         "fenced": _present(state.get("fenced")),
@@ -233,7 +236,7 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
         facts.update({"arm": answer.get("arm"), "role": answer.get("role"), "engine": "ready",
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
                       "config_digest": answer.get("config_digest"), "identity": answer.get("identity"),
-                      "speculative_config": answer.get("speculative_config"), "session": answer.get("start")})
+                      "speculative_config": answer.get("speculative_config"), "session": answer.get("session")})
     elif action in ("stop_arm", "experiment_stop"):
         facts["arm"] = answer.get("arm")
         facts["engine"] = None
@@ -251,7 +254,7 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
     elif action == "restore":
         facts.update({"serving": "up", "snapshot_sha256": answer.get("sha256"), "identity": answer.get("identity"),
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
-                      "session": answer.get("start")})
+                      "session": answer.get("session")})
     elif action == "watch":
         facts.update({"watch": "PASS", "serving": answer.get("production", "up"),
                       "production_sha256": answer.get("sha256")})

@@ -28,10 +28,11 @@ __all__ = ["HOST_NAME", "REQUIRED_COMMAND_ACTIONS", "load_site", "site_from_dict
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _COMMON = {"kind", "production_clock_cap_mhz", "actions"}
 _FIELDS = {
-    "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s"},
+    "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s", "pass_env"},
     "sim": _COMMON | {"url", "hosts"},
 }
 
@@ -120,6 +121,10 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
             raise f.fail("state_dir", "must be a non-empty path")
         state_dir = (base_dir / value).resolve()
     grace = _seconds(f, "kill_grace_s", 5.0)
+    pass_env = f.strings("pass_env", (), pattern=_ENV_NAME, what="an environment variable name")
+    for index, name in enumerate(pass_env):
+        if name.startswith("TALLY_"):
+            raise f.fail(f"pass_env[{index}]", f"{name} is tally's own: it never reaches a site command")
     commands: dict[str, CommandTemplate] = {}
     for action, table in _action_tables(f).items():
         extra = sorted(set(table.data) - {"command", "timeout_s"})
@@ -141,7 +146,7 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
         if "state_dir" in template.fields and state_dir is None:
             raise f.fail_here(f"actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
     return CommandsDriver(hosts=hosts, serving_url=serving, metrics_urls=metrics, production_clock_cap_mhz=cap,
-                          commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace)
+                          commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace, pass_env=pass_env)
 
 
 # ---------------------------------------------------------------------- fields

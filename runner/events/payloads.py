@@ -290,6 +290,7 @@ class WaveMeasured(WindowPayload):
     client: ClientFigures
     requests: list[RequestSummary]
     records: BlobRef
+    engine: dict[str, Any] | None = None  # the engine seen serving before and after the wave (attestation)
 
     @staticmethod
     def check(p: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ rebuilt from the window's events (``runner.decide.inputs``), exactly as a replay
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..decide.inputs import decision_for
 from ..events import payloads as p
@@ -36,7 +36,10 @@ class EndingSteps(Recorder):
         sha = self.snapshot_sha()
         attempt = int(step.args.get("attempt", 1))
         self.say(f"restore (attempt {attempt})")
-        params = {"snapshot_sha256": sha} if sha else {}
+        params: dict[str, Any] = {"snapshot_sha256": sha} if sha else {}
+        identity = self.snapshot_identity(sha) if sha else None
+        if identity is not None:
+            params["snapshot_identity"] = identity
         self.action("restore", None, params, then=lambda res: [
             ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt, detail=plain(res.facts),
                                                    **self._snapshot_member()), ())])

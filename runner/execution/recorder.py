@@ -180,6 +180,19 @@ class Recorder:
         arm = self.plan.arm(start.role)
         return {"role": start.role, "arm": arm.name, "arm_config": arm.to_json()}
 
+    def snapshot_identity(self, sha: str) -> dict[str, Any] | None:
+        """The production identity recorded with snapshot ``sha`` (the drain's, or a capture's), if any.
+
+        A restore is asked for it, so that it restores what the ledger recorded whatever the
+        host now remembers (a host that rebooted under the window remembers nothing).
+        """
+        for event in self.ledger.events(types=["production.snapshot"]):
+            payload = event.payload
+            if payload.get("sha256") == sha and payload.get("source") != "marker" and payload.get("identity"):
+                identity = payload["identity"]
+                return dict(identity) if isinstance(identity, dict) else None
+        return None
+
     def snapshot_sha(self) -> str | None:
         """The production snapshot this window restores to (its own, else the chain marker's)."""
         ws = self.ws

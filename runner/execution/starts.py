@@ -42,19 +42,30 @@ def block_began(ws: WindowState, start: str) -> datetime | None:
     return parse_time(began) if began else None
 
 
-def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveResult, records: Blob) -> p.WaveMeasured:
-    """The ``wave.measured`` payload of a measured wave (its records travel as ``records``)."""
+def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveResult, records: Blob,
+                 engine: dict[str, Any] | None = None) -> p.WaveMeasured:
+    """The ``wave.measured`` payload of a measured wave (its records travel as ``records``).
+
+    ``engine`` is the attestation of who served it (``{"before", "after"}``); a wave not
+    served by its start's engine throughout is not complete.
+    """
     s = measured.summary()
     client = dict(s["client"])
     intervals = client.pop("chunk_interval_ms")
+    reasons = list(s["incomplete_reasons"])
+    attested: dict[str, Any] = {}
+    if engine is not None:
+        attested["engine"] = engine
+        reasons += [f"not served by the start's engine {when} the wave: {'; '.join(seen['problems'])}"
+                    for when, seen in engine.items() if not seen.get("ok")]
     return p.WaveMeasured(
         start=start, cell=cell, repeat=repeat, wave=wave, family=s["family"], seed=s["seed"],
         max_tokens=s["max_tokens"], concurrency=s["concurrency"], started_at=s["started_at"], ended_at=s["ended_at"],
-        counters=p.Counters(**s["counters"]), counters_missing=s["counters_missing"], complete=s["complete"],
-        incomplete_reasons=s["incomplete_reasons"],
+        counters=p.Counters(**s["counters"]), counters_missing=s["counters_missing"], complete=not reasons,
+        incomplete_reasons=reasons,
         client=p.ClientFigures(chunk_interval_ms=None if intervals is None else p.ChunkIntervals(**intervals),
                                **client),
-        requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records))
+        requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records), **attested)
 
 
 class StartSteps(Recorder):
@@ -141,11 +152,43 @@ class StartSteps(Recorder):
             self.model = models[0]
         return self.model
 
+    def attest(self, start_id: str) -> dict[str, Any]:
+        """Which engine serves now, and whether it is this start's: the arm the plan declares for
+        the start, and (where the site reports sessions) the very session its start_arm started."""
+        from ..drivers.base import ActionResult
+
+        expected = self.plan.arm(self.plan.start(start_id).role).name
+        known = self.ws.engine or {}
+        try:
+            res = self.driver.run("probe", None, {"window": self.window, "start": start_id})
+        except ExternalError as exc:
+            res = ActionResult("probe", None, False, None, 0.0, False, b"", b"", {"error": str(exc)})
+        facts = res.facts
+        problems = [] if res.ok else [f"the probe failed: {facts.get('error') or res.exit_code}"]
+        if facts.get("arm") != expected:
+            problems.append(f"arm {facts.get('arm')!r} serves, not the start's {expected!r}")
+        if facts.get("engine") not in (None, "ready"):
+            problems.append(f"the engine is {facts.get('engine')}")
+        session, started = facts.get("session"), known.get("session")
+        if session is not None and started is not None and session != started:
+            problems.append(f"engine session {session} is not the one the start began ({started})")
+        return {"arm": facts.get("arm"), "session": session, "engine": facts.get("engine"),
+                "serving": facts.get("serving"), "ok": not problems, "problems": problems}
+
+    def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
+        """Record a probe: the fold then knows the start's engine no longer serves."""
+        self.say(f"  {start_id}: not its engine: {'; '.join(seen['problems'])}")
+        self.action("probe", None, {"attested": "the start's engine", "start": start_id})
+
     def wave(self, step: Step, result: RunResult) -> None:
         from ..measure.wave import measure_wave
 
         wave = step.wave
         assert wave is not None and step.start is not None
+        before = self.attest(step.start)
+        if not before["ok"]:
+            self._engine_lost(step.start, before)
+            return
         family = self._prompts_for(wave.family)
         prompts = [family[pid] for pid in wave.prompt_ids]
         now = datetime.now(UTC)
@@ -171,10 +214,11 @@ class StartSteps(Recorder):
         spent = self.last_wave_end - t0
         result.measuring_s += spent
         result.waves += 1
+        after = self.attest(step.start)
         records = Blob(measured.records_jsonl(), "application/x-ndjson")
-        items: list[Pending] = [
-            ("wave.measured", wave_payload(step.start, wave.cell, wave.repeat, wave.wave, measured, records),
-             (records,))]
+        payload = wave_payload(step.start, wave.cell, wave.repeat, wave.wave, measured, records,
+                               {"before": before, "after": after})
+        items: list[Pending] = [("wave.measured", payload, (records,))]
         cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", p.BudgetDecision(
@@ -182,6 +226,8 @@ class StartSteps(Recorder):
                 limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
                 cell=wave.cell), ()))
         self.append(items)
+        if not after["ok"]:
+            self._engine_lost(step.start, after)
         if self.on_wave is not None:
             self.on_wave(self.ws.waves, len(self.plan.waves), f"{step.start} {wave.cell} wave {wave.wave}")
 

@@ -209,6 +209,11 @@ def _measuring(ctx: Context) -> Step:
     stopped = _stopped(ws)
     if stopped is not None:
         return _stop_measuring(ctx, "interrupted", stopped)
+    if (ws.engine or {}).get("serving") == "up":  # production serves inside our HOLD: the host restarted
+        reason = "the hosts serve production inside the HOLD (did a host restart?)"
+        if ws.current_start is not None:
+            return Step("end_start", start=ws.current_start, reason=reason, args={"truncated": True, "lost": True})
+        return Step("measurement_end", reason=reason, args={"why": "failed"})
     failed = [sid for sid, info in ws.starts.items() if info["status"] == "ended" and info.get("ok") is False
               and not info.get("truncated")]
     if failed:

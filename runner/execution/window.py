@@ -105,6 +105,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         elif resume and ws.ending is None and ws.actions and not self._ended_cleanly():
             self.append([("window.interrupted", p.WindowInterrupted(reason="crash", phase=ws.phase, detail={
                 "found_on": "resume", "open_actions": len(ws.open_actions)}), ())])
+            if not ws.open_actions:  # what serves now? (an open action is re-probed by the step machine)
+                self.action("probe", None, {"found_on": "resume"})
         result = RunResult(self.window, None, None, [])
         previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         in_main = threading.current_thread() is threading.main_thread()

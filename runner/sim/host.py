@@ -18,6 +18,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +33,7 @@ __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
 # Host actions (``docs/site.md``) plus the simulator's own: production up/down and thermal dial-back.
 ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "quiet_proof",
            "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof", "restore",
-           "watch", "read_clock_cap", "production", "thermal")
+           "watch", "read_clock_cap", "production", "thermal", "reboot")
 
 
 def wall_time() -> str:
@@ -77,6 +78,7 @@ class EngineSession:
     unseeded: int = 0
     stopped_at: str | None = None
     rotor: int = 0
+    session: str = ""  # "<boot id>:<start number>": which engine this is, across host reboots
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ready(self, now: float) -> bool:
@@ -84,7 +86,7 @@ class EngineSession:
 
     def describe(self, now: float, current_mhz: int | None) -> dict[str, Any]:
         return {
-            "start": self.number, "arm": self.arm.name, "role": self.role,
+            "start": self.number, "session": self.session, "arm": self.arm.name, "role": self.role,
             "status": "stopped" if self.stopped else ("ready" if now >= self.ready_at else "starting"),
             "production": self.production, "clock_cap_mhz": self.clock_cap_mhz, "current_clock_mhz": current_mhz,
             "config_digest": self.arm.digest(), "speculative_config": self.arm.speculative_config(),
@@ -111,8 +113,14 @@ class Host:
         self.starts: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self._start_number = 0
-        # The host comes up serving production, warm, as a production host would be found.
-        session = self._new_session(config.arm(config.production_arm), "production", ready_in=0.0,
+        self.boot = ""
+        self._boot()
+
+    def _boot(self) -> None:
+        """The host comes up serving production, warm, as a production host would be found."""
+        self.boot = uuid.uuid4().hex[:8]
+        self._start_number = 0
+        session = self._new_session(self.config.arm(self.config.production_arm), "production", ready_in=0.0,
                                     production=True)
         session.warmed = True
         self.production = "up"
@@ -155,7 +163,7 @@ class Host:
                                 self.config.max_model_len)
         session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
-                                start_factor=factor, log=log, production=production)
+                                start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}")
         self.engine = session
         self.current_mhz = cap
         self.starts.append({"start": number, "arm": arm.name, "role": role, "clock_cap_mhz": cap,
@@ -280,8 +288,8 @@ class Host:
         if args.get("wait", True):
             self._wait_ready(session)
         return {
-            "start": session.number, "arm": arm.name, "role": role, "identity": {"arm": arm.name,
-                                                                                "image": arm.image},
+            "start": session.number, "session": session.session, "arm": arm.name, "role": role,
+            "identity": {"arm": arm.name, "image": arm.image},
             "config_digest": arm.digest(), "speculative_config": arm.speculative_config(),
             "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log), "output": "\n".join(session.log),
         }
@@ -365,7 +373,11 @@ class Host:
 
     def _do_restore(self, args: dict[str, Any]) -> dict[str, Any]:
         sha = args.get("sha256")
+        identity = args.get("identity")
         with self.cond:
+            if self.snapshot_taken is None and isinstance(identity, dict) and _sha256_json(identity) == sha:
+                # the host lost its own record (a reboot): restore from the snapshot the caller kept
+                self.snapshot_taken = {"identity": identity, "sha256": sha, "at": wall_time()}
             if self.snapshot_taken is None:
                 raise HostActionError(409, "restore", "no production snapshot was taken")
             if sha is not None and sha != self.snapshot_taken["sha256"]:
@@ -381,6 +393,7 @@ class Host:
         if args.get("wait", True):
             self._wait_ready(session)
         return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
+                "session": session.session,
                 "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
                 "output": f"production restored to snapshot {snap['sha256']}"}
 
@@ -404,6 +417,17 @@ class Host:
         if args.get("wait", True):
             self._wait_ready(session)
         return {"production": "up", "start": session.number, "output": "production started"}
+
+    def _do_reboot(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The host restarts: every engine and placeholder is gone, its own snapshot record too, and it
+        comes back serving production (a test's way to play a host that rebooted under a window)."""
+        with self.cond:
+            self._stop_session()
+            self.snapshot_taken = None
+            self.placeholders = dict.fromkeys(self.config.hosts, False)
+            self.fenced = dict.fromkeys(self.config.hosts, False)
+            self._boot()
+        return {"production": "up", "boot": self.boot, "output": f"host rebooted (boot {self.boot})"}
 
     def _do_watch(self, args: dict[str, Any]) -> dict[str, Any]:
         now = time.perf_counter()
@@ -455,6 +479,7 @@ class Host:
             engine = self.engine
             return {
                 "model": self.config.model,
+                "boot": self.boot,
                 "time_scale": self.config.time_scale,
                 "production": self.production,
                 "production_arm": self.config.production_arm,

@@ -422,23 +422,26 @@ def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> No
     if action in ("probe", "preflight") and "serving" in facts:
         arm = facts.get("arm")
         before = ws.engine or {}
-        # A probe sees which arm serves; which start (and what config it reported) that
-        # engine belongs to comes from the start_arm that started it, if the arm is the same.
-        same = arm is not None and before.get("arm") == arm
+        # A probe sees which engine serves; which start (and what config it reported) that engine
+        # belongs to comes from the start_arm that started it, if it is the same engine: the same
+        # arm and, where the site reports one, the same session (a host that rebooted is another).
+        session = facts.get("session")
+        same = arm is not None and before.get("arm") == arm and (
+            session is None or before.get("session") is None or session == before.get("session"))
         ws.engine = {"arm": arm, "role": facts.get("role"), "start": before.get("start") if same else None,
-                     "status": facts.get("engine"), "serving": facts.get("serving"),
+                     "status": facts.get("engine"), "serving": facts.get("serving"), "session": session,
                      "speculative_config": before.get("speculative_config") if same else None} if arm else None
     elif not ok:
         return
     elif action == "start_arm":
         ws.engine = {"arm": facts.get("arm"), "role": facts.get("role"), "start": facts.get("start"),
                      "status": facts.get("engine") or "ready", "serving": "experiment",
-                     "speculative_config": facts.get("speculative_config")}
+                     "session": facts.get("session"), "speculative_config": facts.get("speculative_config")}
     elif action in ("stop_arm", "experiment_stop", "drain"):
         ws.engine = None
     elif action == "restore":
         ws.engine = {"arm": facts.get("arm"), "role": "production", "start": None, "status": "ready",
-                     "serving": "up"}
+                     "serving": "up", "session": facts.get("session")}
 
 
 def _start_began(s: State, ws: WindowState, e: Event, p: pl.StartBegan) -> None:

@@ -190,3 +190,39 @@ def test_an_interrupted_wait_kills_the_command_before_the_exception_goes_on(tmp_
         signal.signal(signal.SIGALRM, old)
     pgid, child = (int(p) for p in (tmp_path / "pids").read_text().split())
     assert group_members(pgid) == [] and not _alive(child)
+
+
+DUMP_ENV = """#!/usr/bin/env python3
+import json, os
+print(json.dumps(dict(os.environ), sort_keys=True))
+print("TALLY-FACTS " + json.dumps({"serving": "up"}))
+"""
+
+
+def test_site_commands_do_not_see_the_key_passphrase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site command that prints its environment shows no secret of the runner; pass_env is the only way in."""
+    monkeypatch.setenv("TALLY_KEY_PASSPHRASE", "correct horse battery staple")
+    monkeypatch.setenv("TALLY_DB", "postgresql+psycopg://ops:s3cr3t@db/ledger")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("SITE_REGION", "eu-1")
+    (tmp_path / "dump.py").write_text(DUMP_ENV.replace("/usr/bin/env python3", sys.executable, 1))
+    (tmp_path / "dump.py").chmod(0o755)
+    shutil.copytree(SCRIPTS, tmp_path / "site-scripts")
+    site = tmp_path / "site.toml"
+    site.write_text('pass_env = ["SITE_REGION"]\n' + commands_site_text(commands={"preflight": "./dump.py"}))
+    driver = load_site(site)
+    result = driver.run("preflight", None, {"window": "w"})
+    output = result.stdout.decode()
+    for secret in ("correct horse battery staple", "s3cr3t", "aws-secret"):
+        assert secret not in output
+    env = json.loads(output.splitlines()[0])
+    assert env["SITE_REGION"] == "eu-1" and "PATH" in env and env["TALLY_ACTION"] == "preflight"
+    assert not {"TALLY_KEY_PASSPHRASE", "TALLY_DB", "AWS_SECRET_ACCESS_KEY"} & set(env)
+
+
+def test_pass_env_cannot_name_tallys_own_variables(tmp_path: Path) -> None:
+    shutil.copytree(SCRIPTS, tmp_path / "site-scripts")
+    site = tmp_path / "site.toml"
+    site.write_text('pass_env = ["TALLY_KEY_PASSPHRASE"]\n' + commands_site_text())
+    with pytest.raises(FormatError, match=r"pass_env\[0\]: TALLY_KEY_PASSPHRASE is tally's own"):
+        load_site(site)

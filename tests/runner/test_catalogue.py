@@ -44,7 +44,7 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
     names = [f.name for f in dataclasses.fields(payloads.WaveMeasured)]
     assert names == ["window", "plan_sha256", "start", "cell", "repeat", "wave", "family", "seed", "max_tokens",
                      "concurrency", "started_at", "ended_at", "counters", "counters_missing", "complete",
-                     "incomplete_reasons", "client", "requests", "records"]
+                     "incomplete_reasons", "client", "requests", "records", "engine"]
     assert [f.name for f in dataclasses.fields(payloads.Counters)] == [
         "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens"]
     assert [f.name for f in dataclasses.fields(payloads.ClientFigures)] == [

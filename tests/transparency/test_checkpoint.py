@@ -84,7 +84,7 @@ def test_refuses_after_a_rewrite_or_a_truncation(ledger: Ledger, root: Signer) -
     fill(ledger, root, 9)
     signing.sign_checkpoint(ledger, root, size=6)
     rewrite_history(ledger, root, 3, {"forged": True})
-    with pytest.raises(VerificationError, match="history rewritten: .* size 6"):
+    with pytest.raises(VerificationError, match=r"history rewritten: .* size 6"):
         signing.sign_checkpoint(ledger, root)
     sql(ledger, "DELETE FROM events WHERE seq > 4")
     ledger._frontier = None
