@@ -11,6 +11,12 @@ control starts: the day-to-day spread).
 
 ``replay(plan, events, archive, decision)`` recomputes and compares field by field.
 Pure: events in, result out.
+
+The builder is versioned (``INPUT_BUILDERS``): a decision records the ``input_builder`` that
+built its input, and replay and audit rebuild with that one, so a ledger written by an
+older tally replays to its own recorded input. Builder 1 (decisions without the member)
+gave win2-v1 no ``repeats`` param (the rule assumed 3) and kept one pp3-v1 request per
+(block, family, context); builder 2 passes the registered repeats and keeps every request.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ledger.errors import PolicyError
 
 from .compare import Difference, diff
 from .digest import inputs_digest
@@ -30,9 +38,24 @@ if TYPE_CHECKING:
     from ..plan.model import Plan
 
 __all__ = [
-    "DecisionInput", "ReplayResult", "abort_reasons", "build_input", "decision_for", "pp3_failures", "replay",
-    "replay_window",
+    "INPUT_BUILDER", "INPUT_BUILDERS", "DecisionInput", "ReplayResult", "abort_reasons", "build_input",
+    "decision_for", "pp3_failures", "recorded_builder", "replay", "replay_window",
 ]
+
+INPUT_BUILDER = 2
+"""The builder new decisions use (recorded as ``decision.recorded.input_builder``)."""
+INPUT_BUILDERS = (1, 2)
+
+
+def recorded_builder(decision: Event) -> int:
+    """The input builder a recorded decision names (1 when it predates the member)."""
+    builder = decision.payload.get("input_builder", 1)
+    if builder is None:
+        return 1
+    if isinstance(builder, bool) or builder not in INPUT_BUILDERS:
+        raise PolicyError(f"decision at seq {decision.seq} was built by input builder {builder!r}; "
+                         f"this tally knows builders {', '.join(map(str, INPUT_BUILDERS))}")
+    return int(builder)
 
 @dataclass(frozen=True)
 class DecisionInput:
@@ -109,15 +132,25 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
 
 
 def build_input(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),
-                before: int | None = None) -> DecisionInput:
+                before: int | None = None, builder: int = INPUT_BUILDER) -> DecisionInput:
     """The rule input of ``plan``'s window from its events (those with seq < ``before``)."""
+    if builder not in INPUT_BUILDERS:
+        raise ValueError(f"unknown input builder {builder}")
     window_events = [e for e in events if before is None or e.seq < before]
     if plan.protocol == "win2-v1":
-        return _win2(plan, window_events, archive, before)
-    return _pp3(plan, window_events)
+        return _win2(plan, window_events, archive, before, builder)
+    return _pp3(plan, window_events, builder)
 
 
-def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before: int | None) -> DecisionInput:
+def _params(plan: Plan, builder: int) -> dict[str, Any]:
+    params: dict[str, Any] = dict(plan.decision_params)
+    if builder >= 2 and plan.protocol == "win2-v1":
+        params["repeats"] = plan.measurement.repeats
+    return params
+
+
+def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before: int | None,
+          builder: int) -> DecisionInput:
     used: list[Event] = []
     starts: dict[str, dict[str, Any]] = {}
     waves: list[dict[str, Any]] = []
@@ -156,7 +189,7 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     used.extend(archive_used)
     data = {
         "rule": "win2-v1",
-        "params": dict(plan.decision_params),
+        "params": _params(plan, builder),
         "decision_cells": [c.name for c in plan.cells if c.decision],
         "production_clock_cap_mhz": plan.production_clock_cap_mhz,
         "starts": starts,
@@ -169,11 +202,13 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
 
 
-def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
+def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     used: list[Event] = []
     context_of = {c.name: c.context for c in plan.cells}
     role_of = {s.id: s.role for s in plan.starts}
-    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    # Builder 1 keyed a request by (block, family, context) alone, so a wave of several prompts
+    # kept only its last; builder 2 keeps each prompt of the frozen order.
+    seen: dict[tuple[str, ...], dict[str, Any]] = {}
     for event in events:
         if event.type != "wave.measured":
             continue
@@ -182,7 +217,9 @@ def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
         if not _served_by_its_engine(p):
             continue  # not an observation of its block's arm: its requests count as not recorded
         for record in p["requests"]:
-            key = (p["start"], p["family"], context_of.get(p["cell"], p["cell"]))
+            key: tuple[str, ...] = (p["start"], p["family"], context_of.get(p["cell"], p["cell"]))
+            if builder >= 2:
+                key += (str(record.get("prompt_id")),)
             seen[key] = {
                 "block": p["start"], "arm": role_of.get(p["start"], "?"), "family": p["family"],
                 "context": key[2], "status": record["status"], "delivered_tokens": record["delivered_tokens"],
@@ -192,20 +229,28 @@ def _pp3(plan: Plan, events: Sequence[Event]) -> DecisionInput:
     stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted") for e in events)
     requests = []
     for wave in plan.waves:
-        key = (wave.start, wave.family, context_of[wave.cell])
-        if key in seen:
-            requests.append(seen[key])
-        else:  # planned, never recorded: cancelled by a recorded stop, else lost
-            requests.append({"block": wave.start, "arm": wave.role, "family": wave.family, "context": key[2],
-                             "status": "cancelled" if stopped else "lost", "delivered_tokens": None,
-                             "decode_s": None, "ttft_s": None, "round_ms_p95": None})
+        base = (wave.start, wave.family, context_of[wave.cell])
+        planned: list[tuple[tuple[str, ...], str | None]] = (
+            [((*base, pid), pid) for pid in wave.prompt_ids] if builder >= 2 else [(base, None)])
+        for key, prompt_id in planned:
+            if key in seen:
+                requests.append(seen[key])
+                continue
+            # planned, never recorded: cancelled by a recorded stop, else lost
+            missing: dict[str, Any] = {
+                "block": wave.start, "arm": wave.role, "family": wave.family, "context": base[2],
+                "status": "cancelled" if stopped else "lost", "delivered_tokens": None,
+                "decode_s": None, "ttft_s": None, "round_ms_p95": None}
+            if prompt_id is not None:
+                missing["prompt_id"] = prompt_id
+            requests.append(missing)
     gate_events = [e for e in events if e.type == "window.admitted"]
     failure_events = [e for e in events if e.type in ("restore.finished", "start.ended")]
     failures = pp3_failures(failure_events)
     used.extend(gate_events + [e for e in failure_events if pp3_failures([e])])
     data = {
         "rule": "pp3-v1",
-        "params": dict(plan.decision_params),
+        "params": _params(plan, builder),
         "gates_passed": bool(gate_events),
         "failures": failures,
         "requests": requests,
@@ -230,14 +275,15 @@ def abort_reasons(events: Sequence[Event]) -> list[str]:
 
 
 def decision_for(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),
-                 before: int | None = None) -> tuple[DecisionInput, dict[str, Any]]:
+                 before: int | None = None,
+                 builder: int = INPUT_BUILDER) -> tuple[DecisionInput, dict[str, Any]]:
     """The input and the result a window's decision must record.
 
     A window that closed ``aborted`` is decided REJECT (``docs/window.md``, endings) with the reasons its
     events give; otherwise the registered rule decides from the rebuilt input.
     """
     window_events = [e for e in events if before is None or e.seq < before]
-    built = build_input(plan, window_events, archive, before)
+    built = build_input(plan, window_events, archive, before, builder)
     ending = next((e.payload.get("ending") for e in window_events if e.type == "window.closed"), None)
     if ending == "aborted":
         result = {"rule": plan.protocol, "decision": "REJECT", "reasons": abort_reasons(window_events),
@@ -273,7 +319,7 @@ def replay(plan: Plan, events: Sequence[Event], archive: Iterable[Event], decisi
 
     Compared: the rule, its params, the inputs digest, the input itself and the result.
     """
-    rebuilt, outcome = decision_for(plan, events, archive, before=decision.seq)
+    rebuilt, outcome = decision_for(plan, events, archive, before=decision.seq, builder=recorded_builder(decision))
     recomputed = {
         "rule": rebuilt.input["rule"],
         "params": rebuilt.input["params"],
@@ -288,8 +334,6 @@ def replay(plan: Plan, events: Sequence[Event], archive: Iterable[Event], decisi
 
 def replay_window(ledger: Ledger, window: str) -> ReplayResult:
     """``tally replay verdict``: the window's first decision, rebuilt and compared."""
-    from ledger.errors import PolicyError
-
     from ..plan.register import registered_plan
 
     reg = registered_plan(ledger, window)

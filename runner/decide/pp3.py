@@ -78,6 +78,7 @@ class Request:
     decode_s: float | None
     ttft_s: float | None
     round_ms_p95: float | None
+    prompt_id: str | None = None
 
     @property
     def pair(self) -> Pair:
@@ -103,9 +104,9 @@ def parse(data: Any) -> Pp3Input:
     failures = f.strings("failures", nonempty=True, unique=False)
     requests = tuple(_request(r, i) for i, r in enumerate(f.tables("requests")))
     f.done()
-    seen: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, str, str, str | None], int] = {}
     for r in requests:
-        key = (r.block, r.family, r.context)
+        key = (r.block, r.family, r.context, r.prompt_id)
         if key in seen:
             raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
                                                      f"(block {r.block}, {pair_label(r.pair)})")
@@ -138,10 +139,10 @@ def _request(f: Fields, index: int) -> Request:
     decode_s = f.number("decode_s", low=0, nullable=True)
     ttft = f.number("ttft_s", low=0, nullable=True)
     p95 = f.number("round_ms_p95", low=0, nullable=True)
-    f.string("prompt_id", None, nonempty=True)
+    prompt_id = f.string("prompt_id", None, nonempty=True)
     f.string("reason", None, nonempty=True)
     f.done()
-    return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95)
+    return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95, prompt_id)
 
 
 # --------------------------------------------------------------------------- helpers for rule and report
@@ -155,17 +156,33 @@ def pairs_of(requests: Sequence[Request]) -> list[Pair]:
     return sorted({r.pair for r in requests}, key=lambda p: (p[0], CONTEXT_ORDER.get(p[1], len(CONTEXT_ORDER)), p[1]))
 
 
-def _table(requests: Sequence[Request]) -> dict[tuple[str, Pair], Request]:
-    return {(r.block, r.pair): r for r in requests}
+Table = Mapping[tuple[str, Pair], tuple[Request, ...]]
 
 
-def _usable(table: Mapping[tuple[str, Pair], Request], pair: Pair) -> bool:
-    """Every block has the pair, ``ok``, with delivered tokens and decode seconds."""
+def _table(requests: Sequence[Request]) -> dict[tuple[str, Pair], tuple[Request, ...]]:
+    """(block, pair) -> the block's requests of the pair, in input order (a cluster holds them all)."""
+    out: dict[tuple[str, Pair], list[Request]] = {}
+    for r in requests:
+        out.setdefault((r.block, r.pair), []).append(r)
+    return {key: tuple(value) for key, value in out.items()}
+
+
+def _usable(table: Table, pair: Pair) -> bool:
+    """Every block has the pair, as many requests as every other block, each ``ok`` with tokens and seconds."""
+    counts = set()
     for block in BLOCKS:
-        r = table.get((block, pair))
-        if r is None or r.status != "ok" or r.delivered_tokens is None or r.decode_s is None:
+        requests = table.get((block, pair), ())
+        if not requests or any(r.status != "ok" or r.delivered_tokens is None or r.decode_s is None
+                               for r in requests):
             return False
-    return True
+        counts.add(len(requests))
+    return len(counts) == 1
+
+
+def _label(table: Table, r: Request) -> str:
+    """``block A1 f1/short`` (with the prompt when the block holds several requests of the pair)."""
+    several = len(table.get((r.block, r.pair), ())) > 1
+    return f"block {r.block} {pair_label(r.pair)}" + (f" ({r.prompt_id})" if several and r.prompt_id else "")
 
 
 @dataclass(frozen=True)
@@ -189,7 +206,7 @@ def family_sums(requests: Sequence[Request]) -> FamilySums:
     for arm, blocks in ARM_BLOCKS.items():
         tok[arm], dec[arm] = [], []
         for f in families:
-            chosen = [table[(b, p)] for p in usable if p[0] == f for b in blocks]
+            chosen = [r for p in usable if p[0] == f for b in blocks for r in table[(b, p)]]
             tok[arm].append(sum(r.delivered_tokens or 0 for r in chosen))
             dec[arm].append(math.fsum(r.decode_s or 0.0 for r in chosen))
     pairs = tuple(sum(1 for p in usable if p[0] == f) for f in families)
@@ -244,14 +261,13 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     p = inp.params
     pairs = pairs_of(inp.requests)
     ordered = sorted(inp.requests, key=lambda r: (BLOCKS.index(r.block), pairs.index(r.pair)))
+    table = _table(inp.requests)
     reject: list[str] = [f"failure: {f}" for f in inp.failures]
-    reject += [f"lost request: block {r.block} {pair_label(r.pair)}" for r in ordered if r.status == "lost"]
+    reject += [f"lost request: {_label(table, r)}" for r in ordered if r.status == "lost"]
     hold: list[str] = []
     if not inp.gates_passed:
         hold.append("not every gate passed")
-    hold += [f"request not ok: block {r.block} {pair_label(r.pair)} is {r.status}"
-             for r in ordered if r.status not in ("ok", "lost")]
-    table = _table(inp.requests)
+    hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered if r.status not in ("ok", "lost")]
     if not pairs:
         hold.append("incomplete: no requests")
     for pair in pairs:
@@ -260,9 +276,13 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
             hold.append(f"incomplete: pair {pair_label(pair)} missing in block {', '.join(absent)}")
         elif not _usable(table, pair):
             nulls = [f"{b} {what}" for b in BLOCKS for what in ("delivered_tokens", "decode_s")
-                     if table[(b, pair)].status == "ok" and getattr(table[(b, pair)], what) is None]
+                     if any(r.status == "ok" and getattr(r, what) is None for r in table[(b, pair)])]
             if nulls:
                 hold.append(f"incomplete: pair {pair_label(pair)} lacks {', '.join(nulls)}")
+            counts = {b: len(table[(b, pair)]) for b in BLOCKS}
+            if len(set(counts.values())) > 1:
+                hold.append(f"incomplete: pair {pair_label(pair)} has "
+                            + ", ".join(f"{n} request(s) in {b}" for b, n in counts.items()))
 
     sums = family_sums(inp.requests)
     problem = _not_computable(sums)
@@ -335,26 +355,29 @@ def _left_sum(values: Sequence[float]) -> float:
     return total
 
 
-def _mean_change(table: Mapping[tuple[str, Pair], Request], pair: Pair, field: str) -> float | None:
+def _mean_change(table: Table, pair: Pair, field: str) -> float | None:
+    """B's mean over A's mean - 1: each block's value the mean of its requests', each arm's the mean of its blocks'."""
     values: dict[str, list[float]] = {}
     for arm, blocks in ARM_BLOCKS.items():
         values[arm] = []
         for b in blocks:
-            r = table.get((b, pair))
-            v = None if r is None else getattr(r, field)
-            if v is None:
+            requests = table.get((b, pair), ())
+            seen = [getattr(r, field) for r in requests]
+            if not seen or any(v is None for v in seen):
                 return None
-            values[arm].append(v)
+            values[arm].append(math.fsum(seen) / len(seen))
     mean_a = math.fsum(values["A"]) / 2
     mean_b = math.fsum(values["B"]) / 2
     return None if mean_a == 0 else mean_b / mean_a - 1
 
 
-def _pair_changes(table: Mapping[tuple[str, Pair], Request], pair: Pair) -> dict[str, float | None]:
+def _pair_changes(table: Table, pair: Pair) -> dict[str, float | None]:
     gain: float | None = None
     if _usable(table, pair):
-        tok = {arm: sum(table[(b, pair)].delivered_tokens or 0 for b in blocks) for arm, blocks in ARM_BLOCKS.items()}
-        dec = {arm: math.fsum(table[(b, pair)].decode_s or 0.0 for b in blocks) for arm, blocks in ARM_BLOCKS.items()}
+        tok = {arm: sum(r.delivered_tokens or 0 for b in blocks for r in table[(b, pair)])
+               for arm, blocks in ARM_BLOCKS.items()}
+        dec = {arm: math.fsum(r.decode_s or 0.0 for b in blocks for r in table[(b, pair)])
+               for arm, blocks in ARM_BLOCKS.items()}
         if tok["A"] > 0 and dec["A"] > 0 and dec["B"] > 0:
             gain = _gain(tok["B"], dec["B"], tok["A"], dec["A"])
     return {"gain": gain, "ttft_change": _mean_change(table, pair, "ttft_s"),

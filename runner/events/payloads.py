@@ -395,6 +395,7 @@ class DecisionRecorded(WindowPayload):
     inputs_digest: Sha256
     input: dict[str, Any]
     result: dict[str, Any]
+    input_builder: int | None = None  # absent: builder 1 (see runner.decide.inputs)
 
 
 @payload

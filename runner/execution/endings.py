@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..decide.inputs import decision_for
+from ..decide.inputs import INPUT_BUILDER, decision_for
 from ..events import payloads as p
 from ..vocabulary import Ending
 from .opening import OpeningSteps
@@ -113,7 +113,7 @@ class EndingSteps(Recorder):
         built, outcome = decision_for(self.plan, events, archive)  # archive bounded by window.closed
         self.append([("decision.recorded", p.DecisionRecorded(
             rule=self.plan.protocol, params=built.input["params"], inputs_digest=built.digest, input=built.input,
-            result=outcome), ())])
+            result=outcome, input_builder=INPUT_BUILDER), ())])
         self.say(f"decision: {outcome.get('decision')}")
 
 

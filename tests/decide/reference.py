@@ -125,13 +125,16 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
     params = {"min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
               **inp.get("params", {})}
     reqs = inp["requests"]
-    table = {(r["block"], r["family"], r["context"]): r for r in reqs}
+    table: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in reqs:  # a pair holds every request of it in a block
+        table.setdefault((r["block"], r["family"], r["context"]), []).append(r)
     pairs = sorted({(r["family"], r["context"]) for r in reqs})
 
     def usable(pair: tuple[str, str]) -> bool:
-        rows = [table.get((b, *pair)) for b in BLOCKS]
-        return all(r is not None and r["status"] == "ok" and r["delivered_tokens"] is not None
-                   and r["decode_s"] is not None for r in rows)
+        rows = [table.get((b, *pair), []) for b in BLOCKS]
+        return len({len(rs) for rs in rows}) == 1 and all(
+            rs and all(r["status"] == "ok" and r["delivered_tokens"] is not None and r["decode_s"] is not None
+                       for r in rs) for rs in rows)
 
     good = [p for p in pairs if usable(p)]
     families = sorted({p[0] for p in good})
@@ -141,10 +144,10 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
             if p[0] != f:
                 continue
             for b in BLOCKS:
-                r = table[(b, *p)]
-                arm = b[0].lower()
-                sums["t" + arm][i] += r["delivered_tokens"]
-                sums["d" + arm][i] += r["decode_s"]
+                for r in table[(b, *p)]:
+                    arm = b[0].lower()
+                    sums["t" + arm][i] += r["delivered_tokens"]
+                    sums["d" + arm][i] += r["decode_s"]
     out: dict[str, Any] = {"point": None, "lower": None, "distinct": None, "per_family": {}, "per_pair": {}}
     computable = bool(families) and all((sums["ta"] > 0) & (sums["da"] > 0) & (sums["db"] > 0))
     if computable:
@@ -169,14 +172,15 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, float | None] = {"gain": None}
         if usable(p):
             rows = {b: table[(b, *p)] for b in BLOCKS}
-            ta = rows["A1"]["delivered_tokens"] + rows["A2"]["delivered_tokens"]
-            da = rows["A1"]["decode_s"] + rows["A2"]["decode_s"]
-            tb = rows["B1"]["delivered_tokens"] + rows["B2"]["delivered_tokens"]
-            db = rows["B1"]["decode_s"] + rows["B2"]["decode_s"]
+            ta = sum(r["delivered_tokens"] for b in ("A1", "A2") for r in rows[b])
+            da = sum(r["decode_s"] for b in ("A1", "A2") for r in rows[b])
+            tb = sum(r["delivered_tokens"] for b in ("B1", "B2") for r in rows[b])
+            db = sum(r["decode_s"] for b in ("B1", "B2") for r in rows[b])
             if ta > 0 and da > 0 and db > 0:
                 entry["gain"] = (tb / db) / (ta / da) - 1
         for field, key in (("ttft_s", "ttft_change"), ("round_ms_p95", "round_p95_change")):
-            vals = [table.get((b, *p), {}).get(field) for b in BLOCKS]
+            seen = [[r.get(field) for r in table.get((b, *p), [])] for b in BLOCKS]
+            vals = [None if not v or None in v else sum(v) / len(v) for v in seen]
             if None in vals:
                 entry[key] = None
             else:

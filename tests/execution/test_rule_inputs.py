@@ -1,0 +1,130 @@
+"""The code that builds a rule's input from a window's events, counted against what the window measured.
+
+Two bugs this file would have caught: win2-v1 decided with the rule's default 3 repeats
+whatever the plan registered (a 2-repeat plan could never decide), and pp3-v1 kept the
+last request per (block, family, context) (a wave of two prompts reached the decision as
+one). Both are fixed in input builder 2; a decision recorded by builder 1 still replays
+to its own recorded input.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.audit.full import run_audit
+from runner.decide.inputs import INPUT_BUILDER, build_input, decision_for, replay_window
+from runner.events import payloads as p
+from runner.execution import endings
+from runner.execution import window as execution
+from runner.plan.register import registered_plan
+
+from .worlds import arms, close, gate_all, run, small, window, world
+
+BETTER = ("{ draft_depth = 5, accept_per_pos = [0.95, 0.90, 0.85, 0.80, 0.75], step_base_ms = 9.0, "
+          "step_per_token_ms = 0.12, ttft_base_ms = 60.0, ttft_per_1k_prompt_ms = 9.0 }")
+BASE = ("{ draft_depth = 5, accept_per_pos = [0.80, 0.70, 0.60, 0.50, 0.40], step_base_ms = 9.0, "
+        "step_per_token_ms = 0.12, ttft_base_ms = 60.0, ttft_per_1k_prompt_ms = 9.0 }")
+
+
+def _decision(w: Any, window_id: str) -> dict[str, Any]:
+    return next(w.book.events(stream=f"window/{window_id}", types=["decision.recorded"])).payload
+
+
+def _waves(w: Any, window_id: str) -> list[dict[str, Any]]:
+    return [e.payload for e in w.book.events(stream=f"window/{window_id}", types=["wave.measured"])]
+
+
+@pytest.mark.parametrize("repeats", [2, 4])
+def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) -> None:
+    def edit(text: str) -> str:
+        text = re.sub(r"repeats = 3", f"repeats = {repeats}", small(text, max_tokens=256))
+        return arms(text, A=BASE, B=BETTER)
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "reps", edit=edit, chain="none")],
+              sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.05)
+    try:
+        gate_all(w)
+        result = run(w, "reps")
+        assert result.ending == "restored"
+        decision = _decision(w, "reps")
+        assert decision["input_builder"] == INPUT_BUILDER == 2
+        assert decision["params"]["repeats"] == repeats == decision["input"]["params"]["repeats"]
+        measured = _waves(w, "reps")
+        # 3 starts x 1 cell x repeats x 2 families, each one wave, every one in the input
+        assert len(measured) == 3 * repeats * 2
+        assert len(decision["input"]["waves"]) == len(measured)
+        assert {wave["repeat"] for wave in decision["input"]["waves"]} == set(range(1, repeats + 1))
+        cell = decision["result"]["cells"]["short-b1"]
+        # a better candidate: WIN, or NO_CHANGE when 2 repeats (df = 1) give too wide an interval
+        assert decision["result"]["decision"] in ("WIN", "NO_CHANGE"), decision["result"].get("reasons")
+        assert len(cell["metrics"]["pooled_rate_tps"]["d"]) == repeats
+        assert not any("missing" in reason for reason in decision["result"].get("reasons", []))
+        assert replay_window(w.book, "reps").match
+        if repeats == 2:  # what builder 1 made of the same events: the rule waited for a third repeat
+            events = list(w.book.events(stream="window/reps"))
+            _, old = decision_for(registered_plan(w.book, "reps").plan, events, builder=1)
+            assert old["decision"] == "INCONCLUSIVE"
+            assert any("repeat 3" in reason for reason in old["reasons"]), old["reasons"]
+    finally:
+        close(w)
+
+
+def _two_prompts(text: str) -> str:
+    text = text.replace("max_tokens = 1024", "max_tokens = 48")
+    text = text.replace('short = ["op-short-01"], 32k = ["op-32k-01"]',
+                        'short = ["op-short-01", "op-short-02"], 32k = ["op-32k-01", "op-32k-02"]')
+    return text.replace('short = ["fi-short-01"], 32k = ["fi-32k-01"]',
+                        'short = ["fi-short-01", "fi-short-02"], 32k = ["fi-32k-01", "fi-32k-02"]')
+
+
+def test_pp3_uses_every_request_of_every_wave(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed003-abba.toml", "two", edit=_two_prompts)])
+    try:
+        gate_all(w)
+        assert run(w, "two").ending == "restored"
+        measured = [r for wave in _waves(w, "two") for r in wave["requests"]]
+        # 4 blocks x 2 families x (2 short + 2 at 32k + 1 at 150k)
+        assert len(measured) == 4 * 2 * 5
+        requests = _decision(w, "two")["input"]["requests"]
+        assert len(requests) == len(measured) == 40
+        assert all(r["status"] == "ok" for r in requests)
+        keys = {(r["block"], r["family"], r["context"], r["prompt_id"]) for r in requests}
+        assert len(keys) == 40
+        assert sorted(r["delivered_tokens"] for r in requests) == sorted(r["delivered_tokens"] for r in measured)
+        assert replay_window(w.book, "two").match
+    finally:
+        close(w)
+
+
+def _decide_as_builder_one(self: endings.EndingSteps, _s: Any, _r: Any) -> None:
+    """The decision step as tally wrote it before input builder 2: no ``input_builder`` member."""
+    events = list(self.ledger.events(stream=f"window/{self.window}"))
+    archive = list(self.ledger.events(stream="archive", types=["archive.control_start"]))
+    built, outcome = decision_for(self.plan, events, archive, builder=1)
+    self.append([("decision.recorded", p.DecisionRecorded(
+        rule=self.plan.protocol, params=built.input["params"], inputs_digest=built.digest, input=built.input,
+        result=outcome), ())])
+
+
+def test_a_decision_by_builder_one_still_replays_to_its_own_input(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(execution.STEP_HANDLERS, "decide", _decide_as_builder_one)
+    w = world(tmp_path, [window("seed003-abba.toml", "old", edit=_two_prompts)])
+    try:
+        gate_all(w)
+        assert run(w, "old").ending == "restored"
+        decision = _decision(w, "old")
+        assert "input_builder" not in decision
+        assert len(decision["input"]["requests"]) == 4 * 2 * 3  # the old bug, as recorded
+        assert replay_window(w.book, "old").match
+        report = run_audit(book=w.book)
+        assert report.ok, report
+        events = list(w.book.events(stream="window/old"))
+        plan = registered_plan(w.book, "old").plan
+        assert len(build_input(plan, events).input["requests"]) == 40  # today's builder on the same events
+    finally:
+        close(w)
