@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from ledger.bundle import export_bundle, verify_bundle
+from ledger.canonical import canonical
 from ledger.checkpoint import sign_checkpoint
 from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
@@ -30,6 +31,11 @@ def book(ledger: Ledger, root: Signer) -> Ledger:
     ledger.append("runs/w1", "evidence.attached", {"records": records.ref()}, op, blobs=[records])
     ledger.append_many([NewEvent("notes", "note.added", {"j": j}) for j in range(5)], op)
     return ledger
+
+
+def jcs(event: dict[str, object]) -> str:
+    """An edited event written back as an exporter would: its canonical line (else it fails as non-canonical)."""
+    return canonical(event).decode()
 
 
 def log_vkey(book: Ledger, root: Signer) -> str:
@@ -80,7 +86,7 @@ def test_partial_edited_line(book: Ledger, root: Signer, tmp_path: Path) -> None
     lines = (path / "events.jsonl").read_text().splitlines()
     event = json.loads(lines[3])
     event["payload"]["i"] = 999
-    lines[3] = json.dumps(event)
+    lines[3] = jcs(event)
     (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     error = _fails(path, book, root)
     assert (error.seq, error.rule) == (event["seq"], 4)
@@ -184,7 +190,7 @@ def test_partial_swapped_signature(book: Ledger, root: Signer, tmp_path: Path) -
     lines = (path / "events.jsonl").read_text().splitlines()
     first, other = json.loads(lines[3]), json.loads(lines[4])
     first["sig"] = other["sig"]
-    lines[3] = json.dumps(first)
+    lines[3] = jcs(first)
     (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     error = _fails(path, book, root)
     assert (error.seq, error.rule) == (first["seq"], 6)
