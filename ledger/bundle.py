@@ -230,6 +230,8 @@ def _bundle_error(message: str, seq: int | None = None) -> VerificationError:
 
 
 def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "regular file"
     if stat.S_ISDIR(mode):
         return "directory"
     if stat.S_ISFIFO(mode):
@@ -340,10 +342,9 @@ class _Files:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _bundle_error("blobs is a symbolic link, not a directory") from None
-            if exc.errno == errno.ENOTDIR:
-                raise _bundle_error("blobs is not a directory") from None
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux says ENOTDIR for a symlink with O_DIRECTORY
+                mode = self._io("blobs", lambda: os.stat("blobs", dir_fd=self.fd, follow_symlinks=False)).st_mode
+                raise _bundle_error(f"blobs is a {_kind(mode)}, not a directory") from None
             raise FormatError(f"cannot read {self.path / 'blobs'}: {exc.strerror}") from None
         names = sorted(self._io("blobs", lambda: os.listdir(self.blobs_fd)))
         for name in names:

@@ -180,7 +180,8 @@ def test_tally_audit_bundle_cli(book: Ledger, root: Signer, tmp_path: Path) -> N
     assert report["statement"]["predicate"]["verificationResult"] == "PASSED"
     (tmp_path / "b" / "events.jsonl").write_text("")
     result = runner.invoke(app, ["audit", str(tmp_path / "b")])
-    assert result.exit_code == 1 and "FAIL" in result.stdout
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("FAIL cryptographic checks:") and result.stderr.count("\n") == 1
     result = runner.invoke(app, ["audit", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
 
@@ -194,3 +195,12 @@ def test_partial_swapped_signature(book: Ledger, root: Signer, tmp_path: Path) -
     (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     error = _fails(path, book, root)
     assert (error.seq, error.rule) == (first["seq"], 6)
+
+
+def test_database_audit_without_a_checkpoint_says_so(book: Ledger, root: Signer) -> None:
+    from runner.audit.full import run_audit
+
+    first = run_audit(book=book).lines()[0]
+    assert first.startswith("OK cryptographic checks") and "(no checkpoint," in first and "None" not in first
+    sign_checkpoint(book, root)
+    assert f"(checkpoint size {book.size()}," in run_audit(book=book).lines()[0]
