@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from ledger.bundle import MAX_EVENT_LINE_BYTES, export_bundle, verify_bundle
+from ledger.canonical import MAX_DEPTH as PAYLOAD_MAX_DEPTH
 from ledger.checkpoint import sign_checkpoint
 from ledger.errors import FormatError, TallyError, VerificationError
 from ledger.keys import Signer, key_entry
@@ -481,3 +482,25 @@ def test_cli_audit_of_bad_input_is_exit_2(tmp_path: Path, clean: Path, book: Led
         assert code == 2 and stdout == "" and "is not a bundle directory" in one_line(stderr)
     code, _, stderr = audit_cli(clean, "--vkey", "not-a-vkey")
     assert code == 2 and one_line(stderr)
+
+
+def deepest_payload() -> dict[str, Any]:
+    """A payload nested as deep as the payload rules allow (the payload object is level 0)."""
+    value: Any = []
+    for _ in range(PAYLOAD_MAX_DEPTH - 2):
+        value = [value]
+    return {"deep": value}
+
+
+def test_valid_but_unusual_lines_are_canonical(book: Ledger, root: Signer, tmp_path: Path) -> None:
+    """No false alarm: the canonical check accepts every line the exporter writes, however unusual."""
+    book.append("notes", "note.added", {"f": 0.1, "e": 1e-7, "big": 1e21, "neg": -0.0, "int": -(2**53 - 1),
+                                        "s": "é\u2028\x7f\x01\"\\/\t", "k\u00e9y": 1, "\U0001f600": [True, None],
+                                        "\U0001f600a": {}, "\ue000": "x"}, root)
+    book.append("notes", "note.added", deepest_payload(), root)
+    with pytest.raises(FormatError):
+        book.append("notes", "note.added", {"deeper": deepest_payload()}, root)
+    export_bundle(book, tmp_path / "b", signer=root)
+    verified = verify_bundle(tmp_path / "b", root_key=root.id)
+    assert len(verified.events) == book.size()
+    assert [e.line() for e in verified.events] == [e.line() for e in book.events()]
