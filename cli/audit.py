@@ -90,12 +90,20 @@ def audit(
     if json_out:
         print_json(report.to_json())
     else:
-        # A bundle or database that fails the cryptographic checks: one line on stderr, as `verify`.
-        out = sys.stderr if report.crypto_error is not None else sys.stdout
-        for line in report.lines():
-            print(line, file=out)
+        if report.crypto_error is not None:  # one line on stderr, as `verify`
+            (line,) = report.lines()
+            print(_one_line(line), file=sys.stderr)
+        else:
+            for line in report.lines():
+                print(line)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, whatever a hostile bundle put in it: whitespace collapsed, control characters escaped."""
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

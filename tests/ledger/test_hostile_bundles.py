@@ -461,6 +461,8 @@ AUDIT_ATTACKS: dict[str, Callable[[Path], object]] = {
     "forged origin": forged_origin,
     "replayed line": replayed_line,
     "unlisted file": lambda b: edit_manifest(b, lambda m: m["files"].pop("checkpoint.txt")),
+    "control characters in a message": lambda b: edit_line(  # a canonical line whose ledger id breaks lines
+        b, b'"i":3}', lambda line: line.replace(b'"ledger":"', b'"ledger":"\\n\\u001b[2J\\r')),
 }
 
 
@@ -472,6 +474,7 @@ def test_cli_audit_answers_each_attack_with_one_line(attack: str, clean: Path) -
     code, stdout, stderr = audit_cli(clean)
     assert code == 1 and stdout == ""
     assert one_line(stderr).startswith("FAIL cryptographic checks:")
+    assert stderr[:-1].isprintable()  # no control character reaches the terminal
     code, stdout, _ = audit_cli(clean, "--json")
     assert code == 1 and json.loads(stdout)["first_failure"]["check"] == "crypto"
 
