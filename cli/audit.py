@@ -46,7 +46,12 @@ def export(
     stream: Annotated[str | None, typer.Option(help="Export only this stream (with inclusion proofs).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Write an audit bundle: manifest.json, events.jsonl, checkpoint.txt, blobs/ (and proofs.jsonl)."""
+    """Write an audit bundle: manifest.json, events.jsonl, checkpoint.txt, blobs/ (and proofs.jsonl).
+
+    Exit 2 (nothing written) for a DIR that is a symbolic link or in one, not empty, or
+    cannot be written, and for a --stream with no events; exit 1 when the ledger holds a
+    blob reference that is not a SHA-256 digest or a blob that does not match it.
+    """
     from ledger.bundle import export_bundle
     from runner.events.catalogue import bundle_companions
 
@@ -71,7 +76,11 @@ def audit(
     jobs: Annotated[int, typer.Option(help="Threads checking signatures (database audits).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print a SLSA verification summary-shaped result.")] = False,
 ) -> None:
-    """Cryptographic checks, then every protocol invariant (docs/events.md); exit 1 naming the first failure."""
+    """Cryptographic checks, then every protocol invariant (docs/events.md); exit 1 naming the first failure.
+
+    A bundle is read as hostile input (docs/format.md, export bundles); one that fails
+    is one line on stderr, exit 1; a DIR that is not a directory or cannot be read, exit 2.
+    """
     from runner.audit.full import run_audit
 
     if bundle is not None:
@@ -81,10 +90,20 @@ def audit(
     if json_out:
         print_json(report.to_json())
     else:
-        for line in report.lines():
-            print(line)
+        if report.crypto_error is not None:  # one line on stderr, as `verify`
+            (line,) = report.lines()
+            print(_one_line(line), file=sys.stderr)
+        else:
+            for line in report.lines():
+                print(line)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, whatever a hostile bundle put in it: whitespace collapsed, control characters escaped."""
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

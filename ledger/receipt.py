@@ -48,12 +48,14 @@ from .event import Event, event_from_json
 from .keys import Signer
 from .note import Verifier, b64decode_standard, parse_vkey
 from .signing import sign_checkpoint
+from .strictjson import read_json
 from .trusted import TrustedTree, proven_inclusion, trusted_event, trusted_tree
 
 if TYPE_CHECKING:
     from .store import Ledger
 
 __all__ = [
+    "MAX_PROOF_LINE_BYTES",
     "STATEMENT_TYPE",
     "TEST_RESULT_PREDICATE",
     "TLOG_PROOF_HEADER",
@@ -86,6 +88,8 @@ TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
 VSA_PREDICATE = "https://slsa.dev/verification_summary/v1"
 TLOG_PROOF_HEADER = "c2sp.org/tlog-proof@v1"
 MAX_PROOF_HASHES = 64
+# A proofs.jsonl record: at most MAX_PROOF_HASHES hashes of 64 hex, and three integers.
+MAX_PROOF_LINE_BYTES = 16 << 10
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -393,8 +397,10 @@ def verify_bundle_proofs(lines: Iterable[str], events: Iterable[Event], checkpoi
     ``lines`` are the lines of ``proofs.jsonl``, ``events`` the bundle's events in
     order, ``checkpoint`` the verified ``checkpoint.txt`` (``size`` and ``root``). Every
     event must hash to its hash (rule 4) and have, on the line of the same rank, a
-    record for its seq that proves its inclusion; no line may be left over. Raises
-    ``VerificationError`` naming the first failing seq; returns the number checked.
+    record for its seq that proves its inclusion; no line may be left over. Each line is
+    read as hostile JSON (at most ``MAX_PROOF_LINE_BYTES``, bounded nesting, no member
+    twice). Raises ``VerificationError`` naming the first failing seq; returns the
+    number checked.
     """
     records = iter(lines)
     count = 0
@@ -406,9 +412,9 @@ def verify_bundle_proofs(lines: Iterable[str], events: Iterable[Event], checkpoi
         if event.computed_hash() != event.hash:
             raise VerificationError("recomputed hash differs from the stored hash", seq=event.seq, rule=4)
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise VerificationError(f"proofs.jsonl line {count} is not JSON", seq=event.seq, rule="proof") from None
+            record = read_json(line, f"proofs.jsonl line {count}", max_bytes=MAX_PROOF_LINE_BYTES, max_depth=2)
+        except FormatError as exc:
+            raise VerificationError(str(exc), seq=event.seq, rule="proof") from None
         if not isinstance(record, dict) or record.get("seq") != event.seq:
             found = record.get("seq") if isinstance(record, dict) else None
             raise VerificationError(f"proofs.jsonl line {count} is for seq {found}, not this event",

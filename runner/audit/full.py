@@ -61,14 +61,16 @@ class FullAudit:
         return self.crypto_error is None and self.protocol is not None and self.protocol.ok
 
     def lines(self) -> list[str]:
-        out = []
+        """The audit for a terminal; a cryptographic failure is one line (``tally audit`` prints it on stderr)."""
         if self.crypto_error is not None:
-            out.append(f"FAIL cryptographic checks: {self.crypto_error}")
-            out.append("protocol invariants not audited: the events cannot be trusted")
-            return out
+            return [f"FAIL cryptographic checks: {self.crypto_error} "
+                    "(protocol invariants not audited: the events cannot be trusted)"]
+        out = []
         c = self.crypto
+        size = c.get("checkpoint_size")
+        checkpoint = "no checkpoint" if size is None else f"checkpoint size {size}"
         out.append(f"OK cryptographic checks: {c.get('events')} events of {c.get('origin')} "
-                   f"(checkpoint size {c.get('checkpoint_size')}, {c.get('blobs', 0)} blob(s)); trust: "
+                   f"({checkpoint}, {c.get('blobs', 0)} blob(s)); trust: "
                    f"{'; '.join(c.get('trust', [])) or 'the database'}")
         assert self.protocol is not None
         p = self.protocol

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from ledger.bundle import export_bundle, verify_bundle
+from ledger.canonical import canonical
 from ledger.errors import VerificationError
 from ledger.keys import Signer, key_entry
 from ledger.note import vkey
@@ -30,6 +31,11 @@ def book(ledger: Ledger, root: Signer) -> Ledger:
     ledger.append("runs/w1", "evidence.attached", {"records": records.ref()}, op, blobs=[records])
     ledger.append_many([NewEvent("notes", "note.added", {"j": j}) for j in range(5)], op)
     return ledger
+
+
+def jcs(event: dict[str, object]) -> str:
+    """An edited event written back as an exporter would: its canonical line (else it fails as non-canonical)."""
+    return canonical(event).decode()
 
 
 def log_vkey(book: Ledger, root: Signer) -> str:
@@ -80,7 +86,7 @@ def test_partial_edited_line(book: Ledger, root: Signer, tmp_path: Path) -> None
     lines = (path / "events.jsonl").read_text().splitlines()
     event = json.loads(lines[3])
     event["payload"]["i"] = 999
-    lines[3] = json.dumps(event)
+    lines[3] = jcs(event)
     (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     error = _fails(path, book, root)
     assert (error.seq, error.rule) == (event["seq"], 4)
@@ -174,7 +180,8 @@ def test_tally_audit_bundle_cli(book: Ledger, root: Signer, tmp_path: Path) -> N
     assert report["statement"]["predicate"]["verificationResult"] == "PASSED"
     (tmp_path / "b" / "events.jsonl").write_text("")
     result = runner.invoke(app, ["audit", str(tmp_path / "b")])
-    assert result.exit_code == 1 and "FAIL" in result.stdout
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("FAIL cryptographic checks:") and result.stderr.count("\n") == 1
     result = runner.invoke(app, ["audit", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
 
@@ -184,7 +191,16 @@ def test_partial_swapped_signature(book: Ledger, root: Signer, tmp_path: Path) -
     lines = (path / "events.jsonl").read_text().splitlines()
     first, other = json.loads(lines[3]), json.loads(lines[4])
     first["sig"] = other["sig"]
-    lines[3] = json.dumps(first)
+    lines[3] = jcs(first)
     (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     error = _fails(path, book, root)
     assert (error.seq, error.rule) == (first["seq"], 6)
+
+
+def test_database_audit_without_a_checkpoint_says_so(book: Ledger, root: Signer) -> None:
+    from runner.audit.full import run_audit
+
+    first = run_audit(book=book).lines()[0]
+    assert first.startswith("OK cryptographic checks") and "(no checkpoint," in first and "None" not in first
+    sign_checkpoint(book, root)
+    assert f"(checkpoint size {book.size()}," in run_audit(book=book).lines()[0]
