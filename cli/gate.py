@@ -130,6 +130,9 @@ def gate_standard_spec(
     except KeyError:
         raise FormatError(f"start {start} is not in the plan (starts: {', '.join(reg.plan.start_ids)})") from None
     arm = reg.plan.arm(planned.role)
+    if arm.speculative is None:
+        raise FormatError(f"start {start} runs arm {arm.role}, which declares no speculative decoding: "
+                          "standard_spec does not apply (its start_config gate checks it runs none)")
     result = check_standard_spec(start, planned.role, value, arm.speculative)
     record = record_gate(book, signer, window, "standard_spec", result.verdict, result.evidence,
                          commit=reg.plan.commit, summary=result.summary, start=start)

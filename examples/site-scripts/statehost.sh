@@ -12,7 +12,8 @@
 #          engine ("ARM ROLE STATUS"), engine.log, placeholders/HOST, fenced/HOST,
 #          caps/ARM (an arm's clock cap; caps/default, else 2300), actions.log (what ran, in order).
 # Faults (for tests; each is used once): inject/ACTION.fail holds an exit code;
-#          inject/ACTION.hang makes the action hang (with a child process) until killed.
+#          inject/ACTION.hang makes the action hang (with a child process) until killed;
+#          inject/config_digest holds the config_digest the next start_arm reports.
 set -euo pipefail
 
 S=${1:?state dir}
@@ -79,10 +80,20 @@ case "$ACTION" in
     hang_if_asked
     echo "$arm $role ready" >"$S/engine"; echo "engine ready" >>"$S/engine.log"
     cat "$S/engine.log"
-    # A real host reports the engine's effective speculative config (e.g. from its config dump);
-    # this pretend host reports what it was asked to start ($TALLY_ARM_CONFIG, the plan's arm).
-    spec=$(python3 -c 'import json, os; print(json.dumps((json.loads(os.environ.get("TALLY_ARM_CONFIG") or "{}")).get("speculative")))')
-    facts "{\"arm\":\"$arm\",\"role\":\"$role\",\"engine\":\"ready\",\"speculative_config\":$spec}"
+    # A real host reports what it started: the engine's effective speculative config (from its
+    # config dump, null without speculative decoding), the digest of its configuration and its
+    # identity; this pretend host reports what it was asked to start ($TALLY_ARM_CONFIG).
+    reported=$(python3 -c 'import json, os
+arm = json.loads(os.environ.get("TALLY_ARM_CONFIG") or "{}")
+spec = arm.get("speculative")
+spec = None if spec == "none" else spec
+print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_digest"),
+                  "identity": {"arm": arm.get("name"), "config_digest": arm.get("config_digest")}})[1:-1])')
+    if [ -f "$S/inject/config_digest" ]; then  # a test fault: the engine is not the declared config
+      reported=$(printf '%s' "$reported" | sed "s/\"config_digest\": \"[0-9a-f]*\"/\"config_digest\": \"$(cat "$S/inject/config_digest")\"/")
+      rm -f "$S/inject/config_digest"
+    fi
+    facts "{\"arm\":\"$arm\",\"role\":\"$role\",\"engine\":\"ready\",$reported}"
     ;;
   stop_arm|experiment_stop)
     hang_if_asked

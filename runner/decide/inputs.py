@@ -269,6 +269,9 @@ def abort_reasons(events: Sequence[Event]) -> list[str]:
             reasons.append("aborted by the operator")
         elif event.type == "gate.result" and p.get("gate") == "standard_spec" and p.get("verdict") == "FAIL":
             reasons.append(f"standard_spec FAIL for start {p.get('start')}: {p.get('summary') or 'not standard'}")
+        elif event.type == "gate.result" and p.get("gate") == "start_config" and p.get("verdict") == "FAIL":
+            reasons.append(f"start_config FAIL for start {p.get('start')}: "
+                           f"{p.get('summary') or 'not the declared arm'}")
         elif event.type == "measurement.ended" and not any(e.type == "hold.opened" for e in events):
             reasons.append(f"the window ended before it held the hosts ({p.get('reason')})")
     return reasons or ["window aborted"]

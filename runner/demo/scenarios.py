@@ -51,16 +51,22 @@ def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) ->
     """A simulator config whose arms are the plans' arms (named as the plans name them)."""
     arms: dict[str, dict[str, Any]] = {}
     production: dict[str, Any] | None = None
+    fallback: dict[str, Any] | None = None
     for plan in plans:
         for arm in plan.arms:
             table = {_SIM_NAMES[k]: v for k, v in arm.sim.items() if k in _SIM_NAMES}
             table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
-            table["reported_config"] = dict(arm.speculative)
+            if arm.speculative is not None:
+                table["reported_config"] = dict(arm.speculative)
+            table["reported_digest"] = arm.config_digest
             table["image"] = f"sim/{arm.name}@{arm.config_digest[:12]}"
             arms[arm.name] = table
-            if production is None and arm.role in ("P", "A"):
+            # Production serves with speculative decoding: the plan's P arm, else a speculative A.
+            if production is None and arm.role in ("P", "A") and arm.speculates:
                 production = dict(table, image=f"sim/production@{arm.config_digest[:12]}")
-    arms["production"] = production or next(iter(arms.values()))
+            elif fallback is None and arm.speculates:
+                fallback = dict(table, image=f"sim/production@{arm.config_digest[:12]}")
+    arms["production"] = production or fallback or next(iter(arms.values()))
     return {"model": "sim/deepseek-spec-demo", "seed": seed, "time_scale": time_scale, "hosts": list(HOSTS),
             "production_arm": "production", "start_s": 5.0, "eos_token_id": 1, "arms": arms}
 

@@ -96,7 +96,7 @@ class StartSteps(Recorder):
         start = self.plan.start(step.start)
         arm = self.plan.arm(start.role)
         reported = self._observed_spec(step.start)
-        observed = reported if reported is not None else arm.speculative
+        observed = reported if reported is not None else (arm.speculative or {})
 
         def began(res: ActionResult) -> list[Pending]:
             return [("start.began", p.StartBegan(
@@ -108,6 +108,27 @@ class StartSteps(Recorder):
             ), ())]
 
         self.action("read_clock_cap", None, self.arm_params(step.start), start=step.start, then=began)
+
+    def config_gate(self, step: Step, _r: RunResult) -> None:
+        """``start_config``: what the host reported starting is the arm the plan declares."""
+        from ..gates.admission import record_gate
+        from ..gates.start_config import check_start_config
+        from ..state.fold import ENGINE_REPORTS
+
+        assert step.start is not None
+        start = self.plan.start(step.start)
+        arm = self.plan.arm(start.role)
+        engine = self.ws.engine or {}
+        mine = engine.get("start") == start.id
+        reported = {k: engine.get(k) for k in ENGINE_REPORTS if mine and k in (engine.get("reported") or ())}
+        snapshot = self.snapshot_sha()
+        production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
+        checked = check_start_config(start.id, arm, reported, production)
+        record_gate(self.ledger, self.signer, self.window, "start_config", checked.verdict, checked.evidence,
+                    commit=self.plan.commit, start=start.id, summary=checked.summary, auto_admit=False)
+        self.crash.after(["gate.result"])
+        self.say(f"  start_config {start.label}: {checked.verdict}" +
+                 (f" ({checked.summary})" if checked.failures else ""))
 
     def spec_gate(self, step: Step, _r: RunResult) -> None:
         from ..gates.admission import record_gate
@@ -320,6 +341,7 @@ class StartSteps(Recorder):
 HANDLERS: dict[StepKind, StepHandler] = {
     "start_arm": StartSteps.start_arm,
     "start_began": StartSteps.start_began,
+    "config_gate": StartSteps.config_gate,
     "spec_gate": StartSteps.spec_gate,
     "warmup": StartSteps.warmup,
     "wave": StartSteps.wave,

@@ -8,7 +8,7 @@ a safe, recorded state. The order of steps is the reference sequence of ``docs/w
 
     preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
     quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,
-    clock cap, start.began, standard_spec,
+    clock cap, start.began, start_config, standard_spec (speculative arms),
     warm-up, waves, end of start -> measurement.ended -> ending -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
@@ -35,7 +35,7 @@ STOPPING = ("signal", "error")  # interruptions that stop measuring at once
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
-    "start_arm", "start_began", "spec_gate", "warmup", "wave", "end_start", "measurement_end",
+    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "wave", "end_start", "measurement_end",
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
     "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
@@ -93,10 +93,11 @@ def _aborting(ws: WindowState) -> str | None:
         return f"chain aborted: {ws.chain_aborted.get('reason')}"
     if any(item.get("reason") == "abort" for item in ws.interrupted):
         return "aborted by the operator (tally window abort)"
-    spec = ws.gates.get("standard_spec")
-    if spec is not None and spec.get("verdict") == "FAIL":
-        failed = [sid for sid, r in (spec.get("starts") or {}).items() if r.get("verdict") == "FAIL"]
-        return f"standard_spec FAIL for start {', '.join(failed) or '?'}"
+    for name in ("start_config", "standard_spec"):
+        gate = ws.gates.get(name)
+        if gate is not None and gate.get("verdict") == "FAIL":
+            failed = [sid for sid, r in (gate.get("starts") or {}).items() if r.get("verdict") == "FAIL"]
+            return f"{name} FAIL for start {', '.join(failed) or '?'}"
     return None
 
 
@@ -257,8 +258,10 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
         return _budget_or_end(ctx, ctx.block_limit, start_id)
     if ctx.stop_limit is not None:
         return _budget_or_end(ctx, ctx.stop_limit, start_id)
+    if (ws.gates.get("start_config") or {}).get("starts", {}).get(start_id) is None:
+        return Step("config_gate", start=start_id)
     spec = (ws.gates.get("standard_spec") or {}).get("starts", {}).get(start_id)
-    if spec is None:
+    if spec is None and plan.arm(plan.start(start_id).role).speculates:
         return Step("spec_gate", start=start_id)
     if info.get("warmup") is None:
         if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:

@@ -48,6 +48,7 @@ __all__ = [
     "MODES",
     "PP3_DEFAULTS",
     "PROTOCOLS",
+    "SPEC_OFF",
     "STAGE_KINDS",
     "WAVE_ORDERS",
     "WIN2_DEFAULTS",
@@ -69,6 +70,8 @@ MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-po
 CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
 ROLES = ARM_ROLES
 CONTEXTS: tuple[str, ...] = ("short", "8k", "32k", "64k", "128k", "150k")
+SPEC_OFF = "none"
+"""An arm's ``speculative`` when it runs no speculative decoding (a spec-off control)."""
 WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
 PP3_DEFAULTS: Mapping[str, float | int] = {
     "min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
@@ -77,25 +80,40 @@ PP3_DEFAULTS: Mapping[str, float | int] = {
 
 @dataclass(frozen=True)
 class Arm:
-    """A server configuration: role A (control), B (candidate) or P (production policy)."""
+    """A server configuration: role A (control), B (candidate) or P (production policy).
+
+    ``speculative`` is the arm's declared speculative config, or ``None`` for an arm that
+    runs no speculative decoding (written ``speculative = "none"``). ``allowed_differences``
+    (arm P only) lists the identity members in which P may differ from production's
+    reported identity (dotted paths; a path covers everything under it).
+    """
 
     role: ArmRole
     name: str
     config_digest: str
-    speculative: dict[str, Any]
+    speculative: dict[str, Any] | None
     sim: dict[str, Any]
     description: str = ""
+    allowed_differences: tuple[str, ...] = ()
+
+    @property
+    def speculates(self) -> bool:
+        return self.speculative is not None
 
     @cached_property
-    def speculative_sha256(self) -> str:
-        """SHA-256 of the JCS of the declared speculative config."""
-        return hashlib.sha256(canonical(self.speculative)).hexdigest()
+    def speculative_sha256(self) -> str | None:
+        """SHA-256 of the JCS of the declared speculative config (``None``: the arm declares none)."""
+        return None if self.speculative is None else hashlib.sha256(canonical(self.speculative)).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "role": self.role, "name": self.name, "config_digest": self.config_digest,
-            "speculative": self.speculative, "sim": self.sim, "description": self.description,
+            "speculative": SPEC_OFF if self.speculative is None else self.speculative, "sim": self.sim,
+            "description": self.description,
         }
+        if self.allowed_differences:
+            data["allowed_differences"] = list(self.allowed_differences)
+        return data
 
 
 @dataclass(frozen=True)

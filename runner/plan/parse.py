@@ -27,6 +27,7 @@ from .model import (
     PP3_DEFAULTS,
     PROTOCOLS,
     ROLES,
+    SPEC_OFF,
     STAGE_KINDS,
     WAVE_ORDERS,
     WIN2_DEFAULTS,
@@ -48,6 +49,7 @@ WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+IDENTITY_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 UNIT = re.compile(r"[^:\s]+\.py:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 PP3_BLOCKS = (("A1", "A"), ("B1", "B"), ("B2", "B"), ("A2", "A"))
 
@@ -86,20 +88,27 @@ def _arms(f: Fields, protocol: str, mode: str) -> tuple[Arm, ...]:
         if role not in needed:
             expected = ", ".join(sorted(needed))
             raise t.fail("role", f"{role} is not an arm of {protocol} mode {mode} (expected {expected})")
-        arm = Arm(
-            role=role,
-            name=t.string("name", role, pattern=NAME, what="a name (letters, digits, . _ -)"),
-            config_digest=t.string("config_digest", pattern=SHA256, what="a sha256 (64 lowercase hex)"),
-            speculative=t.json("speculative"),
-            sim=t.json("sim", {}),
-            description=t.string("description", ""),
-        )
-        if not isinstance(arm.speculative, dict) or not arm.speculative:
-            raise t.fail("speculative", "expected a non-empty table (the arm's declared speculative config)")
-        if not isinstance(arm.sim, dict):
+        name = t.string("name", role, pattern=NAME, what="a name (letters, digits, . _ -)")
+        config_digest = t.string("config_digest", pattern=SHA256, what="a sha256 (64 lowercase hex)")
+        speculative = t.json("speculative")
+        if speculative == SPEC_OFF:
+            speculative = None
+        elif not isinstance(speculative, dict) or not speculative:
+            raise t.fail("speculative", f"expected a non-empty table (the arm's declared speculative config) or "
+                                        f"{SPEC_OFF!r} (the arm runs no speculative decoding)")
+        sim = t.json("sim", {})
+        if not isinstance(sim, dict):
             raise t.fail("sim", "expected a table")
+        allowed: tuple[str, ...] = ()
+        if "allowed_differences" in t.data:
+            if role != "P":
+                raise t.fail("allowed_differences", "only arm P is compared with production's identity")
+            allowed = t.strings("allowed_differences", pattern=IDENTITY_PATH,
+                                what="an identity member (dotted path, e.g. env.VLLM_WORKER)")
+        description = t.string("description", "")
         t.done()
-        arms.append(arm)
+        arms.append(Arm(role=role, name=name, config_digest=config_digest, speculative=speculative, sim=sim,
+                        description=description, allowed_differences=allowed))
     missing = needed - {a.role for a in arms}
     if missing:
         raise f.fail("arms", f"{protocol} mode {mode} needs arm(s) {', '.join(sorted(missing))}")

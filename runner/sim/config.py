@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -68,6 +69,9 @@ class ArmConfig:
     # What the host reports as this arm's speculative config (e.g. the plan's declared
     # config, so that a simulated start is checked like a real one); None: derived.
     reported_config: Mapping[str, Any] | None = field(default=None, hash=False)
+    # What the host reports as this arm's config_digest (e.g. the plan's declared digest);
+    # None: the digest of this configuration.
+    reported_digest: str | None = None
 
     @property
     def speculative(self) -> bool:
@@ -85,6 +89,8 @@ class ArmConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["acceptance"] = list(self.acceptance)
+        if data.get("reported_digest") is None:
+            data.pop("reported_digest", None)
         if data.get("reported_config") is None:
             data.pop("reported_config", None)
         else:
@@ -98,6 +104,10 @@ class ArmConfig:
     def digest(self) -> str:
         """sha256 of the arm's configuration (sorted, compact JSON): its config identity."""
         return hashlib.sha256(_compact(self.to_dict())).hexdigest()
+
+    def reported_config_digest(self) -> str:
+        """The config_digest the host reports for this arm."""
+        return self.reported_digest or self.digest()
 
     def expected_accepted_per_round(self) -> float:
         """E[accepted] for a full-depth round under prefix acceptance."""
@@ -288,5 +298,8 @@ def _arm(name: str, f: Fields) -> ArmConfig:
             kw[fname] = f.string(fname, nonempty=True)
     if f.has("reported_config"):
         kw["reported_config"] = dict(f.table("reported_config").data)
+    if f.has("reported_digest"):
+        kw["reported_digest"] = f.string("reported_digest", pattern=re.compile(r"[0-9a-f]{64}"),
+                                         what="a sha256 (64 lowercase hex)")
     f.done(also=_ARM_FIELDS)
     return ArmConfig(name, **kw)

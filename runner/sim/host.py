@@ -89,7 +89,7 @@ class EngineSession:
             "start": self.number, "session": self.session, "arm": self.arm.name, "role": self.role,
             "status": "stopped" if self.stopped else ("ready" if now >= self.ready_at else "starting"),
             "production": self.production, "clock_cap_mhz": self.clock_cap_mhz, "current_clock_mhz": current_mhz,
-            "config_digest": self.arm.digest(), "speculative_config": self.arm.speculative_config(),
+            "config_digest": self.arm.reported_config_digest(), "speculative_config": self.arm.speculative_config(),
             "image": self.arm.image, "started_at": self.started_at, "stopped_at": self.stopped_at,
             "log": list(self.log), "in_flight": self.in_flight, "admitted": self.admitted, "warmed": self.warmed,
         }
@@ -127,11 +127,14 @@ class Host:
 
     # ------------------------------------------------------------------ identity
 
+    def identity_of(self, arm: ArmConfig) -> dict[str, Any]:
+        """What the host reports as an engine's identity: the same members for production and any arm."""
+        return {"arm": arm.name, "model": self.config.model, "image": arm.image,
+                "config_digest": arm.reported_config_digest(), "speculative_config": arm.speculative_config(),
+                "clock_cap_mhz": arm.clock_cap_mhz, "hosts": list(self.config.hosts)}
+
     def production_identity(self) -> dict[str, Any]:
-        arm = self.config.arm(self.config.production_arm)
-        return {"arm": arm.name, "model": self.config.model, "image": arm.image, "config_digest": arm.digest(),
-                "speculative_config": arm.speculative_config(), "clock_cap_mhz": arm.clock_cap_mhz,
-                "hosts": list(self.config.hosts)}
+        return self.identity_of(self.config.arm(self.config.production_arm))
 
     def production_sha256(self) -> str:
         return _sha256_json(self.production_identity())
@@ -289,8 +292,8 @@ class Host:
             self._wait_ready(session)
         return {
             "start": session.number, "session": session.session, "arm": arm.name, "role": role,
-            "identity": {"arm": arm.name, "image": arm.image},
-            "config_digest": arm.digest(), "speculative_config": arm.speculative_config(),
+            "identity": self.identity_of(arm),
+            "config_digest": arm.reported_config_digest(), "speculative_config": arm.speculative_config(),
             "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log), "output": "\n".join(session.log),
         }
 

@@ -103,6 +103,7 @@ class WindowState:
     commit: str | None = None
     required_gates: tuple[str, ...] = ()
     plan_starts: tuple[tuple[str, str], ...] = ()
+    spec_off_roles: frozenset[str] = frozenset()  # arms declaring speculative = "none"
     registered_seq: int | None = None
     admitted_seq: int | None = None
     admitted_under_marker: bool = False
@@ -347,6 +348,8 @@ def _registered(s: State, ws: WindowState, e: Event, p: pl.WindowRegistered) -> 
     ws.commit = plan.get("commit")
     ws.required_gates = tuple((plan.get("gates") or {}).get("required") or ())
     ws.plan_starts = tuple((s_.get("id"), s_.get("arm")) for s_ in plan.get("starts") or ())
+    ws.spec_off_roles = frozenset(str(a.get("role")) for a in plan.get("arms") or ()
+                                  if isinstance(a, dict) and a.get("speculative") == "none")
     if ws.phase == "unregistered":
         ws.phase = "registered"
 
@@ -357,7 +360,8 @@ def _gate(s: State, ws: WindowState, e: Event, p: pl.GateResult) -> None:
         gate = ws.gates.setdefault(p.gate, {"verdict": "PENDING", "seq": e.seq, "commit": p.commit,
                                             "summary": "", "starts": {}})
         gate.setdefault("starts", {})[p.start] = entry
-        planned = [sid for sid, _ in ws.plan_starts] or list(gate["starts"])
+        planned = [sid for sid, role in ws.plan_starts
+                   if not (p.gate == "standard_spec" and role in ws.spec_off_roles)] or list(gate["starts"])
         verdicts = [gate["starts"].get(sid, {}).get("verdict") for sid in planned]
         gate["verdict"] = "FAIL" if "FAIL" in verdicts else "PASS" if all(v == "PASS" for v in verdicts) else "PENDING"
         gate["seq"] = e.seq
@@ -417,6 +421,10 @@ def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
         _engine(ws, p.action, ok, facts)
 
 
+ENGINE_REPORTS = ("config_digest", "speculative_config", "identity")
+"""What a host reports about the engine a ``start_arm`` started (compared by ``start_config``)."""
+
+
 def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> None:
     """What the hosts serve, as the window's finished host actions last established it."""
     if action in ("probe", "preflight") and "serving" in facts:
@@ -430,13 +438,15 @@ def _engine(ws: WindowState, action: str, ok: bool, facts: dict[str, Any]) -> No
             session is None or before.get("session") is None or session == before.get("session"))
         ws.engine = {"arm": arm, "role": facts.get("role"), "start": before.get("start") if same else None,
                      "status": facts.get("engine"), "serving": facts.get("serving"), "session": session,
-                     "speculative_config": before.get("speculative_config") if same else None} if arm else None
+                     **{k: before.get(k) if same else None for k in ENGINE_REPORTS},
+                     "reported": before.get("reported", []) if same else []} if arm else None
     elif not ok:
         return
     elif action == "start_arm":
         ws.engine = {"arm": facts.get("arm"), "role": facts.get("role"), "start": facts.get("start"),
                      "status": facts.get("engine") or "ready", "serving": "experiment",
-                     "session": facts.get("session"), "speculative_config": facts.get("speculative_config")}
+                     "session": facts.get("session"), **{k: facts.get(k) for k in ENGINE_REPORTS},
+                     "reported": [k for k in ENGINE_REPORTS if k in facts]}
     elif action in ("stop_arm", "experiment_stop", "drain"):
         ws.engine = None
     elif action == "restore":

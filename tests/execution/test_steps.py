@@ -18,11 +18,22 @@ import pytest
 from runner.execution.clock import Limit
 from runner.execution.steps import Context, Step, StepKind, next_step
 from runner.execution.window import STEP_HANDLERS, unhandled_step_kinds
+from runner.gates.spec import spec_sha256
 from runner.plan.model import Plan
 from runner.state.fold import fold
 from tests.runner.script import HOSTS, Script, example_plan
 
 SNAPSHOT = hashlib.sha256(b"production").hexdigest()
+
+
+def spec_off_control() -> list[dict[str, Any]]:
+    """Seed 003's arms with A declared as running no speculative decoding."""
+    plan, _, _ = example_plan("seed003-abba")
+    arms = [arm.to_json() for arm in plan.arms]
+    for arm in arms:
+        if arm["role"] == "A":
+            arm["speculative"] = "none"
+    return arms
 
 
 class Story(Script):
@@ -70,10 +81,16 @@ class Story(Script):
         role = self.plan.start(start).role
         self.engine(start).act("read_clock_cap", start=start, clock_cap_mhz=2300)
         return self.event("start.began", start=start, role=role, clock_cap_mhz=2300,
-                          spec_config_sha256=self.plan.arm(role).speculative_sha256)
+                          spec_config_sha256=spec_sha256(self.plan.arm(role).speculative or {}))
+
+    def configured(self, start: str) -> Story:
+        self.began(start).gate(self.plan, "start_config", start=start)
+        return self
 
     def warm(self, start: str) -> Story:
-        self.began(start).gate(self.plan, "standard_spec", start=start)
+        self.configured(start)
+        if self.plan.arm(self.plan.start(start).role).speculates:
+            self.gate(self.plan, "standard_spec", start=start)
         return self.event("warmup.done", start=start, cold_ttft_s=1.0, warm_ttft_s=0.2)
 
     def measured(self, start: str) -> Story:
@@ -180,9 +197,15 @@ ROWS = [
         "drain", finished=False), "probe", {"args": {"action": "drain", "probe_of": "a2"}}),
     Row("HOLD open, no start yet", lambda: Story().held(), "start_arm", {"start": "s1"}),
     Row("engine up, start not recorded", lambda: Story().held().engine("s1"), "start_began", {"start": "s1"}),
-    Row("start began, its spec not checked", lambda: Story().held().began("s1"), "spec_gate", {"start": "s1"}),
-    Row("spec PASS: warm up", lambda: Story().held().began("s1").event(
+    Row("start began, its config not checked", lambda: Story().held().began("s1"), "config_gate", {"start": "s1"}),
+    Row("config PASS, its spec not checked", lambda: Story().held().configured("s1"), "spec_gate", {"start": "s1"}),
+    Row("spec PASS: warm up", lambda: Story().held().configured("s1").event(
         "gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1"), "warmup"),
+    Row("a spec-off control: config PASS, no spec gate, warm up",
+        lambda: Story("seed003-abba", arms=spec_off_control()).held().configured("A1"), "warmup", {"start": "A1"}),
+    Row("start_config FAIL at a start", lambda: Story().held().began("s1").event(
+        "gate.result", gate="start_config", verdict="FAIL", evidence={}, start="s1"), "end_start",
+        {"args": {"truncated": True}}),
     Row("warmed up: the first planned wave", lambda: Story().held().warm("s1"), "wave", {"start": "s1"}),
     Row("every wave of s1 measured", lambda: Story().held().measured("s1"), "end_start",
         {"start": "s1", "reason": "every wave of the start was measured"}),

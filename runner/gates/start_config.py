@@ -1,0 +1,111 @@
+"""The start_config gate (``docs/gates.md``): the engine a start started is the arm the plan declares.
+
+At every start the host reports what it started (``start_arm`` facts): its
+``config_digest``, its effective ``speculative_config`` and its ``identity``. The gate
+compares them with the plan's arm:
+
+- the reported ``config_digest`` equals the arm's declared one;
+- an arm that declares ``speculative = "none"`` reports no speculative decoding (a null
+  or empty config); a speculative arm reports one (``standard_spec`` then checks it);
+- arm P reports an identity equal to production's recorded identity except in the
+  members the arm lists as ``allowed_differences``.
+
+What the host did not report cannot be checked: the gate fails closed. Pure: facts in,
+verdict out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..vocabulary import GateVerdict
+
+if TYPE_CHECKING:
+    from ..plan.model import Arm
+
+__all__ = ["ConfigResult", "check_start_config", "identity_differences"]
+
+MAX_DIFFERENCES = 50  # listed in the evidence; the count is always exact
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    verdict: GateVerdict
+    evidence: dict[str, Any]
+    failures: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        return "; ".join(self.failures) or "the engine is the declared arm"
+
+
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping) and value:
+        for key in sorted(value):
+            yield from _leaves(value[key], f"{path}.{key}" if path else str(key))
+    else:
+        yield path, value
+
+
+def identity_differences(reported: Mapping[str, Any], production: Mapping[str, Any]) -> list[str]:
+    """The dotted paths where two identities differ (a member only one has counts as a difference)."""
+    ours, theirs = dict(_leaves(reported, "")), dict(_leaves(production, ""))
+    return sorted(path for path in ours.keys() | theirs.keys()
+                  if path not in ours or path not in theirs or ours[path] != theirs[path])
+
+
+def _allowed(path: str, allowed: Sequence[str]) -> bool:
+    return any(path == entry or path.startswith(entry + ".") for entry in allowed)
+
+
+def _spec_reported(config: Any) -> bool:
+    return isinstance(config, Mapping) and bool(config)
+
+
+def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
+                       production_identity: Mapping[str, Any] | None) -> ConfigResult:
+    """Compare what the host reported for ``start`` (its ``start_arm`` facts) with ``arm``."""
+    failures: list[str] = []
+    digest = reported.get("config_digest")
+    if not isinstance(digest, str) or not digest:
+        failures.append("the host reported no config_digest for this start")
+    elif digest != arm.config_digest:
+        failures.append(f"config_digest {digest[:12]} is not arm {arm.role}'s declared {arm.config_digest[:12]}")
+    spec = reported.get("speculative_config")
+    if "speculative_config" not in reported:
+        failures.append("the host did not report the start's speculative config")
+    elif arm.speculative is None and _spec_reported(spec):
+        failures.append(f"arm {arm.role} declares no speculative decoding, but the engine reports "
+                        f"{_short(spec)}")
+    elif arm.speculative is not None and not _spec_reported(spec):
+        failures.append(f"arm {arm.role} declares speculative decoding, but the engine reports none")
+    evidence: dict[str, Any] = {
+        "start": start, "role": arm.role, "arm": arm.name,
+        "declared": {"config_digest": arm.config_digest,
+                     "speculative": "none" if arm.speculative is None else "declared",
+                     "speculative_sha256": arm.speculative_sha256},
+        "reported": {"config_digest": digest, "speculative_config": spec, "identity": reported.get("identity")},
+    }
+    if arm.role == "P":
+        identity = reported.get("identity")
+        if not isinstance(identity, Mapping) or not identity:
+            failures.append("the host reported no identity for this start (arm P is compared with production's)")
+        elif not isinstance(production_identity, Mapping) or not production_identity:
+            failures.append("production's identity was not recorded (arm P is compared with it)")
+        else:
+            differences = identity_differences(identity, production_identity)
+            unexpected = [d for d in differences if not _allowed(d, arm.allowed_differences)]
+            evidence["identity"] = {"allowed": list(arm.allowed_differences), "differences": len(differences),
+                                    "listed": differences[:MAX_DIFFERENCES], "unexpected": unexpected[:MAX_DIFFERENCES]}
+            if unexpected:
+                failures.append(f"arm P differs from production's identity outside its allowed differences: "
+                                f"{', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
+    evidence["failures"] = failures
+    return ConfigResult("FAIL" if failures else "PASS", evidence, tuple(failures))
+
+
+def _short(value: Any) -> str:
+    text = repr(dict(value)) if isinstance(value, Mapping) else repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
