@@ -9,7 +9,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import JsonOpt, command, handle_errors, print_json, state
+from .common import JsonOpt, check_seq, command, handle_errors, print_json, state
 
 if TYPE_CHECKING:
 
@@ -47,6 +47,8 @@ def checkpoint_show(
     """Print a stored checkpoint note."""
     from ledger.checkpoint import stored_checkpoints
 
+    if size is not None:
+        check_seq(size, "--size")
     stored = stored_checkpoints(state.ledger())
     if not stored:
         raise FormatError("no checkpoint stored yet; run `tally checkpoint`")

@@ -18,6 +18,7 @@ from .common import (
     EXIT_NO_ANSWER,
     JsonOpt,
     WindowArg,
+    check_out,
     command,
     ledger_and_signer,
     print_json,
@@ -153,6 +154,7 @@ def rehearse(
         raise FormatError(f"--url {url!r} must start with http:// or https://")
     if eos < 0:
         raise FormatError("--eos must be a token id (>= 0)")
+    check_out(out, "rehearsal.json", "responses.jsonl")  # refuse planted symlinks before any probe
     book = reg = signer = None
     if window is not None:
         book, signer = ledger_and_signer()
