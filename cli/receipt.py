@@ -115,13 +115,13 @@ def receipt_verify(
     witnesses = [k for k in keys if k.is_cosigner]
     proof_path = proof or _sibling(envelope_file, ".tlog-proof")
     event_path = event or _sibling(envelope_file, ".event.json")
+    # Hostile input first: bounded size and nesting, one value per member, no NaN (one line, exit 2).
     envelope_text = read_text(envelope_file, "receipt")
-    proof_text = read_text(proof_path, "tlog-proof")
-    event_text = read_text(event_path, "event") if (event is not None or event_path.exists()) else None
-    # Hostile input first: bounded nesting, one value per member, no NaN (one line, exit 2).
     read_json(envelope_text, f"receipt {envelope_file}")
+    event_text = read_text(event_path, "event") if (event is not None or event_path.exists()) else None
     if event_text is not None:
         read_json(event_text, f"event {event_path}")
+    proof_text = read_text(proof_path, "tlog-proof")
     try:
         result = verify_receipt(envelope_text, proof_text, log_keys, policy=WINDOW_RECEIPTS, witnesses=witnesses,
                                 threshold=witness_threshold, event_text=event_text)
