@@ -87,10 +87,16 @@ _OPENERS = ["[", '{"a":', "[[", '{"k": [', '[{"x":']
 _CLOSERS = {"[": "]", '{"a":': "}", "[[": "]]", '{"k": [': "]}", '[{"x":': "}]"}
 
 
+# Just past the 64-level bound, or far past the interpreter's recursion limit.
+depths = st.one_of(st.integers(65, 200), st.integers(900, 4000))
+
+
 @st.composite
 def deep_json(draw: st.DrawFn) -> bytes:
-    """JSON nested 65 .. 1500 levels (past the 64-level bound), balanced, truncated or trailed by junk."""
-    openers = draw(st.lists(st.sampled_from(_OPENERS), min_size=65, max_size=1500))
+    """JSON nested past the 64-level bound (up to 4000 levels), balanced, truncated or trailed by junk."""
+    depth = draw(depths)
+    pattern = draw(st.lists(st.sampled_from(_OPENERS), min_size=1, max_size=4))
+    openers = (pattern * depth)[:depth]
     inner = draw(st.sampled_from(["0", '"s"', "null", "[]", "{}", ""]))
     closers = "".join(_CLOSERS[o] for o in reversed(openers))
     ending = draw(st.sampled_from(["balanced", "truncated", "junk"]))
@@ -103,8 +109,8 @@ def deep_json(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def deep_toml(draw: st.DrawFn) -> bytes:
-    """TOML nested 65 .. 800 levels: arrays, inline tables, dotted headers."""
-    depth = draw(st.integers(65, 800))
+    """TOML nested past the 64-level bound (up to 4000 levels): arrays, inline tables, dotted headers."""
+    depth = draw(depths)
     shape = draw(st.sampled_from(["array", "inline", "header", "mixed"]))
     if shape == "array":
         text = "a = " + "[" * depth + "1" + "]" * depth
