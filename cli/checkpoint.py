@@ -31,6 +31,9 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from ledger.checkpoint import checkpoint_at, sign_checkpoint
 
     book = state.ledger()
+    if book.read_only:
+        raise FormatError(f"{book.display_url} is read-only: a checkpoint cannot be stored; "
+                          "`tally checkpoint show` prints the stored ones")
     signer = state.signer(book.url)
     existed = checkpoint_at(book, book.size()) is not None
     signed = sign_checkpoint(book, signer)

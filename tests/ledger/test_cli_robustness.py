@@ -479,6 +479,8 @@ def test_read_only_ledger_verifies(workdir: Path) -> None:
         key = str(workdir / ".tally" / "root.pem")
         code, _, err = tally("--db", db, "--key", key, "append", "note.added", "--stream", "s", "--payload", "{}")
         assert code == 2 and "read-only" in one_line(err)
+        code, _, err = tally("--db", db, "--key", key, "checkpoint")
+        assert code == 2 and "read-only" in one_line(err)
         # Nothing was written: no -wal/-shm beside it (as root, SQLite would happily create them), same bytes.
         assert listing(media) == ["tally.db"]
         assert (media / "tally.db").read_bytes() == data
