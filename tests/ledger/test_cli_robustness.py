@@ -274,11 +274,25 @@ def _deep_args(workdir: Path, case: str, document: str) -> list[str]:
         return ["gate", "standard-spec", WINDOW, "--start", "s1", "--config", f"@{deep}"]
     if case == "family-file":
         return ["window", "register", str(_deep_family_plan(workdir, document))]
+    if case in ("rng-receipt", "admission", "admission-dsse-payload"):
+        import base64
+
+        assert tally("window", "register", str(PLAN))[0] == 0
+        fine = workdir / "fine.json"
+        fine.write_text("{}")
+        if case == "admission-dsse-payload":
+            deep.write_text(json.dumps({"payloadType": "application/vnd.in-toto+json",
+                                        "payload": base64.b64encode(document.encode()).decode(), "signatures": []}))
+        if case == "rng-receipt":
+            return ["gate", "rng", WINDOW, "--receipt", str(deep), "--admission", str(fine)]
+        return ["gate", "qualification", WINDOW, "--repo", str(workdir), "--qualified-commit", "0" * 40,
+                "--admission", str(deep)]
     raise AssertionError(case)
 
 
 DEEP_JSON_CASES = ["append-inline", "append-file", "receipt-envelope", "receipt-event", "verdict-compute",
-                   "verdict-report", "standard-spec", "family-file"]
+                   "verdict-report", "standard-spec", "family-file", "rng-receipt", "admission",
+                   "admission-dsse-payload"]
 
 
 @pytest.mark.parametrize("document", [DEEP_ARRAY, DEEP_OBJECT], ids=["arrays", "objects"])
