@@ -451,7 +451,8 @@ def staged_out(out: Path, option: str = "--out") -> Iterator[Path]:
 
     ``out`` is checked first (a symlink or a non-directory is refused before any work);
     the writer fills the staging directory (mode 0700, removed afterwards); then every
-    file is copied into ``out`` through ``OutDir``. On an error nothing reaches ``out``.
+    file is copied into ``out`` through ``OutDir``. If the writer fails nothing reaches
+    ``out``; if publishing fails (a full disk), each file there is whole, old or new.
     """
     check_out(out, option=option)
     stage = Path(tempfile.mkdtemp(prefix="tally-out-"))

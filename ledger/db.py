@@ -84,8 +84,6 @@ def make_engine(url: str) -> Engine:
         raise FormatError(f"not a database URL: {url}") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        if parsed.query:
-            raise FormatError(f"{url}: tally takes a plain SQLite path or sqlite:///PATH, without options")
         return _sqlite_engine(url, parsed.database)
     if backend == "postgresql":
         try:
