@@ -10,12 +10,13 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import command, state
+from .common import command, state, write_out_file
 
 
 def blob_get(
     sha256: Annotated[str, typer.Argument(metavar="SHA256", help="The blob's digest (hex, optionally sha256:).")],
-    out: Annotated[Path | None, typer.Option(help="Write to this file instead of standard output.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Write to this file instead of standard output (whole or not at all; never through a symlink).")] = None,
 ) -> None:
     """Write a blob's bytes (checked against its digest) to standard output."""
     import hashlib
@@ -32,7 +33,7 @@ def blob_get(
     if hashlib.sha256(blob.data).hexdigest() != digest:
         raise IntegrityError(f"stored blob sha256:{digest} does not match its digest")
     if out is not None:
-        out.write_bytes(blob.data)
+        write_out_file(out, blob.data)
     else:
         sys.stdout.buffer.write(blob.data)
         sys.stdout.buffer.flush()

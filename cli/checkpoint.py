@@ -9,7 +9,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import JsonOpt, command, handle_errors, print_json, state
+from .common import JsonOpt, check_seq, command, handle_errors, print_json, state
 
 if TYPE_CHECKING:
 
@@ -32,6 +32,9 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from ledger.signing import sign_checkpoint
 
     book = state.ledger()
+    if book.read_only:
+        raise FormatError(f"{book.display_url} is read-only: a checkpoint cannot be stored; "
+                          "`tally checkpoint show` prints the stored ones")
     signer = state.signer(book.url)
     existed = checkpoint_at(book, book.size()) is not None
     signed = sign_checkpoint(book, signer)
@@ -48,6 +51,8 @@ def checkpoint_show(
     """Print a stored checkpoint note."""
     from ledger.checkpoint import stored_checkpoints
 
+    if size is not None:
+        check_seq(size, "--size")
     stored = stored_checkpoints(state.ledger())
     if not stored:
         raise FormatError("no checkpoint stored yet; run `tally checkpoint`")

@@ -19,6 +19,8 @@ def init(
     from ledger.store import Ledger
 
     book = Ledger(state.db)
+    origin = origin or f"tally.local/{os.urandom(4).hex()}"
+    book.check_init(origin)  # refuse a database init would refuse before a key is created
     key_path = state.key_path(book.url)
     created_key = False
     if state.key or os.environ.get("TALLY_KEY") or key_path.exists():
@@ -26,7 +28,7 @@ def init(
     else:
         root = generate_key_file(key_path, "root")
         created_key = True
-    genesis = book.init(origin or f"tally.local/{os.urandom(4).hex()}", root)
+    genesis = book.init(origin, root)
     result = {
         "ledger": genesis.ledger,
         "origin": genesis.payload["origin"],

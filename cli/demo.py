@@ -25,6 +25,10 @@ def demo(
     """A simulated window end to end, with no setup; everything is left in --dir."""
     if scenario not in SCENARIOS:
         raise FormatError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+    if directory.is_symlink():
+        raise FormatError(f"--dir {directory} is a symbolic link; give the directory itself")
+    if directory.exists() and not directory.is_dir():
+        raise FormatError(f"--dir {directory} exists and is not a directory")
     if directory.exists() and any(directory.iterdir()):
         if not force:
             raise FormatError(f"{directory} is not empty; pass --force to replace it, or --dir elsewhere")

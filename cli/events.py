@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import command, print_appended, read_json_arg, state
+from .common import check_seq, command, print_appended, read_json_arg, state
 
 
 def append(
@@ -18,7 +18,7 @@ def append(
     json_out: Annotated[bool, typer.Option("--json", help="Print the stored event.")] = False,
 ) -> None:
     """Append one signed event; prints its seq."""
-    value = read_json_arg(payload)
+    value = read_json_arg(payload, payload_rules=True)
     book = state.ledger()
     event = book.append(stream, type_, value, state.signer(book.url))
     print_appended(event, json_out)
@@ -31,6 +31,7 @@ def log(
     json_out: Annotated[bool, typer.Option("--json", help="One stored event per line (JSON lines).")] = False,
 ) -> None:
     """List events in seq order."""
+    check_seq(since, "--since", low=0)
     book = state.ledger()
     write = sys.stdout.write
     for event in book.events(since, stream=stream, types=[type_] if type_ else None):
@@ -45,7 +46,7 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the stored event as JSON.")] = False,
 ) -> None:
     """Show one event."""
-    event = state.ledger().get(seq)
+    event = state.ledger().get(check_seq(seq, "seq"))
     if json_out:
         sys.stdout.write(event.line() + "\n")
         return

@@ -9,7 +9,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import JsonOpt, command, print_json, state
+from .common import JsonOpt, check_seq, command, print_json, state
 
 if TYPE_CHECKING:
 
@@ -37,6 +37,9 @@ def prove_inclusion(
     from ledger.merkle import hash_leaf
     from ledger.receipt import TlogProof
 
+    check_seq(seq, "seq")
+    if size is not None:
+        check_seq(size, "--size")
     book = state.ledger()
     if not 1 <= seq <= book.size():
         raise FormatError(f"seq {seq} is not between 1 and the ledger size {book.size()}")
@@ -59,6 +62,8 @@ def prove_consistency(
     """Print a consistency proof: 'old N', base64 hashes, a blank line, the checkpoint at NEW if stored."""
     from ledger.checkpoint import consistency_proof
 
+    check_seq(old, "OLD")
+    check_seq(new, "NEW")
     proof = consistency_proof(state.ledger(), old, new)
     if json_out:
         print_json(proof.to_json())

@@ -10,7 +10,7 @@ import typer
 
 from ledger.errors import VerificationError
 
-from .common import EXIT_FAILED, JsonOpt, command, print_json, read_text, state
+from .common import EXIT_FAILED, JsonOpt, OutDir, check_out, check_seq, command, print_json, read_text, state
 
 if TYPE_CHECKING:
 
@@ -38,15 +38,25 @@ def receipt_export(
         "--checkpoint", help="Prove against this checkpoint file (e.g. one cosigned by witnesses).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event."""
-    from ledger.receipt import build_receipt, write_receipt
+    """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event.
+
+    The three files are written whole (temporary file, fsync, rename) into --out, which
+    must not be a symlink; a symlink planted at one of the file names is refused.
+    """
+    from ledger.receipt import build_receipt, receipt_paths
     from runner.events.receipts import WINDOW_RECEIPTS
 
+    check_seq(seq, "SEQ")
+    check_out(out, *(p.name for p in receipt_paths(out, seq)))
     book = state.ledger()
     signer = state.signer(book.url)
     chosen = _cosigned_checkpoint(book, checkpoint_file, seq) if checkpoint_file is not None else None
     receipt = build_receipt(book, seq, signer, WINDOW_RECEIPTS, chosen)
-    envelope, proof, event = write_receipt(receipt, out)
+    envelope, proof, event = receipt_paths(out, seq)
+    with OutDir.open(out) as target:
+        target.write(envelope.name, receipt.envelope.dumps().encode("utf-8"))
+        target.write(proof.name, receipt.proof.text().encode("utf-8"))
+        target.write(event.name, (receipt.event.line() + "\n").encode("utf-8"))
     if json_out:
         print_json({"seq": seq, "envelope": str(envelope), "proof": str(proof), "event": str(event),
                     "checkpoint_size": _proof_size(receipt.proof.checkpoint)})
@@ -97,6 +107,7 @@ def receipt_verify(
 ) -> None:
     """Verify a receipt offline: DSSE signature, Statement subject, inclusion proof, checkpoint."""
     from ledger.receipt import verify_receipt
+    from ledger.strictjson import read_json
     from runner.events.receipts import WINDOW_RECEIPTS
 
     keys = _vkeys(vkey)
@@ -104,9 +115,13 @@ def receipt_verify(
     witnesses = [k for k in keys if k.is_cosigner]
     proof_path = proof or _sibling(envelope_file, ".tlog-proof")
     event_path = event or _sibling(envelope_file, ".event.json")
+    # Hostile input first: bounded size and nesting, one value per member, no NaN (one line, exit 2).
     envelope_text = read_text(envelope_file, "receipt")
-    proof_text = read_text(proof_path, "tlog-proof")
+    read_json(envelope_text, f"receipt {envelope_file}")
     event_text = read_text(event_path, "event") if (event is not None or event_path.exists()) else None
+    if event_text is not None:
+        read_json(event_text, f"event {event_path}")
+    proof_text = read_text(proof_path, "tlog-proof")
     try:
         result = verify_receipt(envelope_text, proof_text, log_keys, policy=WINDOW_RECEIPTS, witnesses=witnesses,
                                 threshold=witness_threshold, event_text=event_text)

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ledger.errors import FormatError
 
-from .common import command, print_json
+from .common import OutDir, command, print_json, read_bounded
+
+if TYPE_CHECKING:
+    from runner.sim.config import SimConfig
+
+
+def read_sim_config(path: Path) -> SimConfig:
+    """A simulator config file (TOML, or JSON for ``.json``) read as hostile input, then validated.
+
+    Bounded in size and nesting (``runner.drivers.site.read_toml``, ``ledger.strictjson``):
+    every bad file is one ``FormatError`` line, never a traceback.
+    """
+    from ledger.strictjson import read_json
+    from runner.drivers.site import read_toml
+    from runner.sim.config import config_from_dict
+
+    raw = read_bounded(path, "simulator config")
+    what = f"simulator config {path}"
+    data = read_json(raw, what) if path.suffix == ".json" else read_toml(raw, what)
+    if not isinstance(data, dict):
+        raise FormatError(f"{what}: expected an object of settings")
+    return config_from_dict(data, where=str(path))
 
 
 def sim_serve(
@@ -28,8 +50,9 @@ def sim_serve(
     from ledger.errors import ExternalError
     from runner.sim.process import serve
 
+    loaded = read_sim_config(config) if config is not None else None
     try:
-        serve(config, host=host, port=port, seed=seed, time_scale=time_scale)
+        serve(loaded, host=host, port=port, seed=seed, time_scale=time_scale)
     except OSError as exc:
         raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
 
@@ -50,20 +73,22 @@ def sim_families(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write the deterministic synthetic prompt families (demo/test data) and their sha256."""
-    from runner.measure import FAMILIES, synthetic_family, write_family
+    from runner.measure import FAMILIES, synthetic_family
+    from runner.measure.family import family_bytes
 
     if short < 0 or long < 0 or short + long == 0:
         raise FormatError("--short and --long must be >= 0 and not both 0")
     if long_words < 2:
         raise FormatError("--long-words must be at least 2")
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in FAMILIES:
-        prompts = synthetic_family(name, seed=seed, short=short, long=long,
-                                   long_words=(max(1, long_words * 3 // 5), long_words))
-        path = out / f"{name}.jsonl"
-        written.append({"family": name, "path": str(path), "prompts": len(prompts),
-                        "sha256": write_family(path, prompts)})
+    with OutDir.open(out, "DIR") as target:  # never through a symlink; each file whole
+        for name in FAMILIES:
+            prompts = synthetic_family(name, seed=seed, short=short, long=long,
+                                       long_words=(max(1, long_words * 3 // 5), long_words))
+            data = family_bytes(prompts)
+            path = target.write(f"{name}.jsonl", data)
+            written.append({"family": name, "path": str(path), "prompts": len(prompts),
+                            "sha256": hashlib.sha256(data).hexdigest()})
     if as_json:
         print_json({"families": written})
         return

@@ -6,8 +6,6 @@ field). numpy, scipy and matplotlib are imported inside the commands.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,7 +13,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import command, print_json
+from .common import command, print_json, read_bounded, restage, staged_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,22 +23,15 @@ INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads st
 
 
 def read_input(source: str) -> Any:
-    """The JSON document in file ``source`` (``-`` = stdin); ``FormatError`` if unreadable or not JSON."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FormatError(f"cannot read input {source}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise FormatError(f"input {source} is not UTF-8 text") from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"input {source} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                          f"column {exc.colno}") from None
+    """The JSON document in file ``source`` (``-`` = stdin), read as hostile input (``ledger.strictjson``):
+    ``FormatError`` if unreadable, not UTF-8, over the size or nesting bound, or not strict JSON."""
+    from ledger.strictjson import read_json
 
-
-def _refuse_constant(name: str) -> Any:
-    raise FormatError(f"input is not valid JSON: {name} is not a JSON number")
+    data = read_bounded(source, "input")
+    try:
+        return read_json(data, "input")
+    except FormatError as error:
+        raise FormatError(f"{source}: {error}") from None
 
 
 def verdict_console() -> Console:
@@ -160,14 +151,15 @@ def register(app: typer.Typer) -> None:
 
         data = read_input(source)
         result = compute(data)
-        if out.exists() and not out.is_dir():
-            raise FormatError(f"--out {out}: exists and is not a directory")
-        paths = write_report(data, result, out, title=title)
+        with staged_out(out) as stage:  # refuses a symlinked or non-directory --out first
+            paths = write_report(data, result, stage, title=title)
+        written = {"html": restage(paths.html, stage, out), "markdown": restage(paths.markdown, stage, out),
+                   "figures": [restage(p, stage, out) for p in paths.figures]}
         if as_json:
-            print_json({"rule": result["rule"], "decision": result["decision"], **paths.to_json()})
+            print_json({"rule": result["rule"], "decision": result["decision"], **written})
         else:
             print(f"{result['rule']}: {result['decision']}")
-            print(f"wrote {paths.html}")
-            print(f"wrote {paths.markdown}")
+            print(f"wrote {written['html']}")
+            print(f"wrote {written['markdown']}")
 
     app.add_typer(verdict, name="verdict")

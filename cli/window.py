@@ -24,7 +24,9 @@ from .common import (
     ledger_and_signer,
     print_json,
     registered,
+    restage,
     site_driver,
+    staged_out,
     state,
 )
 
@@ -85,6 +87,7 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
 
     book = state.ledger()
     signer = state.signer(book.url)
+    registered(book, window)  # an unknown window is refused before the site is read or touched
     driver, scale = site_driver(site)
     with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty(),
                                              echo=not json_out) as progress:
@@ -147,8 +150,10 @@ def window_run(
     if dry_run:
         from runner.execution.dryrun import dry_run_report
 
+        book = state.ledger()
+        registered(book, window)  # an unknown window is refused before the site is read
         driver, scale = site_driver(site)
-        report = dry_run_report(state.ledger(), window, driver, scale)
+        report = dry_run_report(book, window, driver, scale)
         if json_out:
             print_json(report)
         else:
@@ -178,7 +183,11 @@ def window_report(
     """Write the window's report (decision, reasons, plots) from its recorded decision."""
     from runner.report.window import window_report as build
 
-    paths = build(state.ledger(), window, out)
+    book = state.ledger()
+    with staged_out(out) as stage:  # refuses a symlinked or non-directory --out first
+        staged = build(book, window, stage)
+    paths = {**staged, "html": restage(staged["html"], stage, out), "markdown": restage(staged["markdown"], stage, out),
+             "figures": [restage(p, stage, out) for p in staged["figures"]]}
     if json_out:
         print_json(paths)
     else:

@@ -1,7 +1,11 @@
 """Ed25519 keys (``docs/format.md``, keys and roles): key ids, PEM files, signers, and the key ring.
 
 Key id = SHA-256 of the raw 32-byte public key, as 64 hex characters. Private keys are
-PKCS#8 PEM files with mode 0600, encrypted when ``TALLY_KEY_PASSPHRASE`` is set.
+PKCS#8 PEM files with mode 0600, encrypted when ``TALLY_KEY_PASSPHRASE`` is set. A
+private key file that its group or others may read or write is refused (``chmod 600``).
+A new key and its ``.pub`` are never written over anything: both names must be free (no
+file, no symlink, dangling or not), and both appear whole or not at all (written to
+temporary names without following symlinks, synced, then linked into place).
 The key ring is derived from key events only (``ledger.created``, ``key.added``,
 ``key.revoked``); the ``keys`` table is a cache of it.
 """
@@ -9,9 +13,13 @@ The key ring is derived from key events only (``ledger.created``, ``key.added``,
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
+import secrets
+import stat
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +46,10 @@ __all__ = [
 ROLES = ("root", "signer", "witness")
 KEY_EVENT_TYPES = frozenset({"ledger.created", "key.added", "key.revoked"})
 PASSPHRASE_ENV = "TALLY_KEY_PASSPHRASE"
+MAX_KEY_FILE_BYTES = 64 << 10  # a PEM key is a few hundred bytes
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def key_id(public_raw: bytes) -> str:
@@ -96,37 +108,120 @@ def _passphrase() -> str | None:
     return os.environ.get(PASSPHRASE_ENV) or None
 
 
-def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _remove(name: str, dir_fd: int) -> None:
+    with suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _write_new_files(directory: Path, files: list[tuple[str, bytes, int]]) -> None:
+    """Create every ``(name, data, mode)`` in ``directory``, all or none, over nothing.
+
+    Each file is written to a temporary name (``O_CREAT | O_EXCL | O_NOFOLLOW``), given
+    its mode, synced, then hard-linked to its name, which fails if anything (a file, a
+    symlink, dangling or not) took the name meanwhile; on any error every file this
+    call created is removed. ``OSError`` propagates (the caller words it).
+    """
+    dir_fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    temps: list[str] = []
+    placed: list[str] = []
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    except FileExistsError:
-        raise FormatError(f"{path} exists; refusing to overwrite a key file") from None
-    try:
-        os.write(fd, data)
+        for name, data, mode in files:
+            temp = f".{name}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd)
+            temps.append(temp)
+            try:
+                os.fchmod(fd, mode)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for (name, _, _), temp in zip(files, temps, strict=True):
+            try:
+                os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
+                # No hard links here (some network and FUSE file systems): rename, after a check.
+                if _lexists(name, dir_fd):
+                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), name) from None
+                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            placed.append(name)
+        for temp in temps:
+            _remove(temp, dir_fd)
+        temps = []
+        os.fsync(dir_fd)
+    except BaseException:
+        for name in temps + placed:
+            _remove(name, dir_fd)
+        raise
     finally:
-        os.close(fd)
-    os.chmod(path, mode)
+        os.close(dir_fd)
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def generate_key_file(path: Path, name: str = "") -> Signer:
-    """Create a new key at ``path`` (0600) and its public key at ``path.pub`` (0644)."""
+    """Create a new key at ``path`` (0600) and its public key at ``path.pub`` (0644).
+
+    Refuses (``FormatError``, nothing written) when either name is taken, by a file or a
+    symlink (dangling or not); on a write error (a full or read-only disk) neither file
+    is left behind, not even empty.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    signer = Signer.generate(name)
-    _write_exclusive(path, signer.private_pem(_passphrase()), 0o600)
     pub = path.with_name(path.name + ".pub")
-    if not pub.exists():
-        _write_exclusive(pub, signer.public_pem(), 0o644)
+    for target in (path, pub):
+        if target.is_symlink():
+            raise FormatError(f"{target} is a symbolic link; refusing to write a key through it")
+        if os.path.lexists(target):
+            raise FormatError(f"{target} exists; refusing to overwrite a key file")
+    signer = Signer.generate(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_new_files(path.parent, [(path.name, signer.private_pem(_passphrase()), 0o600),
+                                       (pub.name, signer.public_pem(), 0o644)])
+    except FileExistsError as exc:
+        raise FormatError(f"{path.parent / str(exc.filename or path.name)} appeared while writing the key; "
+                          "nothing was written") from None
+    except OSError as exc:
+        raise FormatError(f"cannot write key {path}: {exc.strerror or exc}; nothing was written") from None
     return signer
 
 
-def load_signer(path: Path | str, name: str = "") -> Signer:
-    """Read a PKCS#8 PEM private key; decrypt with ``TALLY_KEY_PASSPHRASE`` if set."""
-    path = Path(path)
+def _read_key_file(path: Path, private: bool) -> bytes:
+    """A key file's bytes (bounded); a private key must not be open to group or others."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
     except OSError as exc:
         raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise FormatError(f"key {path} is not a regular file")
+        if private and info.st_mode & 0o077:
+            raise FormatError(f"key {path} has mode {stat.S_IMODE(info.st_mode):04o}: group or others can reach "
+                              f"it; run chmod 600 {path}")
+        try:
+            data = handle.read(MAX_KEY_FILE_BYTES + 1)
+        except OSError as exc:
+            raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise FormatError(f"key {path} is over {MAX_KEY_FILE_BYTES} bytes; not a key file")
+    return data
+
+
+def _private_from_pem(data: bytes, path: Path) -> Ed25519PrivateKey:
     passphrase = _passphrase()
     encrypted = b"ENCRYPTED PRIVATE KEY" in data
     if encrypted and not passphrase:
@@ -139,17 +234,23 @@ def load_signer(path: Path | str, name: str = "") -> Signer:
         raise FormatError(f"key {path} is not a PEM private key, or the passphrase is wrong") from None
     if not isinstance(private, Ed25519PrivateKey):
         raise FormatError(f"key {path} is not an Ed25519 key")
+    return private
+
+
+def load_signer(path: Path | str, name: str = "") -> Signer:
+    """Read a PKCS#8 PEM private key; decrypt with ``TALLY_KEY_PASSPHRASE`` if set.
+
+    Refuses a file group or others may read or write (mode & 0o077): ``chmod 600`` it.
+    """
+    path = Path(path)
+    private = _private_from_pem(_read_key_file(path, private=True), path)
     return Signer.from_private(private, name or path.stem)
 
 
 def load_public_key(path: Path | str) -> bytes:
     """Raw 32-byte public key from a PEM public key, a PEM private key, or base64 text."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read {path}: {exc.strerror}") from None
-    text = data.strip()
+    text = _read_key_file(path, private=False).strip()
     if text.startswith(b"-----BEGIN PUBLIC KEY-----"):
         try:
             public = serialization.load_pem_public_key(text)
@@ -158,8 +259,8 @@ def load_public_key(path: Path | str) -> bytes:
         if not isinstance(public, Ed25519PublicKey):
             raise FormatError(f"{path} is not an Ed25519 public key")
         return _raw_public(public)
-    if text.startswith(b"-----BEGIN"):
-        return load_signer(path).public_raw
+    if text.startswith(b"-----BEGIN"):  # a private key: only its public half is used here
+        return _raw_public(_private_from_pem(text, path).public_key())
     try:
         raw = base64.b64decode(text, validate=True)
     except ValueError:

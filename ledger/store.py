@@ -12,6 +12,7 @@ import base64
 import hashlib
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +30,12 @@ from .db import (
     HEAD_REVISION,
     RawTx,
     append_transaction,
+    database_error,
     dbapi_errors,
+    foreign_tables,
     make_engine,
     normalise_url,
+    read_only,
     read_transaction,
     schema_revision,
     sqlite_path,
@@ -59,6 +63,14 @@ _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, act
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _INSERT_NODE = 'INSERT INTO merkle_nodes (level, "index", hash) VALUES (?, ?, ?)'
 APPEND_RETRIES = 3  # under the append lock a race cannot happen; this guards writers that bypass it
+MAX_SEQ = 2**63 - 1  # seq is a signed 64-bit integer in both databases
+_READ_ERRORS = (SQLAlchemyError, sqlite3.Error, OverflowError)
+
+
+def _check_seq(name: str, value: int, low: int = 1) -> None:
+    """A seq (or a size) the database can hold; ``FormatError`` otherwise, before any query."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
+        raise FormatError(f"{name} {value!r} is out of range ({low} .. 2^63-1)")
 
 
 @dataclass(frozen=True)
@@ -187,7 +199,13 @@ class Ledger:
 
     @classmethod
     def open(cls, url: str | None = None, **kwargs: Any) -> Ledger:
-        """Open an existing ledger; refuses a database without tally's current schema."""
+        """Open an existing ledger; refuses a database without tally's current schema.
+
+        A SQLite file tally may not write is opened read-only (``ledger.db``): reads and
+        verification work, appends are refused. A directory, a file that is not a
+        database, or a database that does not exist is a ``FormatError`` (exit 2); only a
+        server that does not answer is an ``ExternalError`` (exit 3, retry).
+        """
         ledger = cls(url, **kwargs)
         path = sqlite_path(ledger.url)
         if path is not None and not path.exists():
@@ -205,14 +223,26 @@ class Ledger:
     def display_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
 
+    @property
+    def read_only(self) -> bool:
+        """True for a SQLite file opened read-only (it can be read and verified, not appended to)."""
+        return read_only(self.engine) is not None
+
+    def _require_writable(self) -> None:
+        path = read_only(self.engine)
+        if path is not None:
+            raise FormatError(f"{path} is read-only (no write permission, or read-only media): "
+                              "tally reads and verifies it but cannot write to it")
+
     def upgrade(self) -> str:
         """Bring the schema to the newest revision (Alembic); returns it."""
         from .migrate import upgrade
 
+        self._require_writable()
         try:
             upgrade(self.engine)
-        except OperationalError as exc:
-            raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise database_error(exc, self.engine) from None
         return HEAD_REVISION
 
     def close(self) -> None:
@@ -220,10 +250,26 @@ class Ledger:
 
     # ------------------------------------------------------------------ genesis
 
-    def init(self, origin: str, root: Signer, name: str = "root") -> Event:
-        """Create the schema and the genesis event; refuses a ledger that has events."""
+    def check_init(self, origin: str) -> None:
+        """Refuse, before anything is created, what ``init`` would refuse.
+
+        A bad origin, a read-only or unusable database, a database with tables named
+        like tally's that tally did not create (``StorageError``), or one that already
+        holds a ledger (``PolicyError``).
+        """
         if not origin or any(ch.isspace() for ch in origin) or "+" in origin:
             raise FormatError(f"origin {origin!r} must be non-empty, without spaces or '+'")
+        self._require_writable()
+        foreign = foreign_tables(self.engine)
+        if foreign:
+            raise StorageError(f"{self.display_url} already has table(s) {', '.join(foreign)} that tally did not "
+                               "create (no alembic_version); use an empty database")
+        if schema_revision(self.engine) is not None and self.size():
+            raise PolicyError(f"{self.display_url} already holds a ledger")
+
+    def init(self, origin: str, root: Signer, name: str = "root") -> Event:
+        """Create the schema and the genesis event; refuses a ledger that has events (see ``check_init``)."""
+        self.check_init(origin)
         self.upgrade()
         if self.size():
             raise PolicyError(f"{self.display_url} already holds a ledger")
@@ -382,23 +428,38 @@ class Ledger:
         if key_events and "root" not in roles:
             raise PolicyError(f"key events must be signed by a root key; {name} is not root")
         added: set[str] = set()
+        # Active root keys as the batch proceeds: revoking the last one would leave a ledger
+        # that can never append a key event again (key events need a root signature).
+        roots: set[str] | None = None
         for item in key_events:
             if item.type == "key.added":
-                parse_key_entry(item.payload, "key.added")
+                _, _, _, new_roles = parse_key_entry(item.payload, "key.added")
                 if item.payload["id"] in added:
                     raise PolicyError(f"key {item.payload['id'][:16]} is added twice in one append")
                 added.add(item.payload["id"])
                 if tx.one("SELECT id FROM keys WHERE id = ?", (item.payload["id"],)):
                     raise PolicyError(f"key {item.payload['id'][:16]} is already in the ledger")
+                if roots is not None and "root" in new_roles:
+                    roots.add(item.payload["id"])
             elif item.type == "key.revoked":
                 kid = item.payload.get("id")
                 if not isinstance(kid, str):
                     raise FormatError(f"key.revoked: id must be a key id, not {kid!r}")
-                found = tx.one("SELECT revoked_at_seq FROM keys WHERE id = ?", (kid,))
+                found = tx.one("SELECT revoked_at_seq, roles FROM keys WHERE id = ?", (kid,))
                 if found is None:
                     raise FormatError(f"key.revoked: unknown key {kid!r}")
                 if found[0] is not None:
                     raise PolicyError(f"key {kid[:16]} is already revoked")
+                if roots is None:
+                    roots = {str(row[0]) for row in tx.all("SELECT id, roles FROM keys WHERE revoked_at_seq IS NULL")
+                             if "root" in str(row[1]).split(",")}
+                    roots |= {str(i.payload["id"]) for i in key_events
+                              if i.type == "key.added" and "root" in (i.payload.get("roles") or ())
+                              and i.payload["id"] in added}
+                if kid in roots and len(roots) == 1:
+                    raise PolicyError(f"key {kid[:16]} is the last active root key; add another root key "
+                                      "(tally keys add --role root) before revoking it")
+                roots.discard(kid)
 
     def _cache_key_event(self, tx: RawTx, event: Event) -> None:
         payload = event.payload
@@ -428,11 +489,14 @@ class Ledger:
 
     # ------------------------------------------------------------------ read
 
-    def _read(self) -> Connection:
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A connection for reads; the driver's errors become tally's (``ledger.db.database_error``)."""
         try:
-            return self.engine.connect()
-        except OperationalError as exc:
-            raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
+            with self.engine.connect() as conn:
+                yield conn
+        except _READ_ERRORS as exc:
+            raise database_error(exc, self.engine) from None
 
     def head(self) -> tuple[int, str]:
         """(size, hash of the last event); (0, 64 zeros) for an empty ledger."""
@@ -446,6 +510,7 @@ class Ledger:
         return self.head()[0]
 
     def get(self, seq: int) -> Event:
+        _check_seq("seq", seq)
         with self._read() as conn:
             row = conn.execute(select(*_EVENT_COLUMNS).where(_EVENTS.c.seq == seq)).first()
         if row is None:
@@ -480,6 +545,9 @@ class Ledger:
         Keyset pagination on ``seq``: each batch is one short read on the raw DB-API
         connection, so a long scan holds no transaction open.
         """
+        _check_seq("after", after, low=0)
+        if until is not None:
+            _check_seq("until", until, low=0)
         where = ["seq > ?"]
         params: list[Any] = []
         if stream is not None:
@@ -507,11 +575,8 @@ class Ledger:
 
     @contextmanager
     def _raw_read(self) -> Iterator[RawTx]:
-        try:
-            with read_transaction(self.engine) as tx:
-                yield tx
-        except OperationalError as exc:
-            raise ExternalError(f"database did not answer: {_first_line(exc)}") from None
+        with read_transaction(self.engine) as tx:  # maps the driver's errors (database_error)
+            yield tx
 
     def key_ring(self) -> KeyRing:
         """The key ring as cached in the ``keys`` table (for listing, not for verifying)."""
@@ -570,6 +635,7 @@ class Ledger:
 
     def store_checkpoint(self, size: int, note: str) -> None:
         """Keep a checkpoint note the ledger signed."""
+        self._require_writable()
         with self.engine.begin() as conn:
             conn.execute(_CHECKPOINTS.insert().values(size=size, note=note))
 

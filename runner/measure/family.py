@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FieldError, FormatError
+from ledger.strictjson import MAX_DEPTH, nesting_depth, read_json
 
 from ..fields import Fields
 
@@ -92,10 +93,19 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
         line = line.removesuffix("\r")
         if not line.strip():
             continue
+        # Hostile input: nesting bounded before any parser recurses, then one value per
+        # member and no NaN (ledger.strictjson); syntax errors keep json's own wording.
+        depth = nesting_depth(line)
+        if depth > MAX_DEPTH:
+            raise FieldError(f"line {number}", f"nests {depth} levels deep, more than {MAX_DEPTH}", source=where)
         try:
-            obj = json.loads(line)
-        except ValueError as exc:
+            json.loads(line)
+        except (ValueError, RecursionError) as exc:
             raise FieldError(f"line {number}", f"not valid JSON ({exc})", source=where) from None
+        try:
+            obj = read_json(line, "the line")
+        except FormatError as exc:
+            raise FieldError(f"line {number}", str(exc).removeprefix("the line "), source=where) from None
         prompt = _line_prompt(obj, number, name, where)
         if prompt.id in seen:
             raise FieldError(f"line {number}", f"duplicate id {prompt.id!r} (first on line {seen[prompt.id]})",

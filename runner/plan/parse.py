@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -374,16 +373,14 @@ class LoadedPlan:
 
 def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) -> LoadedPlan:
     """Read a TOML plan, apply top-level ``overrides``, validate it and check its family files."""
+    from ..drivers.site import MAX_TOML_BYTES, read_toml
+
     try:
-        source = path.read_bytes()
+        with path.open("rb") as handle:
+            source = handle.read(MAX_TOML_BYTES + 1)
     except OSError as exc:
         raise FormatError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(source.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise FormatError(f"{path}: not UTF-8") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(source, str(path))  # bounded in size and nesting; one line otherwise
     for key, value in (overrides or {}).items():
         data[key] = value
     plan = parse_plan(data)

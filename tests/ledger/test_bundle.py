@@ -171,6 +171,7 @@ def test_tally_audit_bundle_cli(book: Ledger, root: Signer, tmp_path: Path) -> N
     runner = CliRunner()
     db = ["--db", book.url, "--key", str(tmp_path / "root.pem")]
     (tmp_path / "root.pem").write_bytes(root.private_pem())
+    (tmp_path / "root.pem").chmod(0o600)  # a key open to group/others is refused
     assert runner.invoke(app, [*db, "export", str(tmp_path / "b")]).exit_code == 0
     result = runner.invoke(app, ["audit", str(tmp_path / "b"), "--root-key", root.id, "--json"])
     report = json.loads(result.stdout)
