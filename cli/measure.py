@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 EXIT_INTERRUPTED = 130
-UNSENT_LISTED = 10_000        # requests never sent (a stopped wave) listed one by one; the rest are counted
+UNSENT_LISTED = 1_000         # requests never sent (a stopped wave) listed one by one; the rest are counted
 LEDGER_RESERVE = 64 << 10     # event bytes kept for everything but the per-request lists
 _TTFT_BYTES = 25              # one float of client.ttft_s and its comma, at most
 

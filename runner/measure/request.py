@@ -329,9 +329,10 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                         if progress.halt:
                             break
                     else:
-                        for data in decoder.close():
-                            progress.frame(data, time.perf_counter())
-                        progress.clean_end = True
+                        if ticket.reason is None:  # a shut socket reads as the end of a close-delimited body
+                            for data in decoder.close():
+                                progress.frame(data, time.perf_counter())
+                            progress.clean_end = True
                 except SSEOverflow as exc:
                     progress.refuse(str(exc))
     except httpx.TimeoutException as exc:

@@ -10,6 +10,7 @@ request included).
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
 import time
@@ -34,6 +35,9 @@ from .totals import WaveTotals
 from .transport import StampingTransport
 
 __all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]
+
+_COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
+                       # (and x 64 between two full ones)
 
 
 def _base(url: str) -> str:
@@ -384,12 +388,19 @@ def measure_wave(
                                                  cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s)
                         with lock:
                             listed[0] += 1
+                            collect = -1
+                            if totals is not None and listed[0] % _COLLECT_EVERY == 0:
+                                collect = 2 if listed[0] % (_COLLECT_EVERY * 64) == 0 else 1
                             if totals is not None:
                                 totals.add(record)
                             else:
                                 records[index] = record
                         if on_request is not None:
                             on_request(record)
+                        if collect >= 0 and not gc.isenabled():
+                            # a streamed wave may run for hours with cyclic GC suspended: collect the young
+                            # generations (the finished requests' cycles) now and then, all of them rarely
+                            gc.collect(collect)
                 except BaseException as exc:  # a bug or a failing callback: stop this worker, raise after the join
                     errors.append(exc)
 
