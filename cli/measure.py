@@ -165,7 +165,7 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
                                  deadline=deadline, wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                                  priority=priority, token_ids=token_ids, headers=headers,
                                  metrics_headers=metrics.headers if metrics is not None else None,
-                                 keep_records=ledger, records_file=records_file,
+                                 keep_records=ledger, records_file=records_file, spool_parent=out,
                                  show_progress=not as_json and sys.stderr.isatty())
     finally:
         if records_file is not None:
@@ -258,7 +258,7 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
          ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
          metrics_headers: dict[str, str] | None, keep_records: bool, records_file: BinaryIO | None,
-         show_progress: bool) -> tuple[WaveResult, bool]:
+         spool_parent: Path | None, show_progress: bool) -> tuple[WaveResult, bool]:
     """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
 
     Each finished request is written to ``records_file`` at once. Unless ``keep_records``
@@ -272,7 +272,8 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
     box: dict[str, Any] = {}
     write_lock = threading.Lock()
     progress, task = _progress(len(prompts)) if show_progress else (None, None)
-    totals: WaveTotals | None = None if keep_records else WaveTotals.spooled()
+    # the spool goes into --out (a disk the user chose), else to $TMPDIR
+    totals: WaveTotals | None = None if keep_records else WaveTotals.spooled(parent=spool_parent)
 
     def on_request(record: RequestRecord) -> None:
         if records_file is not None:

@@ -3,20 +3,17 @@
 A server is outside input. Every HTTP exchange tally has with one (the streaming
 requests of a wave, ``/v1/models``, ``/metrics``, the rehearsal's probes) is bounded by
 an *overall* deadline, not only httpx's per-read timeouts (a server trickling one byte
-every half second never trips those), and by a size cap on what is kept:
+every half second never trips those), and by a size cap on what is kept
+(``docs/measure.md``, "Bounds"):
 
-==========================  =========  ===========================================
-what                        bound      when exceeded
-==========================  =========  ===========================================
-a streaming request         ``deadline_s``, else 600 s   censored / timeout (the partial is kept)
-an SSE line or event        1 MiB      the request fails ("SSE line over the 1 MiB limit")
-content chunks per request  2 x max_tokens + 64          the request fails
-an error (non-200) body     64 KiB     the rest is not read
-a non-streamed answer       8 MiB      the request fails
-``/metrics``                16 MiB, 10 s                 a recorded scrape problem
-``/v1/models``              1 MiB, 10 s                  "cannot reach" (exit 3)
-a rehearsal probe's reply   1 MiB, ``--timeout``         "no answer, rerun"
-==========================  =========  ===========================================
+- a streaming request: its ``deadline_s``, else :data:`DEFAULT_REQUEST_DEADLINE_S` (600 s);
+- an SSE line or event: :data:`MAX_SSE_LINE_BYTES` (1 MiB), then the request fails;
+- content chunks per request: :func:`chunk_limit` (2 x max_tokens + 64);
+- an error body: :data:`MAX_ERROR_BODY_BYTES` (64 KiB, the rest unread);
+- a non-streamed answer: :data:`MAX_ANSWER_BYTES` (8 MiB);
+- ``/metrics``: :data:`MAX_METRICS_BYTES` (16 MiB) and 10 s, else a scrape problem;
+- ``/v1/models``: :data:`MAX_MODELS_BYTES` (1 MiB) and 10 s;
+- a rehearsal probe's reply: :data:`MAX_PROBE_BYTES` (1 MiB) and ``--timeout``.
 
 :func:`fetch` is the one way to make a bounded non-streaming request: it streams the
 reply, stops at the cap and (through :func:`.transport.deadline_guard`) at the deadline.

@@ -46,8 +46,9 @@ def _encoded_size(text: str) -> int:
 
 def clip(text: str, limit: int) -> str:
     """``text``, cut (ending in "…") so that its JSON encoding takes at most ``limit`` bytes."""
-    if len(text) * 6 + 2 <= limit or _encoded_size(text) <= limit:
+    if len(text) * 6 + 2 <= limit or (len(text) <= limit and _encoded_size(text) <= limit):
         return text
+    text = text[:limit]              # a character takes at least one byte
     low, high = 0, len(text)         # the longest prefix that fits, with the ellipsis
     while low < high:
         mid = (low + high + 1) // 2

@@ -57,9 +57,13 @@ class WaveTotals:
         return totals
 
     @classmethod
-    def spooled(cls, keep: int = 1 << 18) -> WaveTotals:
-        """Totals whose samples and entries spill to a fresh temporary directory (removed by :meth:`close`)."""
-        totals = cls(Path(tempfile.mkdtemp(prefix="tally-measure-")), keep)
+    def spooled(cls, keep: int = 1 << 18, parent: Path | None = None) -> WaveTotals:
+        """Totals whose samples and entries spill to a fresh directory (removed by :meth:`close`).
+
+        The directory is made in ``parent`` (default ``$TMPDIR``): on a tmpfs the spool
+        would be memory again, so a caller with a directory on disk should pass it.
+        """
+        totals = cls(Path(tempfile.mkdtemp(prefix="tally-measure-", dir=parent)), keep)
         totals._owned = True
         return totals
 

@@ -112,13 +112,27 @@ def chunk(i: int, last: bool = False) -> bytes:
     return f"data: {json.dumps(frame)}\n\n".encode()
 
 
+def _status_kib(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None  # gone, or a zombie (its memory released)
+
+
 def rss_kib(pid: int) -> int:
     """A process's resident set size now (KiB), from /proc."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    value = _status_kib(pid, "VmRSS")
+    assert value is not None, f"process {pid} has no VmRSS"
+    return value
+
+
+def hwm_kib(pid: int) -> int:
+    """A running process's peak resident set size so far (KiB), 0 once it is gone."""
+    return _status_kib(pid, "VmHWM") or 0
 
 
 def wait_for(predicate: Any, timeout: float, step: float = 0.02) -> bool:

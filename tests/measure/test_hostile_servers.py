@@ -2,14 +2,13 @@
 
 Every server here is a tiny local one (``hostile.py``) started and stopped by its test;
 the CLI runs as a child process where the test needs its exit code under a signal or its
-peak memory (``os.wait4`` gives the child's own ``ru_maxrss``).
+peak memory (``VmHWM`` in /proc, sampled while it runs).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -31,25 +30,30 @@ from runner.measure.bounds import MAX_METRICS_BYTES
 from runner.measure.transport import StampingTransport
 
 from .conftest import fast_config
-from .hostile import MODEL, Handler, chunk, rss_kib, serve, wait_for
+from .hostile import MODEL, Handler, chunk, hwm_kib, rss_kib, serve, wait_for
 
 TALLY = Path(sys.executable).parent / "tally"
 HEADERS = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
 
 
 def start_child(*args: str, tmp: Path) -> subprocess.Popen[bytes]:
-    """``tally ARGS`` as a child whose output goes to files (so that ``os.wait4`` can reap it)."""
+    """``tally ARGS`` as a child whose output goes to files (read after it exits)."""
     return subprocess.Popen([str(TALLY), *args], stdout=(tmp / "stdout").open("wb"), stderr=(tmp / "stderr").open("wb"))
 
 
 def reap(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, int]:
-    """Wait for the child (killing it after ``timeout``); its exit code and its own peak RSS in KiB."""
+    """Wait for the child (killing it after ``timeout``); its exit code and its peak RSS in KiB.
+
+    The peak is the child's own ``VmHWM``, read from /proc every 10 ms while it runs (its
+    ``ru_maxrss`` would include the parent's size from before the exec).
+    """
     deadline = time.monotonic() + timeout
+    peak = 0
     while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            process.returncode = os.waitstatus_to_exitcode(status)
-            return process.returncode, usage.ru_maxrss
+        peak = max(peak, hwm_kib(process.pid))
+        code = process.poll()
+        if code is not None:
+            return code, peak
         if time.monotonic() > deadline:
             process.kill()
             deadline = time.monotonic() + 5
@@ -325,6 +329,7 @@ def test_huge_request_count_streams_to_disk_and_stops_on_sigint(family_file: Pat
     unlisted = 100_000_000 - len(records)
     assert f"{unlisted} requests not sent" in wave["incomplete_reasons"]
     assert summary["figures"]["ttft_ms"]["p50"] > 0
+    assert sorted(p.name for p in out.iterdir()) == ["requests.jsonl", "summary.json"]  # the spool is gone
 
 
 class NeedsCredentials(Handler):
