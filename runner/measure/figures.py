@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .record import RequestRecord
+from .totals import MEASURED, WaveTotals
 
 __all__ = ["MEASURED", "client_figures"]
-
-MEASURED = ("ok", "censored")  # requests whose chunks count as decode measurements
 
 
 def client_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -20,6 +19,4 @@ def client_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
     (a censored request's chunks were measured like any other); ``ttft_s`` lists the
     ``ok`` requests in request order.
     """
-    from .totals import WaveTotals
-
     return WaveTotals.of(records).client()

@@ -17,11 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .figures import MEASURED
 from .record import RequestRecord
 from .spool import Entries, Samples, Spooled
 
-__all__ = ["WaveTotals"]
+__all__ = ["MEASURED", "WaveTotals"]
+
+MEASURED = ("ok", "censored")  # requests whose chunks count as decode measurements
 
 _FINISH_REASONS_KEPT = 8
 
