@@ -182,23 +182,32 @@ def rehearse(
     out: Annotated[Path, typer.Option(help="Directory for rehearsal.json and responses.jsonl.")],
     window: Annotated[str | None, typer.Option(help="Record the result as this window's rehearsal gate.")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: the server's).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds per probe.")] = 30.0,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds per probe, for its whole exchange; after a probe gets no answer in time the rest are not sent.")
+    ] = 30.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Rehearse the admission's API probes against production (tiny, priority 10, no idle wait)."""
+    """Rehearse the admission's API probes against production (tiny, priority 10, no idle wait).
+
+    Credentials in --url are sent as an Authorization header and never recorded.
+    """
     from runner.gates.rehearsal import rehearse as run_rehearsal
     from runner.gates.rehearsal import write_rehearsal
+    from runner.measure.urls import redact, server_url
 
     if not url.startswith(("http://", "https://")):
-        raise FormatError(f"--url {url!r} must start with http:// or https://")
+        raise FormatError(f"--url {redact(url)!r} must start with http:// or https://")
+    server = server_url(url.rstrip("/"), "--url")
     if eos < 0:
         raise FormatError("--eos must be a token id (>= 0)")
+    if not timeout > 0:
+        raise FormatError("--timeout must be positive")
     check_out(out, "rehearsal.json", "responses.jsonl")  # refuse planted symlinks before any probe
     book = reg = signer = None
     if window is not None:
         book, signer = ledger_and_signer()
         reg = registered(book, window)
-    result = run_rehearsal(url, eos, model=model, timeout=timeout)
+    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, headers=server.headers)
     summary_path, responses_path, responses = write_rehearsal(result, out)
     data = result.to_json()
     record = None

@@ -6,29 +6,34 @@ command so that ``tally --version`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, overload
 
 import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, command, print_json, state
+from .common import EXIT_FAILED, command, state
 
 if TYPE_CHECKING:
-
     from runner.measure import Family, Prompt, RequestRecord, WaveResult
+    from runner.measure.totals import WaveTotals
 
 
 EXIT_INTERRUPTED = 130
+UNSENT_LISTED = 1_000         # requests never sent (a stopped wave) listed one by one; the rest are counted
+LEDGER_RESERVE = 64 << 10     # event bytes kept for everything but the per-request lists
+_TTFT_BYTES = 25              # one float of client.ttft_s and its comma, at most
 
 
 MEASURE_HELP = """\
@@ -48,6 +53,13 @@ tokens - tokens of the first chunk) / (last chunk - first chunk), reported per r
 (p50) and pooled over the wave (sum of tokens / sum of seconds), not a mean of rates.
 Acceptance rate, mean acceptance length and per-position acceptance are computed as
 bench does. See docs/measure.md.
+
+Bounds (docs/measure.md): a request without --deadline is cut after 600 s; an SSE line
+over 1 MiB fails its request; /metrics is read within 10 s and 16 MiB. Requests are
+written to requests.jsonl as they finish and figures are accumulated, so memory does
+not grow with --requests; with --ledger the wave must fit one event (1 MiB), checked
+before anything is sent. Credentials in --url are sent as an Authorization header and
+never recorded.
 
 Exit codes: 0 measured (see the summary for failed requests); 1 no request succeeded;
 2 bad input; 3 the server did not answer; 130 interrupted (what was measured is still
@@ -81,22 +93,59 @@ def measure(
     measure_id: Annotated[str | None, typer.Option("--id", help="Id of the measurement (stream measure/<id>).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
+    with _term_as_interrupt():
+        try:
+            _measure(url, family, metrics_url, model, requests, max_tokens, ignore_eos, concurrency, seed, chat,
+                     deadline, wave_deadline, priority, token_ids, header, out, ledger, measure_id, as_json)
+        except KeyboardInterrupt:
+            # outside the wave (which turns an interrupt into a cancel and a record): nothing half-written is kept
+            print("tally: interrupted", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the main thread, as Ctrl-C does."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _measure(url: str, family: Path, metrics_url: str | None, model: str | None, requests: int | None,
+             max_tokens: int, ignore_eos: bool, concurrency: int, seed: int, chat: bool, deadline: float | None,
+             wave_deadline: float | None, priority: int, token_ids: bool, header: list[str] | None, out: Path | None,
+             ledger: bool, measure_id: str | None, as_json: bool) -> None:
     from runner.measure import list_models, load_family
+    from runner.measure.urls import server_url
 
     for name, value in (("--requests", requests), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
         if value is not None and value < 1:
             raise FormatError(f"{name} must be at least 1")
     for name, fvalue in (("--deadline", deadline), ("--wave-deadline", wave_deadline)):
-        if fvalue is not None and fvalue <= 0:
+        if fvalue is not None and not fvalue > 0:
             raise FormatError(f"{name} must be positive")
-    if not url.startswith(("http://", "https://")):
-        raise FormatError(f"--url must be an http(s) URL, got {url!r}")
+    server = server_url(url.rstrip("/"), "--url")
+    metrics = server_url(metrics_url, "--metrics-url", query=True) if metrics_url is not None else None
     if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
         raise FormatError("--id must be non-empty, without spaces or '/'")
     headers = _headers(header or [])
+    if server.authorized:
+        if any(name.lower() == "authorization" for name in headers):
+            raise FormatError("credentials in --url and an Authorization --header: give one of them")
+        headers.update(server.headers)
     loaded = load_family(family)
-    prompts = _prompts(loaded.prompts, requests)
-    base = url.rstrip("/").removesuffix("/v1")
+    prompts = _Cycle(loaded.prompts, requests if requests is not None else len(loaded.prompts))
+    if ledger:
+        _check_fits_one_event(prompts, loaded)
+    base = server.url.removesuffix("/v1")
     # Reachability first (exit 3 with one line); also the default model.
     models = list_models(base, headers=headers)
     if model is None:
@@ -106,33 +155,92 @@ def measure(
     if ledger:  # fail before measuring, not after
         book, signer = state.ledger(), state.signer()
     mid = measure_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + os.urandom(3).hex()
-    wave, interrupted = _run(base, metrics_url or f"{base}/metrics", prompts, loaded, model=model,
-                             max_tokens=max_tokens, seed=seed, concurrency=concurrency, deadline=deadline,
-                             wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos, priority=priority,
-                             token_ids=token_ids, headers=headers,
-                             show_progress=not as_json and sys.stderr.isatty())
-    context = {
-        "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
-        "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
-        "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline, "wave_deadline_s": wave_deadline,
-        "interrupted": interrupted, "notes": list(wave.notes),
-    }
-    report = {"measure": context, "wave": wave.summary(), "figures": wave.figures()}
+    records_file = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (out / "requests.jsonl").write_bytes(wave.records_jsonl())
-    if ledger:
+        records_file = (out / "requests.jsonl").open("wb")
+    try:
+        wave, interrupted = _run(base, metrics.url if metrics is not None else f"{base}/metrics", prompts, loaded,
+                                 model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
+                                 deadline=deadline, wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos,
+                                 priority=priority, token_ids=token_ids, headers=headers,
+                                 metrics_headers=metrics.headers if metrics is not None else None,
+                                 keep_records=ledger, records_file=records_file, spool_parent=out,
+                                 show_progress=not as_json and sys.stderr.isatty())
+    finally:
+        if records_file is not None:
+            records_file.close()
+    try:
+        _report(wave, interrupted, context={
+            "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
+            "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
+            "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline, "wave_deadline_s": wave_deadline,
+            "interrupted": interrupted, "notes": list(wave.notes),
+        }, out=out, ledger=(book, signer, mid) if ledger else None, as_json=as_json)
+    finally:
+        wave.close()
+
+
+def _report(wave: WaveResult, interrupted: bool, *, context: dict[str, Any], out: Path | None,
+            ledger: tuple[Any, Any, str] | None, as_json: bool) -> None:
+    from runner.measure.spool import dump_json
+
+    report = {"measure": context, "wave": wave.summary(), "figures": wave.figures()}
+    if out is not None:
+        with (out / "summary.json").open("w", encoding="utf-8") as f:
+            dump_json(report, f, indent=2)
+            f.write("\n")
+    if ledger is not None:
+        book, signer, mid = ledger
         report["event"] = _append(book, signer, mid, wave, context)
     if as_json:
-        print_json(report)
+        dump_json(report, sys.stdout, indent=None)
+        sys.stdout.write("\n")
     else:
         _print_report(report, wave, out)
     if interrupted:
         print("tally: interrupted; what was measured is recorded (marked interrupted)", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
-    if not any(r.status == "ok" for r in wave.requests):
+    if not wave.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+class _Cycle(Sequence["Prompt"]):
+    """``count`` prompts taking the family's in order, cycling, without building the list."""
+
+    def __init__(self, prompts: tuple[Prompt, ...], count: int) -> None:
+        self._prompts, self._count = prompts, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Prompt: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Prompt]: ...
+
+    def __getitem__(self, index: int | slice) -> Prompt | Sequence[Prompt]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return self._prompts[index % self._count % len(self._prompts)]
+
+
+def _check_fits_one_event(prompts: Sequence[Prompt], family: Family) -> None:
+    """With --ledger the wave is one wave.measured event: refuse, before sending anything, one that may not fit."""
+    from ledger.canonical import MAX_BODY_BYTES
+    from runner.measure.record import summary_entry_bound
+
+    count = len(prompts)
+    longest = max((p.id for p in family.prompts), key=lambda pid: len(json.dumps(pid, ensure_ascii=False).encode()))
+    each = summary_entry_bound(longest, count - 1) + _TTFT_BYTES
+    if LEDGER_RESERVE + count * each > MAX_BODY_BYTES:
+        most = (MAX_BODY_BYTES - LEDGER_RESERVE) // each
+        raise FormatError(f"--ledger: {count} requests may not fit one wave.measured event (the 1 MiB event body "
+                          f"limit; up to {each} bytes of per-request summary each): at most {most} requests with "
+                          "--ledger, or measure without --ledger (--out keeps every request)")
 
 
 def _headers(values: list[str]) -> dict[str, str]:
@@ -146,25 +254,33 @@ def _headers(values: list[str]) -> dict[str, str]:
     return headers
 
 
-def _prompts(prompts: tuple[Prompt, ...], count: int | None) -> list[Prompt]:
-    if count is None:
-        return list(prompts)
-    return [prompts[i % len(prompts)] for i in range(count)]
-
-
-def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, model: str, max_tokens: int,
+def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family, *, model: str, max_tokens: int,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
          ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
-         show_progress: bool) -> tuple[WaveResult, bool]:
-    """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured."""
+         metrics_headers: dict[str, str] | None, keep_records: bool, records_file: BinaryIO | None,
+         spool_parent: Path | None, show_progress: bool) -> tuple[WaveResult, bool]:
+    """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
+
+    Each finished request is written to ``records_file`` at once. Unless ``keep_records``
+    (the ledger's blob needs them), records are not kept: figures accumulate in a spool.
+    """
     from runner.measure import measure_wave
+    from runner.measure.totals import WaveTotals
 
     cancel = threading.Event()
     finished = threading.Event()
     box: dict[str, Any] = {}
+    write_lock = threading.Lock()
     progress, task = _progress(len(prompts)) if show_progress else (None, None)
+    # the spool goes into --out (a disk the user chose), else to $TMPDIR
+    totals: WaveTotals | None = None if keep_records else WaveTotals.spooled(parent=spool_parent)
 
     def on_request(record: RequestRecord) -> None:
+        if records_file is not None:
+            line = record.json_line()
+            with write_lock:
+                records_file.write(line)
+                records_file.flush()
         if progress is not None and task is not None:
             progress.advance(task)
 
@@ -174,17 +290,13 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
                 base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
                 deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                 priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
-                on_request=on_request, headers=headers)
+                on_request=on_request, headers=headers, metrics_headers=metrics_headers, totals=totals,
+                unsent_records=None if keep_records else UNSENT_LISTED)
         except BaseException as exc:
             box["error"] = exc
         finally:
             finished.set()
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old_term = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() \
-        else None
     worker = threading.Thread(target=work, name="tally-measure-wave", daemon=True)
     interrupted = False
     try:
@@ -193,19 +305,20 @@ def _run(base: str, metrics_url: str, prompts: list[Prompt], family: Family, *, 
         worker.start()
         # Poll with sleep, not Thread.join: a KeyboardInterrupt inside join() can leave the
         # thread looking finished while it still runs (CPython 3.11).
-        while not finished.is_set():
+        while True:
             try:
+                if finished.is_set():   # box is filled before finished is set: no join needed
+                    break
                 time.sleep(0.05)
             except KeyboardInterrupt:
                 interrupted = True
                 cancel.set()
-        worker.join()
     finally:
         if progress is not None:
             progress.stop()
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
     if "error" in box:
+        if totals is not None:
+            totals.close()
         raise box["error"]
     return box["wave"], interrupted
 
@@ -220,6 +333,7 @@ def _progress(total: int) -> tuple[Any, Any]:
 
 
 def _append(book: Any, signer: Any, mid: str, wave: WaveResult, context: dict[str, Any]) -> dict[str, Any]:
+    """The wave as one wave.measured event (its records in request order as the blob)."""
     from ledger.store import Blob
 
     blob = Blob(wave.records_jsonl(), "application/x-ndjson")

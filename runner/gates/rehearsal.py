@@ -16,6 +16,11 @@ probe          request                     passes when
                replayed                    not supported with speculative decoding
 =============  ==========================  ==============================================
 
+Each probe's whole exchange is bounded by the timeout (an overall deadline, not per
+read: a server trickling bytes cannot stretch it) and its reply by 1 MiB; a probe over
+either is "no answer, rerun". After a probe got no answer within the timeout, the
+remaining probes are not sent (recorded as "no answer, rerun", ``not sent``).
+
 Reading of a failure: transport error or 5xx = "no answer, rerun"; anything else (a 4xx,
 a 200 where the control expected 400, a wrong finish reason) = "probe wrong for this
 server". ``cause_confirmed`` is true when the control came back 400 with the
@@ -186,51 +191,86 @@ def _judge(probe: Probe, status: int, body: Any) -> tuple[bool, Outcome, str]:
     return True, "pass", "HTTP 200"
 
 
-def _run_probe(client: httpx.Client, url: str, probe: Probe) -> ProbeResult:
+def _no_answer(probe: Probe, request_sha: str, detail: str, error: Any, elapsed: float) -> ProbeResult:
+    return ProbeResult(probe.name, probe.path, probe.body, request_sha, None, False, "no_answer", NO_ANSWER,
+                       detail, error, None, None, None, None, elapsed, None)
+
+
+def _request_bytes(probe: Probe) -> tuple[bytes, str]:
+    data = json.dumps(probe.body, separators=(",", ":"), sort_keys=True).encode()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _run_probe(client: httpx.Client, url: str, probe: Probe, timeout: float) -> tuple[ProbeResult, bool]:
+    """One probe, its whole exchange within ``timeout`` seconds and its reply within 1 MiB; (result, timed out)."""
     import time
 
     import httpx
 
-    data = json.dumps(probe.body, separators=(",", ":"), sort_keys=True).encode()
-    request_sha = hashlib.sha256(data).hexdigest()
+    from ledger.errors import FormatError
+    from ledger.strictjson import read_json
+
+    from ..measure.bounds import MAX_PROBE_BYTES, ReplyRefused, fetch
+
+    data, request_sha = _request_bytes(probe)
     began = time.perf_counter()
     try:
-        response = client.post(url.rstrip("/") + probe.path, content=data,
-                               headers={"content-type": "application/json"})
-    except httpx.HTTPError as exc:
-        elapsed = time.perf_counter() - began
-        detail = f"{type(exc).__name__}: {exc}"
-        return ProbeResult(probe.name, probe.path, probe.body, request_sha, None, False, "no_answer", NO_ANSWER,
-                           detail, {"transport": detail}, None, None, None, None, elapsed, None)
+        reply = fetch(client, "POST", url.rstrip("/") + probe.path, content=data, deadline_s=timeout,
+                      max_bytes=MAX_PROBE_BYTES, what="the reply", headers={"content-type": "application/json"})
+    except httpx.TimeoutException as exc:
+        detail = f"no complete answer within {timeout:g} s ({type(exc).__name__})"
+        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), True
+    except ReplyRefused as exc:
+        detail = str(exc)
+        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), False
+    except (httpx.HTTPError, OSError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), False
     elapsed = time.perf_counter() - began
-    raw = response.content
-    text = raw.decode("utf-8", errors="replace")
+    raw = reply.body
+    text = reply.text
     try:
-        body: Any = json.loads(raw)
-    except ValueError:
+        body: Any = read_json(raw, "the reply", max_bytes=MAX_PROBE_BYTES)
+    except FormatError:
         body = text
-    ok, outcome, detail = _judge(probe, response.status_code, body)
+    ok, outcome, detail = _judge(probe, reply.status, body)
     choice = body["choices"][0] if (isinstance(body, dict) and isinstance(body.get("choices"), list)
                                     and body["choices"] and isinstance(body["choices"][0], dict)) else {}
-    error = _error_of(body)[0] if response.status_code >= 400 else None
+    error = _error_of(body)[0] if reply.status >= 400 else None
     reading = None if ok else (NO_ANSWER if outcome == "no_answer" else WRONG_PROBE)
     return ProbeResult(
-        probe.name, probe.path, probe.body, request_sha, response.status_code, ok, outcome, reading, detail, error,
+        probe.name, probe.path, probe.body, request_sha, reply.status, ok, outcome, reading, detail, error,
         choice.get("finish_reason"), choice.get("stop_reason"),
         body.get("usage") if isinstance(body, dict) else None,
         hashlib.sha256(raw).hexdigest(), elapsed, text,
-    )
+    ), False
 
 
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
-             transport: httpx.BaseTransport | None = None) -> Rehearsal:
-    """Send every probe once, in order, with no idle wait between them."""
+             transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None) -> Rehearsal:
+    """Send every probe once, in order, with no idle wait between them.
+
+    Each probe's whole exchange is bounded by ``timeout`` (however slowly the server
+    dribbles its reply) and its reply by 1 MiB. A probe that got no complete answer
+    in time means the server is not answering: the probes after it are not sent (each
+    recorded as "no answer, rerun", not sent), so a stalled server costs one timeout, not five.
+    """
     import httpx
 
-    results = []
-    with httpx.Client(timeout=timeout, transport=transport) as client:
+    from ..measure.transport import StampingTransport
+
+    results: list[ProbeResult] = []
+    stalled: str | None = None
+    with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
         for probe in probes(eos, model):
-            results.append(_run_probe(client, url, probe))
+            if stalled is not None:
+                detail = f"not sent: probe {stalled} got no answer within {timeout:g} s"
+                results.append(_no_answer(probe, _request_bytes(probe)[1], detail, {"transport": detail}, 0.0))
+                continue
+            result, timed_out = _run_probe(client, url, probe, timeout)
+            if timed_out:
+                stalled = probe.name
+            results.append(result)
     return Rehearsal(url, eos, tuple(results))
 
 

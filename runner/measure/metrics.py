@@ -2,8 +2,9 @@
 
 Pure: :func:`parse_metrics` turns exposition text into a :class:`MetricsSnapshot`
 (every sample summed over its ``engine`` and other labels, ``_created`` samples kept
-apart and never counted), and :func:`counter_deltas` subtracts two snapshots into the
-``counters`` of a ``wave.measured`` event. A series absent from either scrape is
+apart and never counted; a per-position label outside 0..255 is refused, so a hostile
+server cannot make the per-position list huge), and :func:`counter_deltas` subtracts
+two snapshots into the ``counters`` of a ``wave.measured`` event. A series absent from either scrape is
 reported *missing* (``None`` and named in ``missing``), never zero; a counter that went
 backwards or whose ``_created`` time changed was reset by a server restart, and its
 delta is unknown (missing, with a problem).
@@ -42,6 +43,7 @@ SPEC_SERIES_NAMES = tuple(v for k, v in COUNTER_SERIES.items() if k in ("rounds"
                                                                           "accepted_per_pos"))
 _PER_POS = COUNTER_SERIES["accepted_per_pos"]
 _INTEGER_KEYS = ("rounds", "accepted", "draft_tokens", "generation_tokens")
+MAX_POSITIONS = 256   # draft positions (num_speculative_tokens): a larger label is not a real server's
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                         position = int(labels.get("position", ""))
                     except ValueError:
                         continue
+                    if not 0 <= position < MAX_POSITIONS:
+                        raise FormatError(f"{_PER_POS} has position {position}, outside 0..{MAX_POSITIONS - 1}")
                     per_pos[position] = per_pos.get(position, 0.0) + value
                     continue
                 values[name] = values.get(name, 0.0) + value

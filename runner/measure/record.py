@@ -8,6 +8,12 @@ Status (``docs/events.md``): ``ok`` finished with ``[DONE]``; ``failed`` HTTP/tr
 error or an error frame; ``timeout`` no content before a deadline; ``censored`` cut
 by a deadline after delivering tokens (the partial is kept); ``cancelled`` stopped by
 the caller (interrupt, budget) or never sent because of it.
+
+Bounded: the strings a record keeps from the server are clipped (:func:`clip`, by their
+JSON-encoded size): ``reason`` to 300 bytes, ``finish_reason`` to 40, ``request_id`` and
+``stop_reason`` to 1 KiB, ``error`` to 64 KiB; usage counts outside 0..2**53-1 are
+dropped. So one request's entry in ``wave.measured`` has a known worst-case size
+(:func:`summary_entry_bound`).
 """
 
 from __future__ import annotations
@@ -19,11 +25,58 @@ from typing import Any, Literal
 from ..vocabulary import REQUEST_STATUSES, RequestStatus
 from .stats import percentile
 
-__all__ = ["STATUSES", "RequestRecord", "Status"]
+__all__ = ["FINISH_REASON_BYTES", "MAX_COUNT", "REASON_BYTES", "SERVER_STRING_BYTES", "STATUSES", "RequestRecord",
+           "Status", "bounded_json", "clip", "summary_entry_bound"]
 
 Status = RequestStatus
 STATUSES = REQUEST_STATUSES
 TokensSource = Literal["usage", "token_ids", "chunks", "none"]
+
+REASON_BYTES = 300
+FINISH_REASON_BYTES = 40
+SERVER_STRING_BYTES = 1024
+ERROR_BYTES = 64 << 10
+MAX_COUNT = 2**53 - 1
+_ELLIPSIS = "…"
+
+
+def _encoded_size(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, cut (ending in "…") so that its JSON encoding takes at most ``limit`` bytes."""
+    if len(text) * 6 + 2 <= limit or (len(text) <= limit and _encoded_size(text) <= limit):
+        return text
+    text = text[:limit]              # a character takes at least one byte
+    low, high = 0, len(text)         # the longest prefix that fits, with the ellipsis
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _encoded_size(text[:mid] + _ELLIPSIS) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low] + _ELLIPSIS
+
+
+def bounded_json(value: Any, limit: int = ERROR_BYTES) -> Any:
+    """A JSON value from a server kept as is when its encoding is within ``limit`` bytes, else clipped text."""
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return clip(repr(value)[: limit], limit)
+    if len(encoded.encode("utf-8")) <= limit:
+        return value
+    return clip(encoded[: limit], limit)
+
+
+def summary_entry_bound(prompt_id: str, index: int) -> int:
+    """The most bytes request ``index``'s ``summary_entry`` can take in an event body (plus its comma)."""
+    worst_float = -2.2250738585072014e-308
+    entry = {"index": index, "prompt_id": prompt_id, "status": "cancelled", "delivered_tokens": MAX_COUNT,
+             "decode_s": worst_float, "ttft_s": worst_float, "round_ms_p95": worst_float,
+             "finish_reason": "f" * (FINISH_REASON_BYTES - 2), "reason": "r" * (REASON_BYTES - 2)}
+    return len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) + 1
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,14 @@
 """One streaming request, measured: send, read SSE frames as they arrive, classify the outcome.
 
 A chunk's arrival is the time the socket read that carried it returned
-(:mod:`.transport`). Deadlines are enforced by a :class:`Cutter` thread that shuts the request's socket
-down when its deadline, the wave deadline or a cancel comes (a blocked read then
-returns at once; closing alone would not wake it). What had arrived is kept.
+(:mod:`.transport`). Deadlines are enforced twice: every connect, read and write of the
+request waits at most until its deadline (:func:`.transport.deadline_guard`, which
+covers a server trickling bytes, headers included), and a :class:`Cutter` thread shuts
+the request's socket down when its deadline, the wave deadline or a cancel comes (a
+blocked read then returns at once; closing alone would not wake it). A request without
+a deadline of its own gets :data:`.bounds.DEFAULT_REQUEST_DEADLINE_S`. What had arrived
+is kept. What is read is bounded too (:mod:`.bounds`): SSE lines, error bodies,
+non-streamed answers, the number of content chunks, and the server strings a record keeps.
 """
 
 from __future__ import annotations
@@ -20,14 +25,35 @@ from typing import Any
 
 import httpx
 
-from .record import RequestRecord, Status, TokensSource
-from .sse import SSEDecoder
-from .transport import read_time
+from ledger.errors import FormatError
+from ledger.strictjson import read_json
+
+from .bounds import (
+    DEFAULT_REQUEST_DEADLINE_S,
+    IDENTITY,
+    MAX_ANSWER_BYTES,
+    MAX_ERROR_BODY_BYTES,
+    ReplyRefused,
+    chunk_limit,
+    read_capped,
+)
+from .record import (
+    FINISH_REASON_BYTES,
+    MAX_COUNT,
+    REASON_BYTES,
+    SERVER_STRING_BYTES,
+    RequestRecord,
+    Status,
+    TokensSource,
+    bounded_json,
+    clip,
+)
+from .sse import SSEDecoder, SSEOverflow
+from .transport import deadline_guard, read_time
 
 __all__ = ["Cutter", "Ticket", "run_request"]
 
 _POLL_S = 0.02          # how often the cutter looks at the cancel event
-_ERROR_BODY_LIMIT = 65536
 
 
 def utc_now() -> str:
@@ -39,6 +65,8 @@ class Ticket:
     """An in-flight request as the cutter sees it."""
 
     deadline: float | None
+    wave: bool = True               # cut at the wave deadline
+    cancellable: bool = True        # cut on cancel
     reason: str | None = None
     sock: socket.socket | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -86,8 +114,13 @@ class Cutter:
             return "wave_deadline"
         return None
 
-    def register(self, deadline: float | None) -> Ticket:
-        ticket = Ticket(deadline)
+    def set_wave_deadline(self, wave_deadline: float | None) -> None:
+        with self._cond:
+            self.wave_deadline = wave_deadline
+            self._cond.notify()
+
+    def register(self, deadline: float | None, *, wave: bool = True, cancellable: bool = True) -> Ticket:
+        ticket = Ticket(deadline, wave, cancellable)
         with self._cond:
             self._tickets.add(ticket)
             self._cond.notify()
@@ -113,9 +146,9 @@ class Cutter:
                 for ticket in list(self._tickets):
                     if ticket.reason is not None:
                         continue
-                    if cancelled:
+                    if cancelled and ticket.cancellable:
                         ticket.cut("cancelled")
-                    elif wave_over:
+                    elif wave_over and ticket.wave:
                         ticket.cut("wave_deadline")
                     elif ticket.deadline is not None and now >= ticket.deadline:
                         ticket.cut("deadline")
@@ -132,6 +165,7 @@ class _Progress:
     """What has arrived so far (owned by the request's thread)."""
 
     send_t: float
+    chunk_cap: int
     chunk_t: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     ids_everywhere: bool = True
@@ -144,45 +178,53 @@ class _Progress:
     not_streamed: bool = False
     error: Any = None
     error_reason: str | None = None
+    halt: bool = False               # stop reading: what follows is refused
+
+    def refuse(self, reason: str) -> None:
+        self.error_reason, self.halt = reason, True
 
     def whole_answer(self, raw: bytes, arrived: float) -> None:
         """A non-streamed JSON answer: the whole completion as one chunk."""
         try:
-            obj = json.loads(raw)
-        except ValueError:
-            self.error, self.error_reason = raw[:2000].decode("utf-8", "replace"), "answer is not JSON"
+            obj = read_json(raw, "the answer", max_bytes=MAX_ANSWER_BYTES)
+        except FormatError as exc:
+            self.error, self.error_reason = clip(raw[:2000].decode("utf-8", "replace"), 2000), str(exc)
             return
         if not isinstance(obj, dict) or "error" in obj:
-            self.error, self.error_reason = obj, f"error answer: {_error_message(obj)}"
+            self.error, self.error_reason = bounded_json(obj), f"error answer: {_error_message(obj)}"
             return
         self.not_streamed = True
-        self.frame(json.dumps(obj), arrived)
+        self.frame(obj, arrived)
         self.done = True
 
-    def frame(self, data: str, arrived: float) -> None:
+    def frame(self, data: str | dict[str, Any], arrived: float) -> None:
         if data == "[DONE]":
             self.done = True
             return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            self.error = {"frame": data[:2000]}
-            self.error_reason = "malformed SSE frame (not JSON)"
-            return
+        if isinstance(data, str):
+            try:
+                obj = json.loads(data)
+            except (ValueError, RecursionError):
+                self.error = {"frame": clip(data, 2000)}
+                self.error_reason = "malformed SSE frame (not JSON)"
+                return
+        else:
+            obj = data
         if not isinstance(obj, dict):
             return
         if "error" in obj or obj.get("object") == "error":
             # vLLM rejects a streaming request inside an HTTP 200: an error frame, then [DONE].
             body = obj.get("error", obj)
-            self.error = obj
+            self.error = bounded_json(obj)
             message = body.get("message") if isinstance(body, dict) else body
             self.error_reason = f"error frame: {message}"
             return
         if self.request_id is None and isinstance(obj.get("id"), str):
-            self.request_id = obj["id"]
+            self.request_id = clip(obj["id"], SERVER_STRING_BYTES)
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            self.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+            self.usage = {str(k)[:64]: v for k, v in list(usage.items())[:32]
+                          if type(v) is int and 0 <= v <= MAX_COUNT}
         choices = obj.get("choices")
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             return
@@ -201,11 +243,17 @@ class _Progress:
             if content:
                 self.ids_everywhere = False
         if content:
+            if len(self.chunk_t) >= self.chunk_cap:
+                self.refuse(f"the server sent more than {self.chunk_cap} content chunks "
+                            "(2 x max_tokens + 64): refused")
+                return
             self.chunk_t.append(arrived - self.send_t)
             self.chunk_tokens.append(count)
         if choice.get("finish_reason") is not None:
-            self.finish_reason = choice["finish_reason"]
-            self.stop_reason = choice.get("stop_reason")
+            reason = choice["finish_reason"]
+            self.finish_reason = clip(reason if isinstance(reason, str) else json.dumps(reason),
+                                      FINISH_REASON_BYTES)
+            self.stop_reason = bounded_json(choice.get("stop_reason"), SERVER_STRING_BYTES)
 
 
 def _error_message(body: Any) -> str:
@@ -222,59 +270,86 @@ def _error_message(body: Any) -> str:
 
 def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index: int, prompt_id: str,
                 cutter: Cutter, deadline_s: float | None, read_timeout_s: float) -> RequestRecord:
-    """Send one streaming request and measure it; never raises for what the server does."""
+    """Send one streaming request and measure it; never raises for what the server does.
+
+    The whole request (connect, headers, body) ends by ``deadline_s`` after the send
+    (:data:`.bounds.DEFAULT_REQUEST_DEADLINE_S` when ``None``) or at the wave deadline,
+    whichever comes first; ``read_timeout_s`` bounds each single read.
+    """
     seed = body.get("seed")
     max_tokens = int(body.get("max_tokens", 0))
     salt = str(body.get("cache_salt", ""))
     sent_at = utc_now()
     send_t = time.perf_counter()
-    ticket = cutter.register(send_t + deadline_s if deadline_s is not None else None)
-    progress = _Progress(send_t)
+    own_deadline = send_t + (deadline_s if deadline_s is not None else DEFAULT_REQUEST_DEADLINE_S)
+    ticket = cutter.register(own_deadline)
+    overall = own_deadline if cutter.wave_deadline is None else min(own_deadline, cutter.wave_deadline)
+    progress = _Progress(send_t, chunk_limit(max(max_tokens, 1)))
     http_status: int | None = None
     exception: tuple[str, str] | None = None
-    read_timeout = read_timeout_s if deadline_s is None else min(read_timeout_s, deadline_s + 1.0)
+    read_timeout = min(read_timeout_s, overall - send_t + 1.0)
     timeout = httpx.Timeout(connect=min(10.0, read_timeout), read=read_timeout, write=10.0, pool=read_timeout)
     try:
-        with http.stream("POST", url, json=dict(body), timeout=timeout) as response:
+        with deadline_guard(overall, ticket.attach), \
+                http.stream("POST", url, json=dict(body), headers=IDENTITY, timeout=timeout) as response:
             http_status = response.status_code
             if response.status_code != 200:
                 raw = b""
                 for part in response.iter_raw():
                     raw += part
-                    if len(raw) > _ERROR_BODY_LIMIT:
+                    if len(raw) > MAX_ERROR_BODY_BYTES:
+                        raw = raw[:MAX_ERROR_BODY_BYTES]
                         break
                 try:
-                    progress.error = json.loads(raw)
-                except ValueError:
-                    progress.error = raw[:2000].decode("utf-8", "replace")
+                    progress.error = bounded_json(read_json(raw, "the error body"))
+                except FormatError:
+                    progress.error = clip(raw[:2000].decode("utf-8", "replace"), 2000)
                 progress.error_reason = f"HTTP {response.status_code}: {_error_message(progress.error)}"
             elif response.headers.get("content-type", "").startswith("application/json"):
                 # A server that ignored stream=true: one answer, its tokens counted at its arrival.
-                raw = response.read()
-                progress.whole_answer(raw, time.perf_counter())
+                try:
+                    raw = read_capped(response, MAX_ANSWER_BYTES, None, "the non-streamed answer")
+                except ReplyRefused as exc:
+                    progress.refuse(str(exc))
+                else:
+                    progress.whole_answer(raw, time.perf_counter())
             else:
                 stream = response.extensions.get("network_stream")
                 ticket.attach(stream.get_extra_info("socket") if stream is not None else None)
                 stamping = read_time(stream) is not None
                 decoder = SSEDecoder()
-                for raw in response.iter_raw():
-                    # the time the socket read carrying these bytes returned (else: now)
-                    arrived = stream.last_read if stamping else time.perf_counter()  # type: ignore[union-attr]
-                    for data in decoder.feed(raw):
-                        progress.frame(data, arrived)
-                for data in decoder.close():
-                    progress.frame(data, time.perf_counter())
-                progress.clean_end = True
+                try:
+                    for raw in response.iter_raw():
+                        # the time the socket read carrying these bytes returned (else: now)
+                        arrived = stream.last_read if stamping else time.perf_counter()  # type: ignore[union-attr]
+                        for data in decoder.feed(raw):
+                            progress.frame(data, arrived)
+                            if progress.halt:
+                                break
+                        if progress.halt:
+                            break
+                    else:
+                        if ticket.reason is None:  # a shut socket reads as the end of a close-delimited body
+                            for data in decoder.close():
+                                progress.frame(data, time.perf_counter())
+                            progress.clean_end = True
+                except SSEOverflow as exc:
+                    progress.refuse(str(exc))
     except httpx.TimeoutException as exc:
         exception = ("timeout", f"{type(exc).__name__}: {exc}")
     except (httpx.HTTPError, OSError) as exc:
         exception = ("transport", f"{type(exc).__name__}: {exc}")
     finally:
         cutter.release(ticket)
-    ended_s = time.perf_counter() - send_t
-    return _finish(progress, index=index, prompt_id=prompt_id, sent_at=sent_at, ended_s=ended_s, seed=seed,
+    ended = time.perf_counter()
+    cut = ticket.reason
+    if cut is None and exception is not None and exception[0] == "timeout" and ended >= overall:
+        # the guard's deadline came before the cutter's
+        cut = "wave_deadline" if cutter.wave_deadline is not None and ended >= cutter.wave_deadline \
+            and cutter.wave_deadline < own_deadline else "deadline"
+    return _finish(progress, index=index, prompt_id=prompt_id, sent_at=sent_at, ended_s=ended - send_t, seed=seed,
                    max_tokens=max_tokens, salt=salt, http_status=http_status, exception=exception,
-                   cut=ticket.reason, deadline_s=deadline_s)
+                   cut=cut, deadline_s=deadline_s)
 
 
 def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: float, seed: Any, max_tokens: int,
@@ -303,7 +378,9 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
     elif cut == "cancelled":
         status, reason = "cancelled", f"cancelled {chunks}"
     elif cut in ("deadline", "wave_deadline") or (exception is not None and exception[0] == "timeout"):
-        which = {"deadline": f"request deadline {deadline_s:g} s" if deadline_s is not None else "deadline",
+        own = f"request deadline {deadline_s:g} s" if deadline_s is not None else \
+            f"default request deadline {DEFAULT_REQUEST_DEADLINE_S:g} s"
+        which = {"deadline": own,
                  "wave_deadline": "wave deadline"}.get(cut or "", f"read timeout ({exception[1] if exception else ''})")
         status = "censored" if p.chunk_t else "timeout"
         reason = f"{which} passed {chunks}" + (f", {delivered} tokens kept" if p.chunk_t else " (no content)")
@@ -316,7 +393,8 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         reason = "; ".join(filter(None, [reason, f"stopped early: {delivered} of {max_tokens} tokens, "
                                                  f"finish_reason {p.finish_reason}"]))
     return RequestRecord(
-        index=index, prompt_id=prompt_id, status=status, reason=reason, sent_at=sent_at, send_t=p.send_t,
+        index=index, prompt_id=prompt_id, status=status, reason=clip(reason, REASON_BYTES) if reason else reason,
+        sent_at=sent_at, send_t=p.send_t,
         ended_s=ended_s, seed=seed if isinstance(seed, int) else None, max_tokens=max_tokens, cache_salt=salt,
         http_status=http_status, error=p.error, request_id=p.request_id, chunk_t=tuple(p.chunk_t),
         chunk_tokens=tuple(p.chunk_tokens) if p.ids_everywhere and p.chunk_t else None, delivered_tokens=delivered,

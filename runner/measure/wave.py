@@ -10,27 +10,34 @@ request included).
 from __future__ import annotations
 
 import contextlib
+import gc
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import httpx
 
 from ledger.errors import ExternalError, FormatError
+from ledger.strictjson import read_json
 
+from .bounds import MAX_METRICS_BYTES, MAX_MODELS_BYTES, ReplyRefused, fetch
 from .family import Prompt
-from .figures import client_figures
 from .interpreter import quiet_interpreter
 from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
-from .record import RequestRecord
+from .record import RequestRecord, clip
 from .request import Cutter, run_request, utc_now
-from .stats import percentile, percentiles
+from .totals import WaveTotals
 from .transport import StampingTransport
 
 __all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]
+
+_COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
+                       # (and x 64 between two full ones)
 
 
 def _base(url: str) -> str:
@@ -47,41 +54,61 @@ class Scrape:
     absent: bool = False          # the endpoint does not exist (HTTP 404): not a vLLM server
 
 
-def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0) -> Scrape:
+def _problem(exc: BaseException) -> str:
+    return clip(f"{type(exc).__name__}: {exc}", 300)
+
+
+def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0, *, headers: Mapping[str, str] | None = None,
+                   max_bytes: int = MAX_METRICS_BYTES,
+                   on_socket: Callable[[socket.socket | None], None] | None = None) -> Scrape:
+    """Read ``/metrics`` within ``timeout_s`` overall and ``max_bytes``; what went wrong is the scrape's problem."""
     try:
-        response = http.get(url, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return Scrape(None, f"metrics unreachable at {url}: {type(exc).__name__}: {exc}")
-    if response.status_code == 404:
+        reply = fetch(http, "GET", url, deadline_s=timeout_s, max_bytes=max_bytes, what=f"metrics at {url}",
+                      headers=headers, on_socket=on_socket)
+    except httpx.TimeoutException:
+        return Scrape(None, f"metrics at {url} did not answer within {timeout_s:g} s")
+    except ReplyRefused as exc:
+        return Scrape(None, f"metrics at {url} refused: {exc}")
+    except (httpx.HTTPError, OSError) as exc:
+        return Scrape(None, f"metrics unreachable at {url}: {_problem(exc)}")
+    if reply.status == 404:
         return Scrape(None, f"no metrics endpoint at {url} (HTTP 404)", absent=True)
-    if response.status_code != 200:
-        return Scrape(None, f"metrics at {url} answered HTTP {response.status_code}")
+    if reply.status != 200:
+        return Scrape(None, f"metrics at {url} answered HTTP {reply.status}")
     try:
-        return Scrape(parse_metrics(response.text))
+        return Scrape(parse_metrics(reply.text))
     except FormatError as exc:
-        return Scrape(None, f"metrics at {url} unreadable: {exc}")
+        return Scrape(None, f"metrics at {url} unreadable: {clip(str(exc), 300)}")
 
 
 def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
                 headers: Mapping[str, str] | None = None) -> list[str]:
-    """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer."""
-    client = http or httpx.Client(headers=dict(headers or {}))
+    """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer.
+
+    The whole exchange takes at most ``timeout_s`` and the reply at most 1 MiB.
+    """
+    client = http or httpx.Client(transport=StampingTransport(), headers=dict(headers or {}))
     url = f"{_base(base_url)}/v1/models"
     try:
-        response = client.get(url, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise ExternalError(f"cannot reach {base_url}: {type(exc).__name__}: {exc}") from None
+        reply = fetch(client, "GET", url, deadline_s=timeout_s, max_bytes=MAX_MODELS_BYTES, what=f"the reply of {url}")
+    except httpx.TimeoutException:
+        raise ExternalError(f"cannot reach {base_url}: no answer from {url} within {timeout_s:g} s") from None
+    except ReplyRefused as exc:
+        raise ExternalError(f"{url} answered, but {exc}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise ExternalError(f"cannot reach {base_url}: {_problem(exc)}") from None
     finally:
         if http is None:
             client.close()
-    if response.status_code >= 500:
-        raise ExternalError(f"{url} answered HTTP {response.status_code}")
-    if response.status_code != 200:
+    if reply.status >= 500:
+        raise ExternalError(f"{url} answered HTTP {reply.status}")
+    if reply.status != 200:
         return []
     try:
-        data = response.json().get("data", [])
-        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
-    except (ValueError, AttributeError):
+        body = read_json(reply.body, f"the reply of {url}", max_bytes=MAX_MODELS_BYTES)
+        data = body.get("data", []) if isinstance(body, dict) else []
+        return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str | int)]
+    except (FormatError, TypeError, AttributeError):
         return []
 
 
@@ -108,6 +135,9 @@ class WaveResult:
     cancelled: bool
     before: MetricsSnapshot | None = None
     after: MetricsSnapshot | None = None
+    totals: WaveTotals = field(default_factory=WaveTotals)
+    streamed: bool = False           # the records went to ``on_request`` only: ``requests`` is empty
+    unlisted: int = 0                # requests never sent and not given a record (``unsent_records``)
 
     @property
     def complete(self) -> bool:
@@ -128,8 +158,16 @@ class WaveResult:
         """The server exposed speculative-decoding counters for this wave."""
         return any(self.counters.to_json()[k] is not None for k in ("rounds", "accepted", "draft_tokens"))
 
+    @cached_property
+    def _client(self) -> dict[str, Any]:
+        return self.totals.client()
+
     def summary(self) -> dict[str, Any]:
-        """The ``wave.measured`` payload minus window keys and ``records`` (``docs/events.md``)."""
+        """The ``wave.measured`` payload minus window keys and ``records`` (``docs/events.md``).
+
+        For a streamed wave ``requests`` and ``client.ttft_s`` are :class:`.spool.Spooled`
+        (write them with :func:`.spool.dump_json`).
+        """
         return {
             "family": self.family,
             "seed": self.seed,
@@ -141,18 +179,22 @@ class WaveResult:
             "counters_missing": list(self.counters.missing),
             "complete": self.complete,
             "incomplete_reasons": list(self.incomplete_reasons),
-            "client": client_figures(self.requests),
-            "requests": [r.summary_entry() for r in self.requests],
+            "client": dict(self._client),
+            "requests": self.totals.summary_entries(),
         }
 
     def records_jsonl(self) -> bytes:
         """Every request's full record, one JSON object per line, in request order."""
+        if self.streamed:
+            raise ValueError("the records of a streamed wave went to on_request; they were not kept")
         return b"".join(r.json_line() for r in self.requests)
+
+    @property
+    def ok(self) -> int:
+        return self.totals.counts["ok"]
 
     def figures(self) -> dict[str, Any]:
         """Derived figures for people (``tally measure``); see docs/measure.md for definitions."""
-        ok = [r for r in self.requests if r.status == "ok"]
-        measured = [r for r in self.requests if r.status in ("ok", "censored") and r.chunk_t]
         c = self.counters
         server: dict[str, Any] | None = None
         if self.counters_available:
@@ -165,26 +207,28 @@ class WaveResult:
                                             if c.accepted_per_pos is not None and drafts else None),
                 "decode_s": c.decode_s, "generation_tokens": c.generation_tokens,
             }
-        client = client_figures(self.requests)
-        tpot = [(r.chunk_t[-1] - r.chunk_t[0]) / (r.delivered_tokens - 1) * 1000.0 for r in ok
-                if r.chunk_t and r.delivered_tokens > 1]
-        delivered = sum(r.delivered_tokens for r in self.requests)
+        client = self._client
+        t = self.totals
+        delivered = t.delivered_tokens
         return {
             "requests": {k: client[k] for k in ("requests", "ok", "failed", "timed_out", "cancelled", "censored")},
-            "early_stops": sum(1 for r in self.requests if r.early_stop),
-            "ttft_ms": _scaled(percentiles([r.ttft_s for r in ok if r.ttft_s is not None]), 1000.0),
-            "decode_tps_per_request_p50": (percentile(per, 50) if (per := [r.decode_tps for r in measured
-                                                                           if r.decode_tps is not None]) else None),
+            "early_stops": t.early_stops,
+            "ttft_ms": _scaled(t.ttft_ok.percentiles(), 1000.0),
+            "decode_tps_per_request_p50": t.decode_tps.percentile(50),
             "decode_tps_pooled": client["decode_tps"],
             "chunk_interval_ms": client["chunk_interval_ms"],
             "tokens_per_chunk": client["tokens_per_chunk"],
-            "tpot_ms_p50": percentile(tpot, 50) if tpot else None,
-            "e2e_ms": _scaled(percentiles([r.chunk_t[-1] for r in ok if r.chunk_t]), 1000.0),
+            "tpot_ms_p50": t.tpot_ms.percentile(50),
+            "e2e_ms": _scaled(t.e2e_s.percentiles(), 1000.0),
             "output_tps": delivered / self.duration_s if self.duration_s > 0 else None,
             "duration_s": self.duration_s,
             "delivered_tokens": delivered,
             "server": server,
         }
+
+    def close(self) -> None:
+        """Remove a streamed wave's spool (its summary entries and samples)."""
+        self.totals.close()
 
 
 def _scaled(values: dict[str, float] | None, factor: float) -> dict[str, float] | None:
@@ -244,6 +288,10 @@ def measure_wave(
     read_timeout_s: float = 300.0,
     headers: Mapping[str, str] | None = None,
     quiet: bool = True,
+    metrics_headers: Mapping[str, str] | None = None,
+    metrics_timeout_s: float = 10.0,
+    totals: WaveTotals | None = None,
+    unsent_records: int | None = None,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -252,78 +300,125 @@ def measure_wave(
     in prompt order, ``concurrency`` at a time, each with ``seed``, ``max_tokens``,
     T = ``temperature``, top_p, ``ignore_eos``, ``priority`` (sent when non-zero), a
     fresh ``cache_salt`` and ``stream_options.include_usage``. ``deadline_s`` cuts a
-    request that long after its send, ``wave_deadline_s`` cuts everything that long
+    request that long after its send (without it, after
+    :data:`.bounds.DEFAULT_REQUEST_DEADLINE_S`), ``wave_deadline_s`` cuts everything that long
     after the wave began (requests not yet sent are recorded as cancelled); setting
     ``cancel`` does the same at once. ``on_request`` is called with each finished
     record (from worker threads). With ``quiet`` (the default) the GIL switch interval
     is lowered and cyclic GC suspended while the wave runs (:mod:`.interpreter`).
+    Each ``/metrics`` scrape takes at most ``metrics_timeout_s`` (1 s after a cancel)
+    and 16 MiB; ``metrics_headers`` are added to ``headers`` for it.
+
+    A wave too big to hold: pass ``totals`` (e.g. :meth:`.totals.WaveTotals.spooled`)
+    and the records are added to it as they finish and not kept (``requests`` is empty,
+    ``streamed`` true: keep them yourself with ``on_request``); ``prompts`` may then be
+    a lazy sequence. ``unsent_records`` caps how many requests never sent (the wave
+    stopped early) get a record each; the rest are counted in ``unlisted``.
+
     Never raises for what the server does: failures are recorded; only bad arguments
     raise ``FormatError``.
     """
-    if not prompts:
+    if not len(prompts):
         raise FormatError("a wave needs at least one prompt")
     if concurrency < 1:
         raise FormatError(f"concurrency must be at least 1, got {concurrency}")
     if max_tokens < 1:
         raise FormatError(f"max_tokens must be at least 1, got {max_tokens}")
-    for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s)):
+    for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s),
+                        ("metrics_timeout_s", metrics_timeout_s)):
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
     base = _base(base_url)
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
-    workers = min(concurrency, len(prompts))
+    total = len(prompts)
+    workers = min(concurrency, total)
     limits = httpx.Limits(max_connections=workers + 1, max_keepalive_connections=workers + 1)
-    records: list[RequestRecord | None] = [None] * len(prompts)
+    streamed = totals is not None
+    records: list[RequestRecord | None] = [] if streamed else [None] * total
     errors: list[BaseException] = []
     lock = threading.Lock()
     next_index = [0]
+    unsent = [0]
+    listed = [0]
     with httpx.Client(transport=StampingTransport(limits), headers=dict(headers or {})) as http, \
             (quiet_interpreter() if quiet else contextlib.nullcontext()):
         started_at = utc_now()
-        before = scrape_metrics(http, metrics_url) if metrics_url else None
-        start = time.perf_counter()
-        cutter = Cutter(cancel, start + wave_deadline_s if wave_deadline_s is not None else None)
+        cutter = Cutter(cancel, None)
 
-        def work() -> None:
+        def scrape() -> Scrape | None:
+            if not metrics_url:
+                return None
+            was_cancelled = cancel is not None and cancel.is_set()
+            # a cancel cuts a scrape in flight; after one, a scrape gets a second at most
+            ticket = cutter.register(None, wave=False, cancellable=not was_cancelled)
             try:
-                while True:
-                    with lock:
-                        index = next_index[0]
-                        next_index[0] += 1
-                    if index >= len(prompts):
-                        return
-                    prompt = prompts[index]
-                    why = cutter.stop_reason()
-                    if why is not None:
-                        record = _not_sent(index, prompt, why, seed, max_tokens)
-                    else:
-                        body = _request_body(prompt, model=model, chat=chat, max_tokens=max_tokens, seed=seed,
-                                             ignore_eos=ignore_eos, priority=priority, temperature=temperature,
-                                             top_p=top_p, return_token_ids=return_token_ids, extra_body=extra_body)
-                        record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
-                                             cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s)
-                    records[index] = record
-                    if on_request is not None:
-                        on_request(record)
-            except BaseException as exc:  # a bug or a failing callback: stop this worker, raise after the join
-                errors.append(exc)
+                return scrape_metrics(http, metrics_url, min(metrics_timeout_s, 1.0) if was_cancelled
+                                      else metrics_timeout_s, headers=metrics_headers, on_socket=ticket.attach)
+            finally:
+                cutter.release(ticket)
 
-        threads = [threading.Thread(target=work, name=f"tally-measure-{i}", daemon=True) for i in range(workers)]
         try:
+            before = scrape()
+            start = time.perf_counter()
+            cutter.set_wave_deadline(start + wave_deadline_s if wave_deadline_s is not None else None)
+
+            def work() -> None:
+                try:
+                    while True:
+                        with lock:
+                            index = next_index[0]
+                            next_index[0] += 1
+                        if index >= total:
+                            return
+                        prompt = prompts[index]
+                        why = cutter.stop_reason()
+                        if why is not None:
+                            with lock:
+                                if unsent_records is not None and unsent[0] >= unsent_records:
+                                    next_index[0] = total  # the rest are counted, not listed
+                                    return
+                                unsent[0] += 1
+                            record = _not_sent(index, prompt, why, seed, max_tokens)
+                        else:
+                            body = _request_body(prompt, model=model, chat=chat, max_tokens=max_tokens, seed=seed,
+                                                 ignore_eos=ignore_eos, priority=priority, temperature=temperature,
+                                                 top_p=top_p, return_token_ids=return_token_ids,
+                                                 extra_body=extra_body)
+                            record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
+                                                 cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s)
+                        with lock:
+                            listed[0] += 1
+                            collect = -1
+                            if totals is not None and listed[0] % _COLLECT_EVERY == 0:
+                                collect = 2 if listed[0] % (_COLLECT_EVERY * 64) == 0 else 1
+                            if totals is not None:
+                                totals.add(record)
+                            else:
+                                records[index] = record
+                        if on_request is not None:
+                            on_request(record)
+                        if collect >= 0 and not gc.isenabled():
+                            # a streamed wave may run for hours with cyclic GC suspended: collect the young
+                            # generations (the finished requests' cycles) now and then, all of them rarely
+                            gc.collect(collect)
+                except BaseException as exc:  # a bug or a failing callback: stop this worker, raise after the join
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=work, name=f"tally-measure-{i}", daemon=True) for i in range(workers)]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
+            duration = time.perf_counter() - start
+            after = scrape()
         finally:
             cutter.close()
-        duration = time.perf_counter() - start
-        after = scrape_metrics(http, metrics_url) if metrics_url else None
         ended_at = utc_now()
     done = [r for r in records if r is not None]
     result = _result(done, before, after, family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency,
                      started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_url=metrics_url,
                      model=model, chat=chat, ignore_eos=ignore_eos,
-                     cancelled=cancel is not None and cancel.is_set())
+                     cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0])
     if errors:
         raise errors[0]
     return result
@@ -331,7 +426,10 @@ def measure_wave(
 
 def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape | None, *, family: str, seed: int,
             max_tokens: int, concurrency: int, started_at: str, ended_at: str, duration: float, url: str,
-            metrics_url: str | None, model: str, chat: bool, ignore_eos: bool, cancelled: bool) -> WaveResult:
+            metrics_url: str | None, model: str, chat: bool, ignore_eos: bool, cancelled: bool,
+            totals: WaveTotals | None = None, unlisted: int = 0) -> WaveResult:
+    streamed = totals is not None
+    tally = totals if totals is not None else WaveTotals.of(records)
     reasons: list[str] = []
     notes: list[str] = []
     if before is None or after is None:
@@ -352,21 +450,26 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
             notes.append("the server's /metrics has no speculative-decoding series "
                          f"({', '.join(SPEC_SERIES_NAMES[:1])}, ...): client-side figures only")
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
-        count = sum(1 for r in records if r.status == status)
+        count = tally.counts[status]
         if count:
             reasons.append(f"{count} request{'s' if count != 1 else ''} {label}")
+    if unlisted:
+        reasons.append(f"{unlisted} request{'s' if unlisted != 1 else ''} not sent")
+        notes.append(f"{unlisted} request{'s' if unlisted != 1 else ''} not sent because the wave stopped early "
+                     "(counted, not listed one by one)")
     if cancelled:
         reasons.append("wave cancelled")
-    early = [r for r in records if r.early_stop]
-    if early:
+    if tally.early_stops:
+        early = tally.early_stops
         hint = " although ignore_eos was sent: the server may ignore ignore_eos" if ignore_eos else ""
-        reasons_seen = sorted({str(r.finish_reason) for r in early})
-        notes.append(f"{len(early)} request{'s' if len(early) != 1 else ''} stopped before max_tokens "
-                     f"(finish_reason {', '.join(reasons_seen)}){hint}")
+        seen = ", ".join(sorted(tally.early_finish_reasons)) + (", ..." if tally.more_finish_reasons else "")
+        notes.append(f"{early} request{'s' if early != 1 else ''} stopped before max_tokens "
+                     f"(finish_reason {seen}){hint}")
     return WaveResult(
         family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency, started_at=started_at,
         ended_at=ended_at, duration_s=duration, counters=deltas, incomplete_reasons=tuple(reasons),
         notes=tuple(notes), requests=tuple(records), url=url, metrics_url=metrics_url, model=model, chat=chat,
         ignore_eos=ignore_eos, cancelled=cancelled,
         before=before.snapshot if before else None, after=after.snapshot if after else None,
+        totals=tally, streamed=streamed, unlisted=unlisted,
     )

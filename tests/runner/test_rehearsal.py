@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import stat
@@ -118,3 +119,31 @@ def test_rehearsal_against_the_simulator(site: Site, tmp_path: Path) -> None:
     probes = {p["probe"]: p for p in out["probes"]}
     assert probes["terminator"]["finish_reason"] == "stop" and probes["control"]["status"] == 400
     assert all(p["usage"]["completion_tokens"] <= 8 for name, p in probes.items() if name != "control")
+
+
+def test_url_credentials_are_sent_as_a_header_and_never_recorded(site: Site, tmp_path: Path) -> None:
+    from tests.measure.hostile import Handler, serve
+
+    seen: list[str | None] = []
+
+    class Guarded(Handler):
+        def post(self, body: dict) -> None:
+            seen.append(self.headers.get("authorization"))
+            self.send_body(200, json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}],
+                                            "usage": {"completion_tokens": 1}}).encode())
+
+    with serve(Guarded) as server:
+        url = server.url.replace("http://", "http://op:pr0d-Secret@")
+        result = tally("rehearse", "--url", url, "--eos", "1", "--out", tmp_path / "r", "--json")
+    assert result.code == 1  # the control came back 200: wrong for this server, but every probe answered
+    assert seen == ["Basic " + base64.b64encode(b"op:pr0d-Secret").decode()] * 5
+    assert json.loads(result.out)["url"] == server.url
+    for text in (result.out, result.err, (tmp_path / "r" / "rehearsal.json").read_text(),
+                 (tmp_path / "r" / "responses.jsonl").read_text()):
+        assert "pr0d-Secret" not in text
+
+
+def test_malformed_url_is_one_line(site: Site, tmp_path: Path) -> None:
+    result = tally("rehearse", "--url", "http://op:pw@[::1", "--eos", "1", "--out", tmp_path / "r")
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1 and "pw" not in result.err
+    assert not (tmp_path / "r").exists()
