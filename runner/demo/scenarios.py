@@ -55,7 +55,8 @@ def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) ->
     for plan in plans:
         for arm in plan.arms:
             table = {_SIM_NAMES[k]: v for k, v in arm.sim.items() if k in _SIM_NAMES}
-            table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
+            if plan.production_clock_cap_mhz is not None:
+                table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
             if arm.speculative is not None:
                 table["reported_config"] = dict(arm.speculative)
             table["reported_digest"] = arm.config_digest

@@ -48,8 +48,10 @@ class SimDriver:
     kind = "sim"
 
     def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
-                 hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None) -> None:
+                 hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None,
+                 clocks: bool = True) -> None:
         self.url = url.rstrip("/")
+        self._clocks = clocks
         self._timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
         self._hosts = hosts
         self._cap = production_clock_cap_mhz
@@ -97,11 +99,17 @@ class SimDriver:
         return (f"{self.url}/metrics",)
 
     @property
-    def production_clock_cap_mhz(self) -> int:
+    def production_clock_cap_mhz(self) -> int | None:
+        if not self._clocks:
+            return None
         if self._cap is None:
             self._config()
         assert self._cap is not None
         return self._cap
+
+    @property
+    def clocks(self) -> bool:
+        return self._clocks
 
     @property
     def actions(self) -> frozenset[str]:
