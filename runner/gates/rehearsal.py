@@ -125,7 +125,8 @@ class Rehearsal:
     def summary(self) -> str:
         if self.verdict == "PASS":
             control = "the control came back 400 (cause confirmed)" if self.vllm_checks else "vLLM checks off"
-            needed = [f.field for f in self.fields if f.need is not None and f.need.want != "accepted"]
+            needed = [f.field for f in self.fields
+                      if f.need is not None and f.need.want != "accepted" and not f.accepted_ignored]
             text = f"PASS: every probe answered as expected; {control}"
             if needed:
                 text += f"; every field needed is as needed ({', '.join(needed)})"
