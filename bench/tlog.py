@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                 signer = load_signer(key_path)
             elif key_path is not None:
                 key_path.write_bytes(signer.private_pem())
+                key_path.chmod(0o600)  # tally refuses a private key open to group or others
         t = time.perf_counter()
         book, build_rate = build(url, events, signer)
         build_s = time.perf_counter() - t

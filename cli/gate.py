@@ -185,14 +185,26 @@ def rehearse(
     timeout: Annotated[float, typer.Option(
         help="Seconds per probe, for its whole exchange; after a probe gets no answer in time the rest are not sent.")
     ] = 30.0,
+    vllm_checks: Annotated[bool, typer.Option(
+        "--vllm-checks/--no-vllm-checks",
+        help="The vLLM checks decide: the terminator (allowed_token_ids) and the control (logit_bias refused under "
+             "speculative decoding). Off for a server that is not vLLM: they are still sent and recorded.")] = True,
+    accept_ignored: Annotated[list[str] | None, typer.Option(
+        "--accept-ignored", metavar="FIELD",
+        help="A needed field this server may ignore (repeatable; recorded in the evidence). A refusal still fails.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Rehearse the admission's API probes against production (tiny, priority 10, no idle wait).
+    """Rehearse the admission's API probes and the capability probe against production (tiny, no idle wait).
 
-    Credentials in --url are sent as an Authorization header and never recorded.
+    For every request field a window relies on (seed, ignore_eos, max_tokens, priority, cache_salt,
+    allowed_token_ids, stop_token_ids, return_token_ids, stream_options.include_usage, logit_bias) it
+    records honoured / ignored / refused; with --window it fails when a field the plan needs is not
+    as needed. Credentials in --url are sent as an Authorization header and never recorded.
     """
+    from runner.gates.capability import FIELDS, plan_needs
+    from runner.gates.rehearsal import VLLM_PROBES, write_rehearsal
     from runner.gates.rehearsal import rehearse as run_rehearsal
-    from runner.gates.rehearsal import write_rehearsal
     from runner.measure.urls import redact, server_url
 
     if not url.startswith(("http://", "https://")):
@@ -202,12 +214,18 @@ def rehearse(
         raise FormatError("--eos must be a token id (>= 0)")
     if not timeout > 0:
         raise FormatError("--timeout must be positive")
+    accepted = tuple(dict.fromkeys(accept_ignored or ()))
+    for name in accepted:
+        if name not in FIELDS:
+            raise FormatError(f"--accept-ignored {name[:100]!r} is not a probed field (fields: {', '.join(FIELDS)})")
     check_out(out, "rehearsal.json", "responses.jsonl")  # refuse planted symlinks before any probe
     book = reg = signer = None
     if window is not None:
         book, signer = ledger_and_signer()
         reg = registered(book, window)
-    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, headers=server.headers)
+    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, headers=server.headers,
+                           needs=plan_needs(reg.plan) if reg is not None else (), vllm_checks=vllm_checks,
+                           accept_ignored=accepted)
     summary_path, responses_path, responses = write_rehearsal(result, out)
     data = result.to_json()
     record = None
@@ -219,10 +237,19 @@ def rehearse(
         print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
                         admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))
     else:
-        print(f"rehearsal {result.summary}")
+        print(_printable(f"rehearsal {result.summary}"))
         for probe in data["probes"]:
-            print(f"  {probe['probe']:<10} {probe['status'] if probe['status'] is not None else '---'}  "
-                  f"{'ok  ' if probe['ok'] else 'FAIL'} {probe['detail']}")
+            label = f"{probe['probe']} (vLLM)" if probe["probe"] in VLLM_PROBES else probe["probe"]
+            mark = ("ok  " if probe["ok"] else "FAIL") if vllm_checks or probe["probe"] not in VLLM_PROBES \
+                else ("ok  " if probe["ok"] else "no  ")
+            print(f"  {label:<17} {probe['status'] if probe['status'] is not None else '---'}  {mark} "
+                  f"{_printable(probe['detail'])}")
+        print(f"  fields ({'needs from the plan' if reg is not None else 'no --window: no plan needs'}"
+              f"{', vLLM checks' if vllm_checks else ', vLLM checks off'}):")
+        for field in data["capabilities"]:
+            print(f"  {'ok  ' if field['ok'] else 'FAIL'} {field['field']:<29} {field['status']:<9} "
+                  f"[{_NEED_LABELS[field['want']] if field['needed'] else 'not needed'}"
+                  f"{', ignored and accepted' if field['accepted_ignored'] else ''}] {_printable(field['detail'])}")
         print(f"wrote {summary_path} and {responses_path}")
         if record is not None:
             print(f"recorded gate.result at seq {record.event.seq} for window {window}")
@@ -230,6 +257,15 @@ def rehearse(
                 print(f"window {window} admitted at seq {record.admitted.seq} (every required gate PASS)")
     if result.exit_code:
         raise typer.Exit(EXIT_NO_ANSWER if result.exit_code == EXIT_NO_ANSWER else EXIT_FAILED)
+
+
+_NEED_LABELS = {"honoured": "needed", "refused": "vLLM check: must be refused", "accepted": "sent: not refused"}
+
+
+def _printable(text: str) -> str:
+    """One line whatever a server put in it: whitespace collapsed, control characters escaped."""
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

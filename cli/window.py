@@ -102,7 +102,7 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
     driver.close()
     if not json_out and result.decision is not None:
         print_verdict(book, window)
-    _print_result(result, json_out, owner_name())
+    _print_result(result, json_out, owner_name(), aborted_is_failure=not abort)
 
 
 def print_verdict(book: Any, window: str) -> None:
@@ -120,7 +120,13 @@ def print_verdict(book: Any, window: str) -> None:
         return
 
 
-def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
+def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_failure: bool) -> None:
+    """Print the run's outcome; exit 1 when it stopped, escalated, or (run/resume) ended aborted.
+
+    An aborted window is restored and decided REJECT: the run did its job safely, but the
+    window failed, and a script that runs it must see that. ``tally window abort`` asked
+    for that ending, so there it is success.
+    """
     if json_out:
         print_json(result.to_json() | {"runner": runner})
     else:
@@ -133,7 +139,7 @@ def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
                   f"{result.overhead_s:.2f} s ({share:.1%} of the run)")
         if result.blocked:
             print(f"  stopped: {result.blocked}", file=sys.stderr)
-    if result.blocked or result.escalated:
+    if result.blocked or result.escalated or (aborted_is_failure and result.ending == "aborted"):
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -159,6 +165,8 @@ def window_run(
         else:
             for line in report["lines"]:
                 print(line)
+        if report["refusals"]:  # the site cannot give the window what its rule needs
+            raise typer.Exit(EXIT_FAILED)
         return
     _execute(window, site, json_out)
 

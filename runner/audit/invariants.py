@@ -34,7 +34,7 @@ Invariants (names are stable; docs/events.md explains each):
 ``order-seeds-families-match-plan``  starts in registered order with their roles; each start's waves in
                                the planned order with the planned repeat, family, seed, max_tokens and
                                concurrency
-``clock-cap-recorded``         every ``start.began`` records its clock cap
+``clock-cap-recorded``         every ``start.began`` records its clock cap (none when the plan has no clocks)
 ``decision-recomputes``        the decision's rule is the plan's protocol, and (with a hook) the
                                recorded result recomputes from the window's events
 """
@@ -306,8 +306,11 @@ def _check_start_began(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState
             a.flag("order-seeds-families-match-plan", e,
                    f"start {p['start']} (role {p['role']}) where the plan has {planned.id} (role {planned.role})",
                    ws.id)
-    if p.get("clock_cap_mhz") is None:
+    if p.get("clock_cap_mhz") is None and plan.production_clock_cap_mhz is not None:
         a.flag("clock-cap-recorded", e, f"start {p['start']} records no clock cap", ws.id)
+    elif p.get("clock_cap_mhz") is not None and plan.production_clock_cap_mhz is None:
+        a.flag("clock-cap-recorded", e, f"start {p['start']} records a clock cap, but the plan registers "
+                                        "that clocks do not apply", ws.id)
 
 
 def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:

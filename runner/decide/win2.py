@@ -106,13 +106,15 @@ class ArchiveEntry:
 class Win2Input:
     params: Win2Params
     decision_cells: tuple[str, ...]
-    production_clock_cap_mhz: int
+    production_clock_cap_mhz: int | None  # None: GPU clocks do not apply on the site
     starts: Mapping[str, StartInfo]
     thermal_dialbacks_in_hold: int
     waves: tuple[Wave, ...]
     archive: tuple[ArchiveEntry, ...]
     excluded: tuple[str, ...] = ()
 
+
+CLOCKS_NOT_APPLICABLE = "not applicable: the site has no GPU clocks, so the clock-cap reasons do not apply"
 
 # --------------------------------------------------------------------------- parsing
 
@@ -124,7 +126,7 @@ def parse(data: Any) -> Win2Input:
     cells = f.strings("decision_cells", nonempty=True)
     if not cells:
         raise f.fail("decision_cells", "expected at least one cell")
-    production_cap = f.integer("production_clock_cap_mhz", low=1)
+    production_cap = f.integer("production_clock_cap_mhz", low=1, nullable=True)
     starts = _starts(f.table("starts", required=True))
     thermal = f.integer("thermal_dialbacks_in_hold", low=0)
     waves = tuple(_wave(w, i, params) for i, w in enumerate(f.tables("waves")))
@@ -187,12 +189,14 @@ def _check_duplicates(waves: tuple[Wave, ...]) -> None:
         seen[key] = w.index
 
 
-def _archive_entry(f: Fields, production_cap: int) -> ArchiveEntry:
+def _archive_entry(f: Fields, production_cap: int | None) -> ArchiveEntry:
     cell = f.string("cell", nonempty=True)
     rate = f.number("pooled_rate_tps", low=0, low_open=True)
     for key in ("window", "start"):
         f.string(key, None, nonempty=True)
     cap = f.integer("clock_cap_mhz", None, low=1)
+    if cap is not None and production_cap is None:
+        raise f.fail("clock_cap_mhz", f"{cap}, but clocks do not apply (production_clock_cap_mhz is null)")
     if cap is not None and cap != production_cap:
         raise f.fail("clock_cap_mhz", f"{cap} differs from production_clock_cap_mhz {production_cap} "
                                       "(the archive holds same-clock controls only)")
@@ -313,7 +317,7 @@ def decide(inp: Win2Input) -> dict[str, Any]:
 
     decision = _aggregate(verdicts, bool(inconclusive))
     literal_decision = _aggregate(literal_cells, bool(inconclusive))
-    return {
+    result: dict[str, Any] = {
         "rule": RULE,
         "decision": decision,
         "reasons": [*inconclusive, *cell_lines, _summary(decision, verdicts)],
@@ -322,11 +326,17 @@ def decide(inp: Win2Input) -> dict[str, Any]:
         "spread": spread,
         "params": p.to_json(),
     }
+    if inp.production_clock_cap_mhz is None:
+        result["clocks"] = CLOCKS_NOT_APPLICABLE
+    return result
 
 
 def _clock_reasons(inp: Win2Input) -> list[str]:
     reasons: list[str] = []
     caps = {s: inp.starts[s].clock_cap_mhz for s in STARTS}
+    if inp.production_clock_cap_mhz is None:  # a site without GPU clocks: the clock reasons do not apply
+        capped = [s for s in STARTS if caps[s] is not None]
+        return [f"clock cap recorded for {', '.join(capped)}, but clocks do not apply on this site"] if capped else []
     unknown = [s for s in STARTS if caps[s] is None]
     if unknown:
         reasons.append(f"clock cap not recorded for {', '.join(unknown)}")

@@ -55,7 +55,8 @@ def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) ->
     for plan in plans:
         for arm in plan.arms:
             table = {_SIM_NAMES[k]: v for k, v in arm.sim.items() if k in _SIM_NAMES}
-            table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
+            if plan.production_clock_cap_mhz is not None:
+                table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
             if arm.speculative is not None:
                 table["reported_config"] = dict(arm.speculative)
             table["reported_digest"] = arm.config_digest
@@ -148,6 +149,7 @@ def write_receipts(root: Path, qualified: str, head: str) -> tuple[Path, Path]:
 def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualified: str, admission: Path,
                rng: Path, sim_url: str, out: Path, say: Callable[[str], None]) -> None:
     """Run every gate the plan requires, as `tally gate ...` and `tally rehearse` would."""
+    from ..gates.capability import plan_needs
     from ..gates.record import budget_gate, qualification_gate, rehearsal_gate, rng_gate
     from ..gates.rehearsal import rehearse, write_rehearsal
     from ..plan.register import registered_plan
@@ -163,7 +165,7 @@ def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualifi
             reserve = 333.0 if plan.budget.pair_reserve_s is not None else None
             outcome = budget_gate(book, signer, window, pair_reserve_s=reserve)
         elif gate == "rehearsal":
-            rehearsal = rehearse(sim_url, 1, timeout=30.0)
+            rehearsal = rehearse(sim_url, 1, timeout=30.0, needs=plan_needs(plan))
             _, _, responses = write_rehearsal(rehearsal, out / f"rehearsal-{window}")
             outcome = rehearsal_gate(book, signer, window, rehearsal, responses)
         else:

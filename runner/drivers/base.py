@@ -116,8 +116,13 @@ class HostDriver(Protocol):
         ...
 
     @property
-    def production_clock_cap_mhz(self) -> int:
-        """The GPU clock cap production is configured to run at."""
+    def production_clock_cap_mhz(self) -> int | None:
+        """The GPU clock cap production is configured to run at (``None``: the site has no GPU clocks)."""
+        ...
+
+    @property
+    def clocks(self) -> bool:
+        """Whether GPU clocks apply on this site (a site file may declare ``clocks = false``)."""
         ...
 
     @property

@@ -166,7 +166,7 @@ class CommandsDriver:
     kind = "commands"
 
     def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
-                 production_clock_cap_mhz: int, commands: Mapping[str, CommandTemplate], cwd: Path,
+                 production_clock_cap_mhz: int | None, commands: Mapping[str, CommandTemplate], cwd: Path,
                  state_dir: Path | None = None, kill_grace_s: float = 5.0, pass_env: tuple[str, ...] = (),
                  counter_source: CounterSourceName = "vllm") -> None:
         self._roles = dict(hosts)
@@ -202,8 +202,12 @@ class CommandsDriver:
         return self._counter_source
 
     @property
-    def production_clock_cap_mhz(self) -> int:
+    def production_clock_cap_mhz(self) -> int | None:
         return self._cap
+
+    @property
+    def clocks(self) -> bool:
+        return self._cap is not None
 
     @property
     def actions(self) -> frozenset[str]:
@@ -259,7 +263,7 @@ class CommandsDriver:
         elif name == "serving_url":
             value = self._serving_url
         elif name == "production_clock_cap_mhz":
-            value = str(self._cap)
+            value = "" if self._cap is None else str(self._cap)
         else:  # timeout_s
             value = f"{template.timeout_s:g}"
         return value

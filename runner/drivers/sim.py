@@ -50,8 +50,9 @@ class SimDriver:
 
     def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
                  hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None,
-                 counter_source: CounterSourceName = "vllm") -> None:
+                 clocks: bool = True, counter_source: CounterSourceName = "vllm") -> None:
         self.url = url.rstrip("/")
+        self._clocks = clocks
         self._counter_source: CounterSourceName = counter_source
         self._timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
         self._hosts = hosts
@@ -106,11 +107,17 @@ class SimDriver:
         return self._counter_source
 
     @property
-    def production_clock_cap_mhz(self) -> int:
+    def production_clock_cap_mhz(self) -> int | None:
+        if not self._clocks:
+            return None
         if self._cap is None:
             self._config()
         assert self._cap is not None
         return self._cap
+
+    @property
+    def clocks(self) -> bool:
+        return self._clocks
 
     @property
     def actions(self) -> frozenset[str]:

@@ -35,7 +35,7 @@ HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
-_COMMON = {"kind", "production_clock_cap_mhz", "actions"}
+_COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions"}
 _FIELDS = {
     "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s", "pass_env"},
     "sim": _COMMON | {"url", "hosts", "endpoints"},
@@ -135,7 +135,8 @@ def _sim_site(f: Fields) -> SimDriver:
         if len(set(names)) != len(names):
             raise f.fail("hosts", "host names must be unique")
         hosts = tuple(names)
-    cap = _cap(f, required=False)
+    clocks = f.boolean("clocks", True)
+    cap = _cap(f, required=False, clocks=clocks)
     source: CounterSourceName = "vllm"
     if "endpoints" in f.data:
         if not isinstance(f.raw("endpoints"), Mapping):
@@ -152,7 +153,8 @@ def _sim_site(f: Fields) -> SimDriver:
             raise table.fail(extra[0], "a sim site sets only timeout_s (the simulator runs the action)")
         if table.has("timeout_s"):
             timeouts[action] = _seconds(table, "timeout_s")
-    return SimDriver(url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap, counter_source=source)
+    return SimDriver(url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap, clocks=clocks,
+                     counter_source=source)
 
 
 def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsDriver:
@@ -171,8 +173,8 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
     if not isinstance(metrics_raw, list) or not metrics_raw:
         raise endpoints.fail("metrics_urls", "must be a non-empty list of URLs")
     metrics = tuple(_check_url(endpoints, f"metrics_urls[{i}]", u) for i, u in enumerate(metrics_raw))
-    cap = _cap(f, required=True)
-    assert cap is not None
+    clocks = f.boolean("clocks", True)
+    cap = _cap(f, required=clocks, clocks=clocks)
     state_dir = None
     if "state_dir" in f.data:
         value = f.raw("state_dir")
@@ -198,9 +200,12 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
         if check_programs:
             _program(template.argv[0], base_dir, table)
         commands[action] = template
-    missing = [a for a in REQUIRED_COMMAND_ACTIONS if a not in commands]
+    required = [a for a in REQUIRED_COMMAND_ACTIONS if clocks or a != "read_clock_cap"]
+    missing = [a for a in required if a not in commands]
     if missing:
-        raise f.fail(f"actions.{missing[0]}", f"required (a commands site needs {', '.join(REQUIRED_COMMAND_ACTIONS)})")
+        raise f.fail(f"actions.{missing[0]}", f"required (a commands site needs {', '.join(required)})")
+    if not clocks and "read_clock_cap" in commands:
+        raise f.fail("actions.read_clock_cap", "the site declares clocks = false: there is no clock cap to read")
     for action, template in commands.items():
         if "state_dir" in template.fields and state_dir is None:
             raise f.fail_here(f"actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
@@ -280,8 +285,13 @@ def _check_url(f: Fields, key: str, value: Any) -> str:
     return value
 
 
-def _cap(f: Fields, required: bool) -> int | None:
+def _cap(f: Fields, required: bool, clocks: bool) -> int | None:
     value = f.raw("production_clock_cap_mhz")
+    if not clocks:
+        if value is not None:
+            raise f.fail("production_clock_cap_mhz", "the site declares clocks = false (no GPU clocks): "
+                                                     "a clock cap does not apply")
+        return None
     if value is None:
         if required:
             raise f.fail("production_clock_cap_mhz", "required, production's GPU clock cap in MHz")

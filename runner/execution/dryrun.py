@@ -8,6 +8,7 @@ from ..gates.budget import budget_report
 from ..plan.register import registered_plan
 from ..state.fold import admission_blockers
 from ..state.replay import replay
+from .fit import unfit
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
@@ -27,6 +28,7 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     report = budget_report(plan.budget)
     row = report.rows[0] if report.rows else None
     under_marker = state.marker is not None and state.marker.get("window") != window
+    refusals = unfit(plan, driver, production_serves=not under_marker) if ws.ending is None and not ws.actions else []
     actions: list[str] = ["preflight (site)"]
     if under_marker:
         actions += [f"placeholder_proof {h}" for h in driver.hosts] + ["quiet_proof (site)"]
@@ -35,11 +37,14 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     actions += ["hold.opened", "snapshot" if not under_marker else "production.snapshot from the marker"]
     for start in plan.starts:
         waves = plan.waves_of(start.id)
-        actions += [f"start_arm {start.label} ({plan.arm(start.role).name})", "read_clock_cap -> start.began",
-                    f"standard_spec gate {start.id}", "warmup",
+        clocks = plan.production_clock_cap_mhz is not None
+        actions += [f"start_arm {start.label} ({plan.arm(start.role).name})",
+                    "read_clock_cap -> start.began" if clocks else "start.began (no GPU clocks)",
+                    f"start_config gate {start.id}",
+                    *([f"standard_spec gate {start.id}"] if plan.arm(start.role).speculates else []), "warmup",
                     f"{len(waves)} waves: " + ", ".join(f"{w.cell}/w{w.wave}/{w.family}/seed {w.seed}"
                                                         for w in waves[:4]) + (" ..." if len(waves) > 4 else ""),
-                    "read_clock_cap (thermal check)", f"stop_arm {start.label}"]
+                    *(["read_clock_cap (thermal check)"] if clocks else []), f"stop_arm {start.label}"]
     actions.append("measurement.ended")
     if plan.chain == "chained":
         actions += [f"placeholder_up {h}" for h in driver.hosts] + [f"fence {h}" for h in driver.hosts]
@@ -67,10 +72,12 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
         f"{budget.hard_ceiling_min:g}" + (f"; estimated ({row.label}) total {row.to_json()['total']}, "
                                           f"measurement end {row.to_json()['measurement_end']}" if row else ""),
         f"budget gate would say: {report.verdict}: {report.summary}",
-        "would execute:",
+        *(f"REFUSED: {reason}" for reason in refusals),
+        "would execute:" if not refusals else "would refuse to execute; the steps it would take:",
         *(f"  {i + 1:>3}. {a}" for i, a in enumerate(actions)),
     ]
     return {"window": window, "plan_sha256": reg.plan_sha256, "admitted": ws.admitted_seq is not None,
-            "blockers": blockers, "under_marker": under_marker, "actions": actions, "lines": lines,
+            "blockers": blockers, "refusals": refusals, "under_marker": under_marker, "actions": actions,
+            "lines": lines,
             "budget": {"verdict": report.verdict, "summary": report.summary,
                        "rows": [r.to_json() for r in report.rows]}}

@@ -9,6 +9,7 @@ that cut it. A finished control start of a win2-v1 window goes to the archive.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -108,16 +109,20 @@ class StartSteps(Recorder):
         reported = self._observed_spec(step.start)
         observed = reported if reported is not None else (arm.speculative or {})
 
-        def began(res: ActionResult) -> list[Pending]:
+        def began(facts: Mapping[str, Any]) -> list[Pending]:
             return [("start.began", p.StartBegan(
-                start=start.id, role=start.role, clock_cap_mhz=res.facts.get("clock_cap_mhz"),
+                start=start.id, role=start.role, clock_cap_mhz=facts.get("clock_cap_mhz"),
                 spec_config_sha256=spec_sha256(observed), spec_config=plain(observed),
                 config_digest=arm.config_digest,
-                identity={"arm": arm.name, "log_line": res.facts.get("log_line"),
+                identity={"arm": arm.name, "log_line": facts.get("log_line"),
                           "spec_config_source": "host" if reported is not None else "declared (host reported none)"},
             ), ())]
 
-        self.action("read_clock_cap", None, self.arm_params(step.start), start=step.start, then=began)
+        if self.plan.production_clock_cap_mhz is None:  # no GPU clocks on this site: no cap to read
+            self.append(began({}))
+            return
+        self.action("read_clock_cap", None, self.arm_params(step.start), start=step.start,
+                    then=lambda res: began(res.facts))
 
     def config_gate(self, step: Step, _r: RunResult) -> None:
         """``start_config``: what the host reported starting is the arm the plan declares."""
@@ -279,7 +284,7 @@ class StartSteps(Recorder):
         info = self.ws.starts.get(start.id) or {}
         lost = bool(step.args.get("lost"))
         failed = bool(step.args.get("failed"))
-        if not lost:
+        if not lost and self.plan.production_clock_cap_mhz is not None:
             cap = info.get("clock_cap_mhz")
 
             def thermal(res: ActionResult) -> list[Pending]:

@@ -99,6 +99,12 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         hold = self.state.hold
         if hold is not None and hold.get("owner") != self.owner and ws.ending is None:
             raise PolicyError(f"the HOLD is owned by {hold.get('owner')} (seq {hold.get('seq')}); refusing to run")
+        if ws.ending is None and not ws.actions and not abort:  # nothing done yet: does the site fit?
+            from .fit import refuse_unfit
+
+            marker = self.state.marker
+            serving = marker is None or marker.get("window") == self.window
+            refuse_unfit(self.plan, self.driver, production_serves=serving)
         if abort and ws.ending is None:
             self.append([("window.interrupted", p.WindowInterrupted(reason="abort", phase=ws.phase, detail={
                 "found_on": "abort", "open_actions": len(ws.open_actions)}), ())])

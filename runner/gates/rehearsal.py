@@ -1,4 +1,4 @@
-"""The API rehearsal (``docs/gates.md``): send the admission's probes to production first.
+"""The API rehearsal and capability probe (``docs/gates.md``): send the admission's probes to production first.
 
 Five tiny non-streaming probes (at most 8 generated tokens each, ``priority`` 10, sent
 back to back with no idle wait):
@@ -11,53 +11,55 @@ probe          request                     passes when
 ``seeded``     completion, T=1, top_p=1,   HTTP 200 with a choice
                ``seed`` 42
 ``terminator`` completion forcing EOS with HTTP 200, ``finish_reason`` ``stop``
-               ``allowed_token_ids``
+               ``allowed_token_ids``       (a vLLM check)
 ``control``    the ``logit_bias`` probe    HTTP 400 whose message says the parameter is
-               replayed                    not supported with speculative decoding
+               replayed                    not supported with speculative decoding (the
+                                           vLLM check of the R16 cause)
 =============  ==========================  ==============================================
 
-Each probe's whole exchange is bounded by the timeout (an overall deadline, not per
-read: a server trickling bytes cannot stretch it) and its reply by 1 MiB; a probe over
-either is "no answer, rerun". After a probe got no answer within the timeout, the
-remaining probes are not sent (recorded as "no answer, rerun", ``not sent``).
+then the capability probe's requests (:mod:`.capability`, at most 8 tokens each, also
+back to back), which record for every request field a window relies on whether the
+server honours, ignores or refuses it. The probe fails when a field the window needs
+(:func:`.capability.plan_needs`, plus the vLLM checks unless they are turned off) is
+not as needed; ``accept_ignored`` names fields the operator accepts being ignored
+(recorded). With the vLLM checks off the terminator and control are still sent and
+recorded, but do not decide.
+
+Each probe's whole exchange is bounded by the timeout and its reply by 1 MiB
+(:mod:`.probe`); a probe over either is "no answer, rerun". After a probe got no
+answer within the timeout, the remaining probes are not sent (recorded as "no answer,
+rerun", ``not sent``).
 
 Reading of a failure: transport error or 5xx = "no answer, rerun"; anything else (a 4xx,
 a 200 where the control expected 400, a wrong finish reason) = "probe wrong for this
 server". ``cause_confirmed`` is true when the control came back 400 with the
-speculative-decoding message. Verdict PASS when every probe passed; the command exits
-0 PASS, 3 when every failure is "no answer", else 1.
+speculative-decoding message. Verdict PASS when every deciding probe passed and every
+needed field is as needed; the command exits 0 PASS, 3 when every failure is "no
+answer", else 1.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..vocabulary import GateVerdict
+from .capability import FieldResult, Need, assess, capability_probes, forced_probes, judge_answered, vllm_needs
+from .probe import MAX_TOKENS, PRIORITY, Judge, Outcome, Probe, ProbeResult, error_of, not_sent, send, token_count
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_TOKENS", "PRIORITY", "Probe", "ProbeResult", "Rehearsal", "probes", "rehearse", "write_rehearsal"]
+__all__ = ["MAX_TOKENS", "PRIORITY", "VLLM_PROBES", "Probe", "ProbeResult", "Rehearsal", "probes", "rehearse",
+           "responses_jsonl", "write_rehearsal"]
 
-MAX_TOKENS = 8
-PRIORITY = 10
-NO_ANSWER = "no answer, rerun"
-WRONG_PROBE = "probe wrong for this server"
 SPEC_DECODE_MESSAGE = "speculative decoding"
-Outcome = Literal["pass", "no_answer", "wrong"]
-
-
-@dataclass(frozen=True)
-class Probe:
-    name: str
-    path: str
-    body: dict[str, Any]
-    expect: str
+VLLM_PROBES = ("terminator", "control")
+"""The probes that hold only on vLLM (``allowed_token_ids``; ``logit_bias`` refused under speculation)."""
 
 
 def probes(eos: int, model: str | None = None) -> tuple[Probe, ...]:
@@ -76,37 +78,8 @@ def probes(eos: int, model: str | None = None) -> tuple[Probe, ...]:
         Probe("terminator", "/v1/completions", {**base, "prompt": "Stop here.", "allowed_token_ids": [eos]},
               "HTTP 200, finish_reason stop (EOS forced with allowed_token_ids)"),
         Probe("control", "/v1/completions", {**base, "prompt": "Stop here.", "logit_bias": {str(eos): 100}},
-              "HTTP 400: logit_bias is not supported with speculative decoding"),
+              "HTTP 400: logit_bias is not supported with speculative decoding (vLLM)"),
     )
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    name: str
-    endpoint: str
-    request: dict[str, Any]
-    request_sha256: str
-    status: int | None
-    ok: bool
-    outcome: Outcome
-    reading: str | None
-    detail: str
-    error: Any
-    finish_reason: str | None
-    stop_reason: Any
-    usage: Any
-    response_sha256: str | None
-    elapsed_s: float
-    response_text: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "probe": self.name, "endpoint": self.endpoint, "request": self.request,
-            "request_sha256": self.request_sha256, "status": self.status, "ok": self.ok,
-            "reading": self.reading, "detail": self.detail, "error": self.error,
-            "finish_reason": self.finish_reason, "stop_reason": self.stop_reason, "usage": self.usage,
-            "response_sha256": self.response_sha256, "elapsed_s": round(self.elapsed_s, 6),
-        }
 
 
 @dataclass(frozen=True)
@@ -114,10 +87,24 @@ class Rehearsal:
     url: str
     eos: int
     results: tuple[ProbeResult, ...]
+    capability_results: tuple[ProbeResult, ...] = ()
+    fields: tuple[FieldResult, ...] = ()
+    needs: tuple[Need, ...] = ()
+    vllm_checks: bool = True
+    accept_ignored: tuple[str, ...] = ()
+
+    @property
+    def deciding(self) -> tuple[ProbeResult, ...]:
+        """The admission probes that decide: all five, or without the vLLM checks the first three."""
+        return self.results if self.vllm_checks else tuple(r for r in self.results if r.name not in VLLM_PROBES)
+
+    @property
+    def field_failures(self) -> tuple[FieldResult, ...]:
+        return tuple(f for f in self.fields if f.failure is not None)
 
     @property
     def verdict(self) -> GateVerdict:
-        return "PASS" if all(r.ok for r in self.results) else "FAIL"
+        return "PASS" if all(r.ok for r in self.deciding) and not self.field_failures else "FAIL"
 
     @property
     def cause_confirmed(self) -> bool:
@@ -126,8 +113,9 @@ class Rehearsal:
     @property
     def no_answer(self) -> bool:
         """Every failure is 'no answer' (exit 3): nothing was learnt about the probes."""
-        failures = [r for r in self.results if not r.ok]
-        return bool(failures) and all(r.outcome == "no_answer" for r in failures)
+        failures = [r.outcome == "no_answer" for r in self.deciding if not r.ok]
+        failures += [f.no_answer for f in self.field_failures]
+        return bool(failures) and all(failures)
 
     @property
     def exit_code(self) -> int:
@@ -136,9 +124,19 @@ class Rehearsal:
     @property
     def summary(self) -> str:
         if self.verdict == "PASS":
-            return "PASS: every probe answered as expected; the control came back 400 (cause confirmed)"
-        failed = ", ".join(f"{r.name} ({r.reading})" for r in self.results if not r.ok)
-        return f"FAIL: {failed}"
+            control = "the control came back 400 (cause confirmed)" if self.vllm_checks else "vLLM checks off"
+            needed = [f.field for f in self.fields
+                      if f.need is not None and f.need.want != "accepted" and not f.accepted_ignored]
+            text = f"PASS: every probe answered as expected; {control}"
+            if needed:
+                text += f"; every field needed is as needed ({', '.join(needed)})"
+            accepted = [f.field for f in self.fields if f.accepted_ignored and f.need is not None]
+            if accepted:
+                text += f"; ignored and accepted: {', '.join(accepted)}"
+            return text
+        failed = ", ".join(f"{r.name} ({r.reading})" for r in self.deciding if not r.ok)
+        fields = "; ".join(str(f.failure) for f in self.field_failures)
+        return "FAIL: " + "; ".join(part for part in (failed, fields) if part)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,30 +144,27 @@ class Rehearsal:
             "cause_confirmed": self.cause_confirmed,
             "no_answer": self.no_answer,
             "reading": [{"probe": r.name, "reading": r.reading, "detail": r.detail}
-                        for r in self.results if not r.ok],
+                        for r in self.deciding if not r.ok],
             "url": self.url,
             "eos": self.eos,
             "max_tokens": MAX_TOKENS,
             "priority": PRIORITY,
-            "probes": [r.to_json() for r in self.results],
+            "probes": [dict(r.to_json(), vllm_check=r.name in VLLM_PROBES) for r in self.results],
+            "vllm_checks": self.vllm_checks,
+            "needs": [n.to_json() for n in self.needs],
+            "accept_ignored": list(self.accept_ignored),
+            "fields": {f.field: f.status for f in self.fields},
+            "capabilities": [f.to_json() for f in self.fields],
+            "capability_failures": [f.failure for f in self.field_failures],
+            "capability_probes": [r.to_json() for r in self.capability_results],
         }
 
 
-def _error_of(body: Any) -> tuple[Any, str]:
-    """The error object and its message, for vLLM's nested and older flat error bodies."""
-    if isinstance(body, dict):
-        if isinstance(body.get("error"), dict):
-            return body["error"], str(body["error"].get("message", ""))
-        if body.get("object") == "error" or "message" in body:
-            return body, str(body.get("message", ""))
-    return body, ""
-
-
-def _judge(probe: Probe, status: int, body: Any) -> tuple[bool, Outcome, str]:
-    """(ok, outcome, detail) for an HTTP answer."""
+def _judge(probe: Probe, status: int, body: Any, parts: dict[str, Any]) -> tuple[bool, Outcome, str]:
+    """(ok, outcome, detail) for an HTTP answer to one of the admission's probes."""
     if status >= 500:
         return False, "no_answer", f"HTTP {status}"
-    _error, message = _error_of(body)
+    _error, message = error_of(body)
     if probe.name == "control":
         if status == 400 and SPEC_DECODE_MESSAGE in message.lower():
             return True, "pass", "HTTP 400 with the speculative-decoding message"
@@ -182,96 +177,57 @@ def _judge(probe: Probe, status: int, body: Any) -> tuple[bool, Outcome, str]:
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False, "wrong", "HTTP 200 without a choice"
-    usage = body.get("usage") if isinstance(body, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    tokens = token_count(parts)
     if isinstance(tokens, int) and tokens > MAX_TOKENS:
         return False, "wrong", f"generated {tokens} tokens, more than {MAX_TOKENS}"
-    if probe.name == "terminator" and choices[0].get("finish_reason") != "stop":
-        return False, "wrong", f"finish_reason {choices[0].get('finish_reason')!r}, not 'stop'"
+    if probe.name == "terminator" and parts.get("finish_reason") != "stop":
+        return False, "wrong", f"finish_reason {parts.get('finish_reason')!r}, not 'stop'"
     return True, "pass", "HTTP 200"
 
 
-def _no_answer(probe: Probe, request_sha: str, detail: str, error: Any, elapsed: float) -> ProbeResult:
-    return ProbeResult(probe.name, probe.path, probe.body, request_sha, None, False, "no_answer", NO_ANSWER,
-                       detail, error, None, None, None, None, elapsed, None)
+class _Sender:
+    """Sends probes back to back; after one got no answer within the timeout, the rest are not sent."""
 
+    def __init__(self, client: httpx.Client, url: str, timeout: float) -> None:
+        self.client, self.url, self.timeout = client, url, timeout
+        self.stalled: str | None = None
 
-def _request_bytes(probe: Probe) -> tuple[bytes, str]:
-    data = json.dumps(probe.body, separators=(",", ":"), sort_keys=True).encode()
-    return data, hashlib.sha256(data).hexdigest()
-
-
-def _run_probe(client: httpx.Client, url: str, probe: Probe, timeout: float) -> tuple[ProbeResult, bool]:
-    """One probe, its whole exchange within ``timeout`` seconds and its reply within 1 MiB; (result, timed out)."""
-    import time
-
-    import httpx
-
-    from ledger.errors import FormatError
-    from ledger.strictjson import read_json
-
-    from ..measure.bounds import MAX_PROBE_BYTES, ReplyRefused, fetch
-
-    data, request_sha = _request_bytes(probe)
-    began = time.perf_counter()
-    try:
-        reply = fetch(client, "POST", url.rstrip("/") + probe.path, content=data, deadline_s=timeout,
-                      max_bytes=MAX_PROBE_BYTES, what="the reply", headers={"content-type": "application/json"})
-    except httpx.TimeoutException as exc:
-        detail = f"no complete answer within {timeout:g} s ({type(exc).__name__})"
-        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), True
-    except ReplyRefused as exc:
-        detail = str(exc)
-        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), False
-    except (httpx.HTTPError, OSError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"[:500]
-        return _no_answer(probe, request_sha, detail, {"transport": detail}, time.perf_counter() - began), False
-    elapsed = time.perf_counter() - began
-    raw = reply.body
-    text = reply.text
-    try:
-        body: Any = read_json(raw, "the reply", max_bytes=MAX_PROBE_BYTES)
-    except FormatError:
-        body = text
-    ok, outcome, detail = _judge(probe, reply.status, body)
-    choice = body["choices"][0] if (isinstance(body, dict) and isinstance(body.get("choices"), list)
-                                    and body["choices"] and isinstance(body["choices"][0], dict)) else {}
-    error = _error_of(body)[0] if reply.status >= 400 else None
-    reading = None if ok else (NO_ANSWER if outcome == "no_answer" else WRONG_PROBE)
-    return ProbeResult(
-        probe.name, probe.path, probe.body, request_sha, reply.status, ok, outcome, reading, detail, error,
-        choice.get("finish_reason"), choice.get("stop_reason"),
-        body.get("usage") if isinstance(body, dict) else None,
-        hashlib.sha256(raw).hexdigest(), elapsed, text,
-    ), False
+    def __call__(self, probe: Probe, judge: Judge) -> ProbeResult:
+        if self.stalled is not None:
+            return not_sent(probe, f"not sent: probe {self.stalled} got no answer within {self.timeout:g} s")
+        result, timed_out = send(self.client, self.url, probe, self.timeout, judge)
+        if timed_out:
+            self.stalled = probe.name
+        return result
 
 
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
-             transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None) -> Rehearsal:
-    """Send every probe once, in order, with no idle wait between them.
+             transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None,
+             needs: Sequence[Need] = (), vllm_checks: bool = True,
+             accept_ignored: Sequence[str] = ()) -> Rehearsal:
+    """Send every probe once, in order, with no idle wait between them; then read every field.
 
-    Each probe's whole exchange is bounded by ``timeout`` (however slowly the server
-    dribbles its reply) and its reply by 1 MiB. A probe that got no complete answer
-    in time means the server is not answering: the probes after it are not sent (each
-    recorded as "no answer, rerun", not sent), so a stalled server costs one timeout, not five.
+    ``needs`` are the window's (:func:`.capability.plan_needs`); the vLLM checks add
+    theirs unless ``vllm_checks`` is false. Each probe's whole exchange is bounded by
+    ``timeout`` (however slowly the server dribbles its reply) and its reply by 1 MiB.
+    A probe that got no complete answer in time means the server is not answering: the
+    probes after it are not sent (each recorded as "no answer, rerun", not sent), so a
+    stalled server costs one timeout, not one per probe.
     """
     import httpx
 
     from ..measure.transport import StampingTransport
 
-    results: list[ProbeResult] = []
-    stalled: str | None = None
+    all_needs = tuple(needs) + (vllm_needs() if vllm_checks else ())
     with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
-        for probe in probes(eos, model):
-            if stalled is not None:
-                detail = f"not sent: probe {stalled} got no answer within {timeout:g} s"
-                results.append(_no_answer(probe, _request_bytes(probe)[1], detail, {"transport": detail}, 0.0))
-                continue
-            result, timed_out = _run_probe(client, url, probe, timeout)
-            if timed_out:
-                stalled = probe.name
-            results.append(result)
-    return Rehearsal(url, eos, tuple(results))
+        sender = _Sender(client, url, timeout)
+        results = tuple(sender(probe, _judge) for probe in probes(eos, model))
+        capability = tuple(sender(probe, judge_answered)
+                           for probe in capability_probes(eos, model, {r.name: r for r in results}))
+        seen = {r.name: r for r in results + capability}
+        capability += tuple(sender(probe, judge_answered) for probe in forced_probes(eos, model, seen))
+    fields = assess(eos, {r.name: r for r in results + capability}, all_needs, accept_ignored)
+    return Rehearsal(url, eos, results, capability, fields, all_needs, vllm_checks, tuple(accept_ignored))
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -285,7 +241,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
     lines = []
-    for r in rehearsal.results:
+    for r in rehearsal.results + rehearsal.capability_results:
         lines.append(json.dumps({"probe": r.name, "status": r.status, "response_sha256": r.response_sha256,
                                  "body": r.response_text, "error": r.error if r.status is None else None},
                                 sort_keys=True))

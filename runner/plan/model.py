@@ -43,6 +43,7 @@ from ..vocabulary import (
 __all__ = [
     "CHAIN_MODES",
     "CONTEXTS",
+    "CONTEXT_TOKENS",
     "CONTROL_ROLE",
     "GATES",
     "MODES",
@@ -70,6 +71,9 @@ MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-po
 CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
 ROLES = ARM_ROLES
 CONTEXTS: tuple[str, ...] = ("short", "8k", "32k", "64k", "128k", "150k")
+CONTEXT_TOKENS: Mapping[str, int] = {"short": 2048, "8k": 8192, "32k": 32768, "64k": 65536, "128k": 131072,
+                                     "150k": 153600}
+"""The size of each standard context label; a cell with another label declares ``context_tokens``."""
 SPEC_OFF = "none"
 """An arm's ``speculative`` when it runs no speculative decoding (a spec-off control)."""
 WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
@@ -135,16 +139,29 @@ class Start:
 
 @dataclass(frozen=True)
 class Cell:
-    """A context/batch condition; ``decision`` cells feed the verdict."""
+    """A context/batch condition; ``decision`` cells feed the verdict.
+
+    ``context`` is a label: one of :data:`CONTEXTS` (whose size is known) or any other
+    name with a declared ``context_tokens``.
+    """
 
     name: str
     context: str
     concurrency: int
     decision: bool
+    context_tokens: int | None = None  # declared size; None: the known size of a standard label
+
+    @property
+    def tokens(self) -> int:
+        """The context's size in tokens (declared, else the standard label's)."""
+        return self.context_tokens if self.context_tokens is not None else CONTEXT_TOKENS[self.context]
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "context": self.context, "concurrency": self.concurrency,
-                "decision": self.decision}
+        data: dict[str, Any] = {"name": self.name, "context": self.context, "concurrency": self.concurrency,
+                                "decision": self.decision}
+        if self.context_tokens is not None:
+            data["context_tokens"] = self.context_tokens
+        return data
 
 
 @dataclass(frozen=True)
@@ -271,7 +288,7 @@ class Plan:
     mode: str
     commit: str
     chain: ChainMode
-    production_clock_cap_mhz: int
+    production_clock_cap_mhz: int | None  # None: GPU clocks do not apply (the site declares clocks = false)
     sampling: Sampling
     arms: tuple[Arm, ...]
     starts: tuple[Start, ...]

@@ -141,8 +141,13 @@ def _cells(f: Fields) -> tuple[Cell, ...]:
         name = t.string("name", pattern=NAME, what="a cell name (letters, digits, . _ -)")
         if name in {c.name for c in cells}:
             raise t.fail("name", f"cell {name} appears twice")
-        cells.append(Cell(name, t.string("context", choices=CONTEXTS), t.integer("concurrency", 1, low=1, high=1024),
-                          t.boolean("decision", True)))
+        context = t.string("context", pattern=NAME, what="a context label (letters, digits, . _ -)")
+        tokens = t.integer("context_tokens", None, low=1, high=100_000_000)
+        if tokens is None and context not in CONTEXTS:
+            raise t.fail("context_tokens", f"required for context {context!r} (the standard labels "
+                                           f"{', '.join(CONTEXTS)} have known sizes): its size in tokens")
+        cells.append(Cell(name, context, t.integer("concurrency", 1, low=1, high=1024), t.boolean("decision", True),
+                          tokens))
         t.done()
     if not cells:
         raise f.fail("cells", "at least one cell is needed")
@@ -163,8 +168,8 @@ def _families(f: Fields, cells: tuple[Cell, ...]) -> tuple[Family, ...]:
         orders_t = t.table("orders", required=True)
         orders: dict[str, tuple[str, ...]] = {}
         for context in orders_t.data:
-            if context not in CONTEXTS:
-                raise orders_t.fail(context, f"expected a context, one of {', '.join(CONTEXTS)}")
+            if not NAME.fullmatch(context):
+                raise orders_t.fail(context, "expected a context label (letters, digits, . _ -)")
             ids = orders_t.strings(context, pattern=NAME, what="a prompt id")
             if not ids:
                 raise orders_t.fail(context, "a frozen order needs at least one prompt id")
@@ -196,6 +201,17 @@ def _measurement(f: Fields, protocol: str) -> Measurement:
         raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
     f.done()
     return m
+
+
+def _clock_cap(f: Fields) -> int | None:
+    """Production's GPU clock cap; ``"none"`` (TOML) or null (the registered JSON): no GPU clocks apply."""
+    if "production_clock_cap_mhz" not in f.data:
+        raise f.fail("production_clock_cap_mhz", 'required: production\'s GPU clock cap in MHz, or "none" on '
+                                                 "hosts without GPU clocks")
+    value = f.raw("production_clock_cap_mhz")
+    if value is None or value == "none":
+        return None
+    return int(f.integer("production_clock_cap_mhz", low=1, high=100_000))
 
 
 def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int]:
@@ -295,7 +311,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     commit = f.string("commit", pattern=COMMIT, what="a full commit id (40 or 64 lowercase hex)")
     chain = f.string("chain", "none", choices=CHAIN_MODES)
     description = f.string("description", "")
-    cap = f.integer("production_clock_cap_mhz", low=1, high=100_000)
+    cap = _clock_cap(f)
     sampling = _sampling(f.table("sampling"), protocol)
     arms = _arms(f, protocol, mode)
     starts = _starts(f, protocol, mode, {a.role for a in arms})
@@ -354,7 +370,9 @@ def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, 
                 if prompt is None:
                     raise FieldError(f"{where}.orders.{context}[{i}]", f"prompt {pid!r} is not in {family.prompts}")
                 kind = getattr(prompt, "kind", "")
-                if kind in CONTEXTS and kind != context:
+                # a prompt whose kind names another of the family's contexts, or (in a standard
+                # context) another standard context, is in the wrong order
+                if kind and kind != context and (kind in family.orders or (context in CONTEXTS and kind in CONTEXTS)):
                     raise FieldError(f"{where}.orders.{context}[{i}]",
                                      f"prompt {pid!r} has kind {kind}, not context {context}")
         out[family.name] = data

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledger.canonical import canonical
@@ -39,9 +39,14 @@ def input_sha256(data: Mapping[str, Any]) -> str:
 
 
 def build_document(data: Mapping[str, Any], result: Mapping[str, Any], *, title: str,
-                   context: Mapping[str, Any] | None = None, plots: bool = True) -> Document:
-    """The report of ``result`` (from ``runner.decide.compute(data)``)."""
-    head = [_decision_section(result)]
+                   context: Mapping[str, Any] | None = None, plots: bool = True,
+                   banners: Sequence[Section] = (), appendix: Sequence[Section] = ()) -> Document:
+    """The report of ``result`` (from ``runner.decide.compute(data)``).
+
+    ``banners`` follow the decision (what a reader must see first); ``appendix`` follows
+    the rule's sections (a window's gate results and plan facts).
+    """
+    head = [_decision_section(result), *banners]
     if context:
         rows = tuple((str(k), _text(v)) for k, v in context.items())
         head.append(Section("Context", (Table(("field", "value"), rows),)))
@@ -51,7 +56,7 @@ def build_document(data: Mapping[str, Any], result: Mapping[str, Any], *, title:
         body = _pp3_sections(data, result, plots)
     else:
         raise ValueError(f"no report for rule {result['rule']!r}")
-    return Document(title, result["rule"], result["decision"], (*head, *body))
+    return Document(title, result["rule"], result["decision"], (*head, *body, *appendix))
 
 
 def _text(value: Any) -> str:
@@ -71,13 +76,15 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     params = result["params"]
     starts = data["starts"]
     inputs = Table(("input", "value"), (
-        ("production clock cap", f"{data['production_clock_cap_mhz']} MHz"),
+        ("production clock cap", "not applicable (no GPU clocks on this site)"
+         if data["production_clock_cap_mhz"] is None else f"{data['production_clock_cap_mhz']} MHz"),
         *((f"start {s}", f"role {starts[s]['role']}, clock cap "
                          f"{DASH if starts[s]['clock_cap_mhz'] is None else str(starts[s]['clock_cap_mhz']) + ' MHz'}")
           for s in ("s1", "s2", "s3")),
         ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
         ("decision cells", ", ".join(data["decision_cells"])),
-        ("waves", str(len(data["waves"]))),
+        ("waves counted", _waves_counted(data)),
+        ("repeats (registered)", str(params["repeats"])),
         ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
         ("confidence", f"{params['confidence']:.0%} paired-t interval"),
         ("guard", f"LOSS when the candidate is worse than both controls in >= {params['guard_min_repeats']} "
@@ -128,6 +135,12 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     return sections
 
 
+def _waves_counted(data: Mapping[str, Any]) -> str:
+    excluded = len(data.get("excluded_waves") or [])
+    note = f" ({excluded} measured wave(s) not counted: see the reasons)" if excluded else ""
+    return f"{len(data['waves'])}{note}"
+
+
 def _pct_plain(value: float | None) -> str:
     return DASH if value is None else f"{value:.2%}"
 
@@ -175,17 +188,19 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
                              "changes per context/family against the regression limit."))
     sections = [Section("Gain and bootstrap", tuple(blocks))]
 
-    table = {(r["block"], r["family"], r["context"]): r for r in data["requests"]}
+    table: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for r in data["requests"]:  # a block holds every request of a pair (one per prompt of the order)
+        table.setdefault((r["block"], r["family"], r["context"]), []).append(r)
     pair_rows = []
     for label, entry in result["per_pair"].items():
         family, context = label.split("/", 1)
         rates = []
         for block in ("A1", "A2", "B1", "B2"):
-            r = table.get((block, family, context))
-            if r is None or r["delivered_tokens"] is None or not r["decode_s"]:
-                rates.append(DASH)
-            else:
-                rates.append(fmt_number(r["delivered_tokens"] / r["decode_s"]))
+            requests = table.get((block, family, context), [])
+            tokens = sum(r["delivered_tokens"] or 0 for r in requests)
+            seconds = math.fsum(r["decode_s"] or 0.0 for r in requests)
+            usable = requests and all(r["delivered_tokens"] is not None and r["decode_s"] for r in requests)
+            rates.append(fmt_number(tokens / seconds) if usable and seconds else DASH)
         flags = [what for what, key in (("TTFT", "ttft_change"), ("p95", "round_p95_change"))
                  if entry[key] is not None and entry[key] > params["max_regression"]]
         pair_rows.append((label, *rates, fmt_pct(entry["gain"]), fmt_pct(entry["ttft_change"]),
@@ -203,8 +218,8 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
                                                          r["context"])))
     sections.append(Section("Requests (every request, including failed ones)", (
         Table(("block", "pair", "status", "delivered tokens", "decode s", "TTFT s", "p95 round ms"), request_rows),
-        Para(f"gates passed: {'yes' if data['gates_passed'] else 'no'}; failures: "
-             f"{', '.join(data['failures']) if data['failures'] else 'none'}"),
+        Para(f"admitted (every required gate passed before the window ran): {'yes' if data['gates_passed'] else 'no'}; "
+             f"failures: {', '.join(data['failures']) if data['failures'] else 'none'}"),
     )))
     return sections
 

@@ -45,5 +45,9 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
         computed["decision"] = "REJECT"
         computed["reasons"] = list(result.get("reasons", [])) + computed.get("reasons", [])
         result = computed
-    paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context)
+    from .evidence import window_evidence
+
+    evidence = window_evidence(reg.plan, list(ledger.events(stream=f"window/{window}")))
+    paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context,
+                         banners=evidence.head_sections(), appendix=evidence.sections())
     return {**paths.to_json(), "decision": payload["result"].get("decision")}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import FormatError
 
+from .document import Section
 from .html import render_html
 from .markdown import figure_path, render_markdown
 from .sections import build_document
@@ -36,7 +37,8 @@ def _write(path: Path, data: bytes) -> None:
 
 def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Path | str, *,
                  title: str | None = None, context: Mapping[str, Any] | None = None,
-                 plots: bool = True) -> ReportPaths:
+                 plots: bool = True, banners: Sequence[Section] = (),
+                 appendix: Sequence[Section] = ()) -> ReportPaths:
     """Render the report of ``result`` (= ``runner.decide.compute(data)``) into ``out_dir``.
 
     ``context`` (e.g. window id, plan digest, ledger seqs, inputs_digest) is shown as a table
@@ -44,7 +46,7 @@ def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Pa
     """
     out = Path(out_dir)
     doc = build_document(data, result, title=title or f"tally verdict report: {result['rule']}",
-                         context=context, plots=plots)
+                         context=context, plots=plots, banners=banners, appendix=appendix)
     try:
         out.mkdir(parents=True, exist_ok=True)
         figures = []

@@ -26,7 +26,9 @@ from ..fields import Fields
 
 __all__ = [
     "FAULT_KINDS",
+    "IGNORABLE_FIELDS",
     "METRICS_FORMATS",
+    "REFUSABLE_FIELDS",
     "SPEC_SERIES",
     "STREAM_MODES",
     "ArmConfig",
@@ -38,8 +40,14 @@ __all__ = [
 
 # The spec-decode series a simulated vLLM exposes (older versions lack drafts/per_pos).
 SPEC_SERIES = ("drafts", "draft_tokens", "accepted", "per_pos")
-# Fields a simulated server can be told to ignore (a server that is not vLLM, or an old one).
-IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_token_ids", "return_token_ids")
+# Request fields a simulated server can be told to ignore silently (as llama-cpp-python's
+# server drops the fields it does not declare) or to refuse with a 400 naming the field (as
+# vLLM V0 refuses a priority without priority scheduling). ``stream_options.include_usage``
+# ignores only that member (no usage chunk); ``max_tokens`` covers ``max_completion_tokens``.
+IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_token_ids", "return_token_ids",
+                    "max_tokens", "cache_salt", "stop_token_ids", "stream_options", "stream_options.include_usage",
+                    "logit_bias")
+REFUSABLE_FIELDS = IGNORABLE_FIELDS
 # How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
 STREAM_MODES = ("step", "token")
 # What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
@@ -155,6 +163,7 @@ class SimConfig:
     step_jitter: float = 0.02
     thermal_cap_mhz: int = 2000
     ignore_fields: tuple[str, ...] = ()
+    refuse_fields: tuple[str, ...] = ()
     arms: tuple[ArmConfig, ...] = field(default_factory=_default_arms)
     faults: Mapping[str, Any] = field(default_factory=dict)
     stream_mode: str = "step"          # STREAM_MODES
@@ -189,6 +198,7 @@ class SimConfig:
         data["hosts"] = list(self.hosts)
         data["spec_metrics"] = list(self.spec_metrics)
         data["ignore_fields"] = list(self.ignore_fields)
+        data["refuse_fields"] = list(self.refuse_fields)
         data["arms"] = {arm.name: arm.to_table() for arm in self.arms}
         data["faults"] = json.loads(json.dumps(dict(self.faults)))
         return data
@@ -259,6 +269,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         kw["spec_metrics"] = f.strings("spec_metrics", choices=SPEC_SERIES)
     if f.has("ignore_fields"):
         kw["ignore_fields"] = f.strings("ignore_fields", choices=IGNORABLE_FIELDS)
+    if f.has("refuse_fields"):
+        kw["refuse_fields"] = f.strings("refuse_fields", choices=REFUSABLE_FIELDS)
     kw["arms"] = SimConfig().arms
     if f.has("arms"):
         table = f.table("arms")

@@ -13,6 +13,7 @@ taken before a stop truncates the step, as vLLM's spec-decode stats are.
 
 from __future__ import annotations
 
+import math
 import random
 import zlib
 from collections.abc import Sequence
@@ -63,6 +64,11 @@ def token_text(token: int, eos_token_id: int) -> str:
     return " " + _WORDS[token % len(_WORDS)]
 
 
+def _weight(bias: float) -> float:
+    """e^bias, the bias clamped to [-100, 100] as vLLM clamps it."""
+    return math.exp(min(max(bias, -100.0), 100.0))
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """The request fields that change what is generated."""
@@ -72,6 +78,7 @@ class SamplingParams:
     ignore_eos: bool = False
     allowed_token_ids: tuple[int, ...] | None = None
     stop_token_ids: tuple[int, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token, bias): the token's weight times e^bias
 
 
 @dataclass(frozen=True)
@@ -158,9 +165,43 @@ class Generation:
         eos = self.eos_token_id
         eos_masked = self.generated < self.params.min_tokens
         allowed = self.params.allowed_token_ids
+        bias = {t: b for t, b in self.params.logit_bias if not (eos_masked and t == eos)}
         if allowed:
             pool = [t for t in allowed if not (eos_masked and t == eos)] or list(allowed)
+            if bias:
+                return self._weighted(pool, [_weight(bias.get(t, 0.0)) for t in pool])
             return pool[self._rng.randrange(len(pool))]
+        if bias:
+            return self._biased(bias)
+        return self._free()
+
+    def _weighted(self, tokens: Sequence[int], weights: Sequence[float]) -> int:
+        point = self._rng.random() * sum(weights)
+        for token, weight in zip(tokens, weights, strict=True):
+            point -= weight
+            if point < 0:
+                return token
+        return tokens[-1]
+
+    def _biased(self, bias: dict[int, float]) -> int:
+        """A draw with ``logit_bias``: each biased token weighs e^bias against the rest of the vocabulary.
+
+        Every other token keeps weight 1 (the free draw, redrawn when it lands on a biased
+        token), so a bias of +100 forces its token and -100 bans it, as in vLLM.
+        """
+        tokens = sorted(bias)
+        weights = [_weight(bias[t]) for t in tokens]
+        rest = float(self.vocab_size - len(tokens))
+        if self._rng.random() * (sum(weights) + rest) < sum(weights):
+            return self._weighted(tokens, weights)
+        while True:
+            token = self._free()
+            if token not in bias:
+                return token
+
+    def _free(self) -> int:
+        eos = self.eos_token_id
+        eos_masked = self.generated < self.params.min_tokens
         free_eos = not self.params.ignore_eos and not eos_masked
         if free_eos and self.eos_probability > 0 and self._rng.random() < self.eos_probability:
             return eos

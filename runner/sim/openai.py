@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 _SAMPLING_EPS = 1e-5
+IGNORED_MAX_TOKENS = 16   # what a server ignoring max_tokens generates (llama-cpp-python's completion default)
+_MAX_TOKENS_NAMES = ("max_tokens", "max_completion_tokens")
 SPEC_REJECTION = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
 Kind = Literal["completion", "chat"]
 
@@ -125,7 +127,10 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
     """Frontend validation of a request body; raises :class:`ApiError`."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.")
-    body = {k: v for k, v in body.items() if k not in config.ignore_fields}
+    for name in config.refuse_fields:
+        if _carries(body, name):
+            raise _bad(f"Parameter '{name}' is not supported by this server.", name)
+    body = _without_ignored(body, config.ignore_fields)
     model = body.get("model")
     if model is None:
         model = config.model
@@ -140,7 +145,8 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
             raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
         if not isinstance(options, dict):
             raise _bad("stream_options must be an object", "stream_options")
-    include_usage = bool(options and options.get("include_usage", True))
+    include_usage = bool(options and options.get("include_usage", True)) \
+        and "stream_options.include_usage" not in config.ignore_fields
     continuous = bool(options and options.get("continuous_usage_stats", False))
     if kind == "completion":
         prompt_ids = _completion_prompt(body.get("prompt"), config.vocab_size)
@@ -154,7 +160,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
     max_tokens = _int(body, max_name, None, 1)
     room = config.max_model_len - len(prompt_ids)
     if max_tokens is None:
-        max_tokens = max(room, 1)
+        max_tokens = IGNORED_MAX_TOKENS if "max_tokens" in config.ignore_fields else max(room, 1)
     if len(prompt_ids) + max_tokens > config.max_model_len:
         raise _bad(
             f"This model's maximum context length is {config.max_model_len} tokens. However, you requested "
@@ -184,6 +190,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         ignore_eos=_bool(body, "ignore_eos", False),
         allowed_token_ids=_int_list(body, "allowed_token_ids"),
         stop_token_ids=_int_list(body, "stop_token_ids") or (),
+        logit_bias=_bias_pairs(bias),
     )
     return ApiRequest(
         kind=kind, model=model, prompt_ids=tuple(prompt_ids), stream=stream, include_usage=include_usage,
@@ -191,6 +198,32 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         return_token_ids=_bool(body, "return_token_ids", False), logit_bias=bias or None, min_p=min_p,
         request_id=request_id,
     )
+
+
+def _carries(body: Mapping[str, Any], name: str) -> bool:
+    """Whether a request body sets field ``name`` (``stream_options.include_usage``: that member)."""
+    if name == "stream_options.include_usage":
+        options = body.get("stream_options")
+        return isinstance(options, dict) and options.get("include_usage") is not None
+    names = _MAX_TOKENS_NAMES if name == "max_tokens" else (name,)
+    return any(body.get(n) is not None for n in names)
+
+
+def _without_ignored(body: dict[str, Any], ignored: Sequence[str]) -> dict[str, Any]:
+    """The body as a server that does not know the ``ignored`` fields sees it (they are dropped)."""
+    drop = {n for name in ignored for n in (_MAX_TOKENS_NAMES if name == "max_tokens" else (name,))}
+    return {k: v for k, v in body.items() if k not in drop}
+
+
+def _bias_pairs(bias: Mapping[str, Any] | None) -> tuple[tuple[int, float], ...]:
+    """In-vocabulary-looking ``logit_bias`` entries as (token, bias) pairs (the engine checks the ids)."""
+    pairs = []
+    for key, value in (bias or {}).items():
+        try:
+            pairs.append((int(key), float(value)))
+        except ValueError:
+            continue
+    return tuple(sorted(pairs))
 
 
 def _completion_prompt(prompt: Any, vocab_size: int) -> list[int]:

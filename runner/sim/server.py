@@ -401,6 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         planned = truth.arrival
         completion_tokens = 0
         text_parts: list[str] = []
+        token_ids: list[int] = []
         finish_reason: str | None = None
         stop_reason: int | None = None
         outcome = "finished"
@@ -448,6 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     sent = time.perf_counter()
                     text_parts.append(text)
+                    token_ids.extend(step.tokens)
                 truth.planned.append(planned)
                 truth.sent.append(sent)
                 truth.completion_tokens = completion_tokens
@@ -477,7 +479,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._safe(self._write_frames, *tail, end=True)
             return
         self._json(200, self._full_response(request, truth.request_id, created, "".join(text_parts), finish_reason,
-                                            stop_reason, usage))
+                                            stop_reason, usage, token_ids))
 
     def _safe(self, action: Callable[..., object], *args: Any, end: bool = False) -> None:
         """Write (or shut down) and tolerate a client that already left."""
@@ -543,14 +545,21 @@ class _Handler(BaseHTTPRequestHandler):
         return frames
 
     def _full_response(self, request: ApiRequest, rid: str, created: int, text: str, finish_reason: str | None,
-                       stop_reason: int | None, usage: dict[str, int]) -> dict[str, Any]:
+                       stop_reason: int | None, usage: dict[str, int], token_ids: list[int]) -> dict[str, Any]:
+        """The non-streamed answer; with ``return_token_ids`` its choice carries ``token_ids``
+        (and, for a completion, ``prompt_token_ids``), as vLLM's does."""
         if request.kind == "completion":
             choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
                                       "stop_reason": stop_reason, "prompt_logprobs": None}
+            if request.return_token_ids:
+                choice.update(prompt_token_ids=list(request.prompt_ids), token_ids=token_ids)
             return {"id": rid, "object": "text_completion", "created": created, "model": request.model,
                     "choices": [choice], "usage": usage}
         message = {"role": "assistant", "content": text, "tool_calls": []}
+        chat: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
+                                "stop_reason": stop_reason}
+        if request.return_token_ids:
+            chat["token_ids"] = token_ids
         return {"id": rid, "object": "chat.completion", "created": created, "model": request.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
-                             "stop_reason": stop_reason}], "usage": usage}
+                "choices": [chat], "usage": usage}
 

@@ -21,6 +21,7 @@ from runner.events import payloads as p
 from runner.execution import endings
 from runner.execution import window as execution
 from runner.plan.register import registered_plan
+from runner.report.window import window_report
 
 from .worlds import arms, close, gate_all, run, small, window, world
 
@@ -96,6 +97,13 @@ def test_pp3_uses_every_request_of_every_wave(tmp_path: Path) -> None:
         assert len(keys) == 40
         assert sorted(r["delivered_tokens"] for r in requests) == sorted(r["delivered_tokens"] for r in measured)
         assert replay_window(w.book, "two").match
+        # the report's per-pair rate pools the block's two requests, as the rule does
+        a1 = [r for r in requests if (r["block"], r["family"], r["context"]) == ("A1", "opinions", "short")]
+        assert len(a1) == 2
+        pooled = sum(r["delivered_tokens"] for r in a1) / sum(r["decode_s"] for r in a1)
+        text = Path(window_report(w.book, "two", tmp_path / "report")["markdown"]).read_text()
+        row = next(line for line in text.splitlines() if line.startswith("| opinions/short |"))
+        assert row.split("|")[2].strip() == f"{pooled:.4g}"
     finally:
         close(w)
 

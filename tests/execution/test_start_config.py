@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,5 +156,36 @@ def test_production_policy_outside_its_allowed_differences_fails(tmp_path: Path)
         assert result.ending == "aborted" and result.decision == "REJECT"
         s1 = _gates(w, "narrow")[("start_config", "s1")]
         assert s1["verdict"] == "FAIL" and s1["evidence"]["identity"]["unexpected"] == ["image"]
+    finally:
+        close(w)
+
+
+def test_execute_exits_1_when_the_window_ended_aborted_and_abort_exits_0(tmp_path: Path) -> None:
+    w = _world_with_sim_arm(tmp_path, "cli-abort", reported_digest="0" * 64)
+    tally = str(Path(sys.executable).with_name("tally"))
+    home = tmp_path / "w"
+    env = dict(os.environ, TALLY_DB=str(home / "tally.db"), TALLY_KEY=str(home / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        done = subprocess.run([tally, "window", "run", "cli-abort", "--site", str(home / "site.toml"), "--execute",
+                               "--json"], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 1, done.stderr
+        result = json.loads(done.stdout)
+        assert result["ending"] == "aborted" and result["decision"] == "REJECT"
+        assert state(w.book).production == "up"  # restored: exit 1 says the window failed, not that it is unsafe
+    finally:
+        close(w)
+
+
+def test_abort_exits_0_once_the_window_is_closed(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "to-abort", chain="none")])
+    tally = str(Path(sys.executable).with_name("tally"))
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        done = subprocess.run([tally, "window", "abort", "to-abort", "--site", str(tmp_path / "site.toml"),
+                               "--json"], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["ending"] == "aborted"
     finally:
         close(w)

@@ -393,7 +393,7 @@ def export_cli(book: Ledger, root: Signer, tmp_path: Path, *args: str) -> tuple[
     key = tmp_path / "root.pem"
     if not key.exists():
         key.write_bytes(root.private_pem())
-        key.chmod(0o600)   # a key file others can read is refused (and export then has no signer)
+        key.chmod(0o600)  # an open private key file is refused
     result = runner.invoke(app, ["--db", book.url, "--key", str(key), "export", *args])
     return result.exit_code, result.stdout, result.stderr
 

@@ -109,6 +109,50 @@ def test_registered_plan_survives_jcs() -> None:
         assert again == plan and again.sha256 == plan.sha256 == plan_sha256(plan.to_json())
 
 
+def _edited(tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    path = _copy(tmp_path, name)
+    text = path.read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+def test_any_context_label_with_a_declared_size(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ('name = "32k"\ncontext = "32k"', 'name = "2k"\ncontext = "2k"\ncontext_tokens = 2000'),
+                   ('32k = ["op-32k-01"]', '"2k" = ["op-32k-01"]'), ('32k = ["fi-32k-01"]', '"2k" = ["fi-32k-01"]'))
+    plan = load_plan(path)
+    cells = {c.name: c for c in plan.cells}
+    assert cells["2k"].context == "2k" and cells["2k"].tokens == 2000 and cells["short"].tokens == 2048
+    registered_cells = plan.to_json()["cells"]
+    assert [c.get("context_tokens") for c in registered_cells] == [None, 2000, None]  # written only when given
+    assert parse_plan(json.loads(canonical(plan.to_json()))) == plan
+    assert {w.cell for w in plan.waves} == {"short", "2k", "150k"}
+
+
+def test_spec_off_arm_and_clockless_plan_round_trip(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("production_clock_cap_mhz = 2300", 'production_clock_cap_mhz = "none"'))
+    text = path.read_text()
+    start = text.index('role = "A"')
+    spec = text.index("speculative = ", start)
+    path.write_text(text[:spec] + 'speculative = "none"\n' + text[text.index("\n", spec) + 1:])
+    plan = load_plan(path)
+    assert plan.production_clock_cap_mhz is None and plan.to_json()["production_clock_cap_mhz"] is None
+    assert plan.arm("A").speculative is None and not plan.arm("A").speculates and plan.arm("B").speculates
+    assert plan.to_json()["arms"][0]["speculative"] == "none"
+    again = parse_plan(json.loads(canonical(plan.to_json())))
+    assert again == plan and again.sha256 == plan.sha256
+
+
+def test_standard_plans_keep_their_registered_form() -> None:
+    """The optional members (context_tokens, allowed_differences) appear only where a plan gives them."""
+    for name in PLANS:
+        data = load_plan(EXAMPLES / name).to_json()
+        assert all("context_tokens" not in c for c in data["cells"])
+        assert all("allowed_differences" not in a for a in data["arms"] if a["role"] != "P")
+
+
 def test_win2_schedule_matches_seed_000() -> None:
     plan = load_plan(EXAMPLES / PP)
     assert [s.label for s in plan.starts] == ["s1-P", "s2-B", "s3-P"]
@@ -172,8 +216,15 @@ BROKEN = [
      "plan.mode: expected one of controlled, production-policy"),
     ("commit_not_full", PP, 'commit = "3f1c9a7e5b2d4c6a8e0f1b3d5c7e9a1b2c4d6e8f"', 'commit = "3f1c9a7"', "plan.commit:"),
     ("chain_not_enumerated", PP, 'chain = "chained"', 'chain = "maybe"', "plan.chain: expected one of none, chained, last"),
-    ("cell_context_not_enumerated", PP, 'context = "32k"', 'context = "33k"',
-     "plan.cells[1].context: expected one of short, 8k, 32k, 64k, 128k, 150k"),
+    ("cell_context_without_a_size", PP, 'context = "32k"', 'context = "33k"',
+     "plan.cells[1].context_tokens: required for context '33k'"),
+    ("cell_context_not_a_label", PP, 'context = "32k"', 'context = "32 k"', "plan.cells[1].context: '32 k' is not"),
+    ("speculative_neither_table_nor_none", PP, 'speculative = { method = "mtp", num_speculative_tokens = 5, adaptive_k = true',
+     'speculative = "off"\nxspeculative = { method = "mtp", num_speculative_tokens = 5, adaptive_k = true',
+     "plan.arms[0].speculative: expected a non-empty table"),
+    ("allowed_differences_on_a_candidate", PP, 'name = "fixed5-sampled"',
+     'name = "fixed5-sampled"\nallowed_differences = ["image"]',
+     "plan.arms[1].allowed_differences: only arm P is compared"),
     ("wrong_type", PP, "max_tokens = 512", 'max_tokens = "512"', "plan.sampling.max_tokens: expected an integer"),
     ("temperature_not_one", PP, "temperature = 1.0", "temperature = 0.7", "plan.sampling.temperature:"),
     ("top_p_not_one", PP, "top_p = 1.0", "top_p = 0.9", "plan.sampling.top_p:"),

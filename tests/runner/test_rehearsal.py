@@ -33,11 +33,12 @@ def test_vllm_with_speculative_decoding_passes(site: Site, tmp_path: Path) -> No
         seen = list(server.seen)
     assert code == 0, err
     assert out["verdict"] == "PASS" and out["cause_confirmed"] is True and out["reading"] == []
-    # exactly the admission's probes, in order: tiny, non-streaming, priority 10
-    assert [p for p, _ in seen] == ["/v1/completions", "/v1/chat/completions", "/v1/completions",
-                                    "/v1/completions", "/v1/completions"]
-    for _, body in seen:
+    # the admission's probes first, in order: tiny, non-streaming, priority 10; then the capability probe's
+    assert [p for p, _ in seen[:5]] == ["/v1/completions", "/v1/chat/completions", "/v1/completions",
+                                        "/v1/completions", "/v1/completions"]
+    for _, body in seen[:5]:
         assert body["max_tokens"] <= 8 and body["priority"] == 10 and body["stream"] is False
+    assert all(body["max_tokens"] <= 8 for _, body in seen) and len(seen) <= 18
     assert seen[2][1]["seed"] == 42 and seen[2][1]["temperature"] == 1.0 and seen[2][1]["top_p"] == 1.0
     assert seen[3][1]["allowed_token_ids"] == [1] and "logit_bias" not in seen[3][1]
     assert seen[4][1]["logit_bias"] == {"1": 100}
@@ -50,8 +51,13 @@ def test_vllm_with_speculative_decoding_passes(site: Site, tmp_path: Path) -> No
     assert probes["plain"]["usage"]["completion_tokens"] <= 8
     for p in probes.values():
         assert len(p["request_sha256"]) == 64 and len(p["response_sha256"]) == 64
-    assert [line["probe"] for line in lines] == list(probes)
-    assert SPEC_MESSAGE in lines[-1]["body"]
+    assert [line["probe"] for line in lines] == list(probes) + [p["probe"] for p in summary["capability_probes"]]
+    assert SPEC_MESSAGE in lines[4]["body"]
+    # without --window only the vLLM checks are needed, and they hold
+    assert [(n["field"], n["want"]) for n in summary["needs"]] == [("allowed_token_ids", "honoured"),
+                                                                   ("logit_bias", "refused")]
+    assert summary["fields"]["allowed_token_ids"] == "honoured" and summary["fields"]["logit_bias"] == "refused"
+    assert summary["capability_failures"] == []
 
 
 def test_server_accepting_logit_bias_fails_the_control(site: Site, tmp_path: Path) -> None:
@@ -72,7 +78,8 @@ def test_server_answering_500_is_no_answer(site: Site, tmp_path: Path) -> None:
     assert out["verdict"] == "FAIL" and out["no_answer"] is True
     assert {r["reading"] for r in out["reading"]} == {"no answer, rerun"} and len(out["reading"]) == 5
     summary, lines = _files(tmp_path / "r")
-    assert summary["probes"][0]["status"] == 500 and len(lines) == 5
+    assert summary["probes"][0]["status"] == 500 and len(lines) == 5 + len(summary["capability_probes"])
+    assert set(summary["fields"].values()) == {"no_answer", "unclear"}  # nothing learnt: no forcer either
 
 
 def test_refused_connection_is_no_answer(site: Site, tmp_path: Path) -> None:
@@ -88,9 +95,11 @@ def test_refused_connection_is_no_answer(site: Site, tmp_path: Path) -> None:
 
 
 def test_rehearsal_records_the_gate_and_admits(site: Site, tmp_path: Path) -> None:
+    import runner.sim as sim
+
     assert tally("window", "register", EXAMPLES / "seed003-abba.toml").code == 0
-    with fake_vllm("spec") as server:
-        code, out, err = _rehearse(url_of(server), tmp_path / "r", "--window", "pp3-abba")
+    with sim.start(sim.default_config(), seed=7, time_scale=0.01) as server:
+        code, out, err = _rehearse(server.url, tmp_path / "r", "--window", "pp3-abba")
     assert code == 0, err
     event = site.book.get(out["seq"])
     assert event.type == "gate.result" and event.payload["gate"] == "rehearsal"
@@ -100,6 +109,10 @@ def test_rehearsal_records_the_gate_and_admits(site: Site, tmp_path: Path) -> No
     blob = site.book.blob(event.payload["evidence"]["responses"]["blob"])
     assert blob is not None and blob.data == (tmp_path / "r" / "responses.jsonl").read_bytes()
     assert out["admitted_seq"] is None  # qualification and budget are still missing
+    evidence = event.payload["evidence"]
+    assert {n["field"] for n in evidence["needs"]} >= {"seed", "ignore_eos", "max_tokens", "cache_salt",
+                                                       "stream_options.include_usage"}
+    assert all(c["ok"] for c in evidence["capabilities"]) and evidence["capability_failures"] == []
 
 
 def test_bad_url_is_bad_input(site: Site, tmp_path: Path) -> None:
@@ -136,7 +149,7 @@ def test_url_credentials_are_sent_as_a_header_and_never_recorded(site: Site, tmp
         url = server.url.replace("http://", "http://op:pr0d-Secret@")
         result = tally("rehearse", "--url", url, "--eos", "1", "--out", tmp_path / "r", "--json")
     assert result.code == 1  # the control came back 200: wrong for this server, but every probe answered
-    assert seen == ["Basic " + base64.b64encode(b"op:pr0d-Secret").decode()] * 5
+    assert seen == ["Basic " + base64.b64encode(b"op:pr0d-Secret").decode()] * len(seen) and len(seen) > 5
     assert json.loads(result.out)["url"] == server.url
     for text in (result.out, result.err, (tmp_path / "r" / "rehearsal.json").read_text(),
                  (tmp_path / "r" / "responses.jsonl").read_text()):

@@ -1,0 +1,71 @@
+"""Does the site fit the window? What can be known before the first host action, found out then.
+
+A window is refused, before it drains anything, when the site it would run on cannot give
+its rule what the rule needs: a plan and a site that disagree on GPU clocks, a server that
+does not answer its model list, a win2-v1 window on a server whose metrics endpoint is
+absent (the rule decides on engine round counters). ``tally window run --dry-run`` prints
+the same refusals; ``--execute`` raises the first as one ``PolicyError`` line, before any
+host action is recorded. The probes are read-only requests to production's serving and
+metrics endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ledger.errors import PolicyError
+
+if TYPE_CHECKING:
+    from ..drivers.base import HostDriver
+    from ..plan.model import Plan
+
+__all__ = ["PROBE_TIMEOUT_S", "probe_refusals", "refuse_unfit", "site_refusals", "unfit"]
+
+PROBE_TIMEOUT_S = 10.0
+
+
+def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
+    """What the plan and the site file disagree on (no request sent)."""
+    refusals: list[str] = []
+    if plan.production_clock_cap_mhz is None and driver.clocks:
+        refusals.append(f"the plan registers no production clock cap, but the {driver.kind} site has GPU clocks "
+                        f"(production_clock_cap_mhz {driver.production_clock_cap_mhz}): register the cap, or "
+                        "declare clocks = false in the site file if the hosts have none")
+    elif plan.production_clock_cap_mhz is not None and not driver.clocks:
+        refusals.append(f"the plan registers production_clock_cap_mhz {plan.production_clock_cap_mhz}, but the site "
+                        "declares clocks = false: leave the cap out of the plan on a site without GPU clocks")
+    return refusals
+
+
+def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
+    """What production's serving and metrics endpoints say the window cannot get (read-only requests)."""
+    from ..measure.wave import list_models, scrape_metrics
+
+    refusals: list[str] = []
+    if not list_models(driver.serving_url, timeout_s=PROBE_TIMEOUT_S):  # ExternalError when it does not answer
+        refusals.append(f"{driver.serving_url}/v1/models lists no model: the measurement client has nothing to ask")
+    if plan.protocol == "win2-v1":
+        with httpx.Client() as http:
+            for url in driver.metrics_urls:
+                scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
+                if scrape.snapshot is None:
+                    refusals.append(f"win2-v1 decides on the server's engine round counters, and {scrape.problem}")
+    return refusals
+
+
+def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True) -> list[str]:
+    """Every reason the window cannot run on this site (static checks first; probes only when those pass).
+
+    Production is probed only when it serves: under another window's chain marker it is
+    down, and the static checks are all there is to know.
+    """
+    return site_refusals(plan, driver) or (probe_refusals(plan, driver) if production_serves else [])
+
+
+def refuse_unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True) -> None:
+    """Raise ``PolicyError`` (one line) when the window cannot run on this site."""
+    reasons = unfit(plan, driver, production_serves=production_serves)
+    if reasons:
+        raise PolicyError(f"window {plan.window_id} refused before any host action: " + "; ".join(reasons))

@@ -1,0 +1,126 @@
+"""Sites without GPU clocks, and windows refused before any host action when the site cannot serve their rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger.errors import PolicyError
+from runner.audit.full import run_audit
+from runner.decide.inputs import replay_window
+from runner.drivers.site import load_site
+from runner.execution.window import WindowRunner
+from runner.report.window import window_report
+
+from .worlds import close, gate_all, small, state, window, world
+
+TALLY = str(Path(sys.executable).with_name("tally"))
+
+
+def no_clocks(text: str) -> str:
+    return text.replace("production_clock_cap_mhz = 2300", 'production_clock_cap_mhz = "none"')
+
+
+def _site(tmp_path: Path, w: Any, extra: str) -> Path:
+    site = tmp_path / "site-no-clocks.toml"
+    site.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\n{extra}')
+    return site
+
+
+def _run(w: Any, window_id: str, site: Path) -> Any:
+    driver = load_site(site)
+    try:
+        return WindowRunner(w.book, w.root, window_id, driver, time_scale=w.time_scale).run()
+    finally:
+        driver.close()
+
+
+@pytest.mark.parametrize(("plan_file", "edit"), [
+    ("seed000-controlled.toml", lambda t: no_clocks(small(t))),
+    ("seed003-abba.toml", lambda t: no_clocks(t.replace("max_tokens = 1024", "max_tokens = 48"))),
+])
+def test_a_window_on_a_site_without_gpu_clocks(tmp_path: Path, plan_file: str, edit: Any) -> None:
+    w = world(tmp_path, [window(plan_file, "cpu", edit=edit, chain="none")])
+    try:
+        gate_all(w)
+        assert state(w.book).windows["cpu"].admitted_seq is not None
+        result = _run(w, "cpu", _site(tmp_path, w, "clocks = false\n"))
+        assert result.ending == "restored", result.blocked
+        events = list(w.book.events(stream="window/cpu"))
+        began = [e.payload for e in events if e.type == "start.began"]
+        assert began and all(b["clock_cap_mhz"] is None for b in began)
+        actions = [e.payload["action"] for e in events if e.type == "host.action"]
+        assert "read_clock_cap" not in actions
+        assert not any(e.type == "thermal.event" for e in events)
+        decision = next(e.payload for e in events if e.type == "decision.recorded")
+        assert decision["input"].get("production_clock_cap_mhz", "absent") in (None, "absent")
+        if plan_file.startswith("seed000"):
+            assert decision["result"]["clocks"].startswith("not applicable")
+            assert not any("clock" in r for r in decision["result"]["reasons"])
+        assert replay_window(w.book, "cpu").match
+        assert run_audit(book=w.book).ok
+        paths = window_report(w.book, "cpu", tmp_path / "report")
+        if plan_file.startswith("seed000"):
+            assert "not applicable (no GPU clocks on this site)" in Path(paths["markdown"]).read_text()
+    finally:
+        close(w)
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    return subprocess.run([TALLY, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_plan_and_a_site_that_disagree_on_clocks_are_refused_before_any_host_action(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "clash", chain="none")])
+    try:
+        gate_all(w)
+        site = _site(tmp_path, w, "clocks = false\n")
+        size = w.book.size()
+        host_actions = len(httpx.get(f"{w.sim.url}/_sim/state").json()["actions"])
+        dry = _cli(tmp_path, "window", "run", "clash", "--site", str(site), "--dry-run", "--json")
+        assert dry.returncode == 1, dry.stderr
+        refusals = json.loads(dry.stdout)["refusals"]
+        assert len(refusals) == 1 and "declares clocks = false" in refusals[0]
+        done = _cli(tmp_path, "window", "run", "clash", "--site", str(site), "--execute")
+        assert done.returncode == 1 and "ending" not in done.stdout
+        assert done.stderr.count("\n") == 1 and "refused before any host action" in done.stderr
+        assert w.book.size() == size  # nothing appended
+        assert len(httpx.get(f"{w.sim.url}/_sim/state").json()["actions"]) == host_actions  # no host touched
+    finally:
+        close(w)
+
+
+def test_a_clockless_plan_on_a_site_with_clocks_is_refused(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed003-abba.toml", "noclock", edit=no_clocks)])
+    try:
+        gate_all(w)
+        size = w.book.size()
+        with pytest.raises(PolicyError, match="registers no production clock cap, but the sim site has GPU clocks"):
+            _run(w, "noclock", _site(tmp_path, w, ""))
+        assert w.book.size() == size
+    finally:
+        close(w)
+
+
+def test_win2_on_a_server_without_metrics_is_refused_before_any_host_action(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "nometrics", chain="none")],
+              sim_config={"faults": {"metrics_down": True}})
+    try:
+        gate_all(w)
+        size = w.book.size()
+        done = _cli(tmp_path, "window", "run", "nometrics", "--site", str(tmp_path / "site.toml"), "--execute")
+        assert done.returncode == 1 and "ending" not in done.stdout
+        assert done.stderr.count("\n") == 1
+        assert "win2-v1 decides on the server's engine round counters, and metrics at" in done.stderr
+        assert "answered HTTP 503" in done.stderr
+        assert w.book.size() == size
+    finally:
+        close(w)
