@@ -41,18 +41,23 @@ Run one wave of streaming requests against an OpenAI-compatible server and repor
 
 Prompts come from a family file (JSONL, frozen order). Each request streams with
 stream_options.include_usage, T=1, top_p=1, the given seed, max_tokens and ignore_eos,
-and a fresh cache_salt. /metrics is read before and after the wave; vLLM's
-speculative-decoding counters (drafts, draft tokens, accepted, per position, decode
-seconds) are reported as deltas, and as missing (never zero) when the server lacks them.
+and a fresh cache_salt. /metrics is read before and after the wave; the server's
+counters (--counter-source vllm, llamacpp or sglang: rounds, drafts, draft tokens,
+accepted, per position, decode seconds) are reported as deltas, and as missing (never
+zero) when the server lacks them; --counter-source none reads no /metrics. The
+server's gauges (running, waiting, KV usage) and this host's load average are recorded
+before and after.
 
 Definitions that differ from `vllm bench serve`: TTFT is measured to the first chunk
 with content (bench: first chunk with any choice, e.g. chat's empty role chunk); chunk
-intervals are gaps between content chunks, one engine step each under speculative
-decoding, so they are round times, not per-token latencies; decode tok/s is (delivered
-tokens - tokens of the first chunk) / (last chunk - first chunk), reported per request
-(p50) and pooled over the wave (sum of tokens / sum of seconds), not a mean of rates.
-Acceptance rate, mean acceptance length and per-position acceptance are computed as
-bench does. See docs/measure.md.
+intervals are gaps between content chunks (bench's ITL), round times only where the
+counter source says a chunk is an engine step (vLLM); per-token ITL splits each gap
+into its chunk's tokens (counted from token ids, streamed usage, else one per chunk, as
+recorded) and TPOT is bench's; decode tok/s is (delivered tokens - tokens of the first
+chunk) / (last chunk - first chunk), reported per request (p50) and pooled over the
+wave (sum of tokens / sum of seconds), not a mean of rates. Acceptance rate, mean
+acceptance length and per-position acceptance are computed as bench does. See
+docs/measure.md.
 
 Bounds (docs/measure.md): a request without --deadline is cut after 600 s; an SSE line
 over 1 MiB fails its request; /metrics is read within 10 s and 16 MiB. Requests are
@@ -86,6 +91,11 @@ def measure(
     priority: Annotated[int, typer.Option(help="vLLM request priority (sent when non-zero).")] = 0,
     token_ids: Annotated[bool, typer.Option("--token-ids/--no-token-ids",
                                             help="Ask for return_token_ids (exact tokens per chunk).")] = True,
+    counter_source: Annotated[str, typer.Option(
+        help="Where the server's counters come from: vllm, llamacpp, sglang or none (no /metrics read).")] = "vllm",
+    spec_off: Annotated[bool, typer.Option(
+        "--spec-off", help="The server runs no speculative decoding: rounds = generated tokens after each "
+                           "request's first, accepted = 0 (no spec series needed).")] = False,
     header: Annotated[list[str] | None, typer.Option(
         help="Extra HTTP header 'Name: value' for every request (repeatable), e.g. an Authorization.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write summary.json and requests.jsonl here.")] = None,
@@ -96,7 +106,8 @@ def measure(
     with _term_as_interrupt():
         try:
             _measure(url, family, metrics_url, model, requests, max_tokens, ignore_eos, concurrency, seed, chat,
-                     deadline, wave_deadline, priority, token_ids, header, out, ledger, measure_id, as_json)
+                     deadline, wave_deadline, priority, token_ids, header, out, ledger, measure_id, as_json,
+                     counter_source, spec_off)
         except KeyboardInterrupt:
             # outside the wave (which turns an interrupt into a cancel and a record): nothing half-written is kept
             print("tally: interrupted", file=sys.stderr)
@@ -122,9 +133,13 @@ def _term_as_interrupt() -> Iterator[None]:
 def _measure(url: str, family: Path, metrics_url: str | None, model: str | None, requests: int | None,
              max_tokens: int, ignore_eos: bool, concurrency: int, seed: int, chat: bool, deadline: float | None,
              wave_deadline: float | None, priority: int, token_ids: bool, header: list[str] | None, out: Path | None,
-             ledger: bool, measure_id: str | None, as_json: bool) -> None:
+             ledger: bool, measure_id: str | None, as_json: bool, counter_source: str = "vllm",
+             spec_off: bool = False) -> None:
     from runner.measure import list_models, load_family
+    from runner.measure.sources import select_source
     from runner.measure.urls import server_url
+
+    select_source(counter_source)   # a bad name is one line, exit 2, before anything is read or sent
 
     for name, value in (("--requests", requests), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
         if value is not None and value < 1:
@@ -166,7 +181,8 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
                                  priority=priority, token_ids=token_ids, headers=headers,
                                  metrics_headers=metrics.headers if metrics is not None else None,
                                  keep_records=ledger, records_file=records_file, spool_parent=out,
-                                 show_progress=not as_json and sys.stderr.isatty())
+                                 show_progress=not as_json and sys.stderr.isatty(), counter_source=counter_source,
+                                 speculative=False if spec_off else None)
     finally:
         if records_file is not None:
             records_file.close()
@@ -175,7 +191,8 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
             "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
             "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
             "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline, "wave_deadline_s": wave_deadline,
-            "interrupted": interrupted, "notes": list(wave.notes),
+            "interrupted": interrupted, "notes": list(wave.notes), "counter_source": counter_source,
+            "spec_off": spec_off,
         }, out=out, ledger=(book, signer, mid) if ledger else None, as_json=as_json)
     finally:
         wave.close()
@@ -258,7 +275,8 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
          ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
          metrics_headers: dict[str, str] | None, keep_records: bool, records_file: BinaryIO | None,
-         spool_parent: Path | None, show_progress: bool) -> tuple[WaveResult, bool]:
+         spool_parent: Path | None, show_progress: bool, counter_source: str = "vllm",
+         speculative: bool | None = None) -> tuple[WaveResult, bool]:
     """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
 
     Each finished request is written to ``records_file`` at once. Unless ``keep_records``
@@ -291,7 +309,8 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
                 deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                 priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
                 on_request=on_request, headers=headers, metrics_headers=metrics_headers, totals=totals,
-                unsent_records=None if keep_records else UNSENT_LISTED)
+                unsent_records=None if keep_records else UNSENT_LISTED, counter_source=counter_source,
+                speculative=speculative)
         except BaseException as exc:
             box["error"] = exc
         finally:
@@ -376,12 +395,17 @@ def _print_report(report: dict[str, Any], wave: WaveResult, out: Path | None) ->
     table.add_row("TTFT ms", _pcts(fig["ttft_ms"]))
     table.add_row("decode tok/s", f"per request p50 {_fmt(fig['decode_tps_per_request_p50'], 1)}  "
                                   f"pooled {_fmt(fig['decode_tps_pooled'], 1)}")
-    table.add_row("chunk interval ms", _pcts(fig["chunk_interval_ms"], 3))
+    steps = "one engine step each" if fig["chunks_are_steps"] else "not engine steps"
+    table.add_row(f"chunk interval ms ({steps})", _pcts(fig["chunk_interval_ms"], 3))
+    counted = ", ".join(f"{k} {v}" for k, v in (fig["token_count_sources"] or {}).items()) or "-"
+    table.add_row("per-token ITL ms", f"{_pcts(fig['token_itl_ms'], 3)}  (tokens counted by {counted})")
+    table.add_row("TPOT ms", _pcts(fig["tpot_ms"], 3))
     table.add_row("tokens per chunk", _fmt(fig["tokens_per_chunk"], 3))
     table.add_row("output tok/s", f"{_fmt(fig['output_tps'], 1)} over {_fmt(fig['duration_s'], 3)} s")
     server = fig["server"]
     if server is not None:
         per_pos = server["per_position_acceptance"]
+        table.add_row("rounds (decode steps)", _fmt(server["rounds"]))
         table.add_row("drafts / draft tokens", f"{_fmt(server['drafts'])} / {_fmt(server['draft_tokens'])}")
         table.add_row("accepted tokens", _fmt(server["accepted_tokens"]))
         table.add_row("acceptance rate", _fmt(server["acceptance_rate"], 4))

@@ -17,6 +17,7 @@ __all__ = [
     "ARM_ROLES",
     "BUDGET_ACTIONS",
     "CHAIN_MODES",
+    "COUNTER_SOURCES",
     "DECISION_REQUEST_STATUSES",
     "ENDINGS",
     "GATES",
@@ -29,11 +30,13 @@ __all__ = [
     "REQUEST_STATUSES",
     "SNAPSHOT_SOURCES",
     "STAGE_KINDS",
+    "TOKEN_COUNT_SOURCES",
     "WAVE_ORDERS",
     "WIN2_DECISIONS",
     "ArmRole",
     "BudgetAction",
     "ChainMode",
+    "CounterSourceName",
     "DecisionRequestStatus",
     "EffectVerdict",
     "Ending",
@@ -51,6 +54,7 @@ __all__ = [
     "SnapshotSource",
     "StageKind",
     "ThermalKind",
+    "TokenCountSource",
     "WaveOrder",
     "Win2Decision",
 ]
@@ -101,6 +105,12 @@ REQUEST_STATUSES: tuple[RequestStatus, ...] = get_args(RequestStatus)
 # A decision input also knows requests the plan registered and nothing recorded.
 DecisionRequestStatus = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost"]
 DECISION_REQUEST_STATUSES: tuple[DecisionRequestStatus, ...] = get_args(DecisionRequestStatus)
+# Where a site's server counters come from (a site endpoint's ``counter_source``).
+CounterSourceName = Literal["vllm", "llamacpp", "sglang", "none"]
+COUNTER_SOURCES: tuple[CounterSourceName, ...] = get_args(CounterSourceName)
+# How the tokens of each streamed chunk were counted.
+TokenCountSource = Literal["token_ids", "usage_deltas", "tokenizer", "one_per_chunk", "none"]
+TOKEN_COUNT_SOURCES: tuple[TokenCountSource, ...] = get_args(TokenCountSource)
 
 # ---------------------------------------------------------------------- decisions
 

@@ -23,6 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ledger.errors import FormatError
 
+from ..vocabulary import CounterSourceName
+
 __all__ = [
     "ACTIONS",
     "CHAIN_ACTIONS",
@@ -106,6 +108,11 @@ class HostDriver(Protocol):
     @property
     def metrics_urls(self) -> tuple[str, ...]:
         """``/metrics`` URLs to scrape (their counters are summed)."""
+        ...
+
+    @property
+    def counter_source(self) -> CounterSourceName:
+        """Where the server's counters come from: ``vllm`` | ``llamacpp`` | ``sglang`` | ``none`` (docs/measure.md)."""
         ...
 
     @property

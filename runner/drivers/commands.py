@@ -39,6 +39,7 @@ from typing import IO, Any
 
 from ledger.errors import FormatError
 
+from ..vocabulary import CounterSourceName
 from .base import ACTIONS, ActionResult, check_action, settle
 
 __all__ = ["INHERITED_ENV", "PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "command_environment",
@@ -166,8 +167,10 @@ class CommandsDriver:
 
     def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
                  production_clock_cap_mhz: int | None, commands: Mapping[str, CommandTemplate], cwd: Path,
-                 state_dir: Path | None = None, kill_grace_s: float = 5.0, pass_env: tuple[str, ...] = ()) -> None:
+                 state_dir: Path | None = None, kill_grace_s: float = 5.0, pass_env: tuple[str, ...] = (),
+                 counter_source: CounterSourceName = "vllm") -> None:
         self._roles = dict(hosts)
+        self._counter_source: CounterSourceName = counter_source
         self.pass_env = tuple(pass_env)
         self._hosts = tuple(hosts)
         self._serving_url = serving_url
@@ -193,6 +196,10 @@ class CommandsDriver:
     @property
     def metrics_urls(self) -> tuple[str, ...]:
         return self._metrics_urls
+
+    @property
+    def counter_source(self) -> CounterSourceName:
+        return self._counter_source
 
     @property
     def production_clock_cap_mhz(self) -> int | None:

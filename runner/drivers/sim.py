@@ -25,6 +25,7 @@ import httpx
 
 from ledger.errors import ExternalError, FormatError
 
+from ..vocabulary import CounterSourceName
 from .base import ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
 
 __all__ = ["SimDriver"]
@@ -49,9 +50,10 @@ class SimDriver:
 
     def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
                  hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None,
-                 clocks: bool = True) -> None:
+                 clocks: bool = True, counter_source: CounterSourceName = "vllm") -> None:
         self.url = url.rstrip("/")
         self._clocks = clocks
+        self._counter_source: CounterSourceName = counter_source
         self._timeouts = {**DEFAULT_TIMEOUTS_S, **(timeouts or {})}
         self._hosts = hosts
         self._cap = production_clock_cap_mhz
@@ -59,14 +61,16 @@ class SimDriver:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None) -> SimDriver:
+    def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None,
+                   counter_source: CounterSourceName = "vllm") -> SimDriver:
         """A driver for a simulator started in this process (``runner.sim.start``) or as a child."""
         config = getattr(handle, "config", None)
         hosts = cap = None
         if config is not None:
             hosts = tuple(config.hosts)
             cap = int(config.arm(config.production_arm).clock_cap_mhz)
-        return cls(handle.url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap)
+        return cls(handle.url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap,
+                   counter_source=counter_source)
 
     # ------------------------------------------------------------------ the site
 
@@ -97,6 +101,10 @@ class SimDriver:
     @property
     def metrics_urls(self) -> tuple[str, ...]:
         return (f"{self.url}/metrics",)
+
+    @property
+    def counter_source(self) -> CounterSourceName:
+        return self._counter_source
 
     @property
     def production_clock_cap_mhz(self) -> int | None:

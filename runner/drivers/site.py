@@ -20,6 +20,7 @@ from typing import Any
 from ledger.errors import ExternalError, FormatError
 
 from ..fields import Fields
+from ..vocabulary import COUNTER_SOURCES, CounterSourceName
 from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
 from .commands import CommandsDriver, CommandTemplate, parse_template
 from .sim import SimDriver
@@ -37,7 +38,7 @@ _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions"}
 _FIELDS = {
     "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s", "pass_env"},
-    "sim": _COMMON | {"url", "hosts"},
+    "sim": _COMMON | {"url", "hosts", "endpoints"},
 }
 
 
@@ -136,6 +137,15 @@ def _sim_site(f: Fields) -> SimDriver:
         hosts = tuple(names)
     clocks = f.boolean("clocks", True)
     cap = _cap(f, required=False, clocks=clocks)
+    source: CounterSourceName = "vllm"
+    if "endpoints" in f.data:
+        if not isinstance(f.raw("endpoints"), Mapping):
+            raise f.fail("endpoints", "must be a table (a sim site sets only counter_source there)")
+        endpoints = f.table("endpoints")
+        unknown = sorted(set(endpoints.data) - {"counter_source"})
+        if unknown:
+            raise endpoints.fail(unknown[0], "a sim site sets only counter_source (the simulator is the endpoint)")
+        source = _counter_source(endpoints)
     timeouts: dict[str, float] = {}
     for action, table in _action_tables(f).items():
         extra = sorted(set(table.data) - {"timeout_s"})
@@ -143,7 +153,8 @@ def _sim_site(f: Fields) -> SimDriver:
             raise table.fail(extra[0], "a sim site sets only timeout_s (the simulator runs the action)")
         if table.has("timeout_s"):
             timeouts[action] = _seconds(table, "timeout_s")
-    return SimDriver(url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap, clocks=clocks)
+    return SimDriver(url, timeouts=timeouts, hosts=hosts, production_clock_cap_mhz=cap, clocks=clocks,
+                     counter_source=source)
 
 
 def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsDriver:
@@ -151,9 +162,10 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
     if not isinstance(f.raw("endpoints"), Mapping):
         raise f.fail("endpoints", "required table with serving_url (and metrics_urls)")
     endpoints = f.table("endpoints")
-    unknown = sorted(set(endpoints.data) - {"serving_url", "metrics_urls"})
+    unknown = sorted(set(endpoints.data) - {"serving_url", "metrics_urls", "counter_source"})
     if unknown:
         raise endpoints.fail(unknown[0], "unknown field")
+    source = _counter_source(endpoints)
     serving = _url(endpoints, "serving_url").rstrip("/")
     metrics_raw = endpoints.raw("metrics_urls")
     if metrics_raw is None:
@@ -198,7 +210,8 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
         if "state_dir" in template.fields and state_dir is None:
             raise f.fail_here(f"actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
     return CommandsDriver(hosts=hosts, serving_url=serving, metrics_urls=metrics, production_clock_cap_mhz=cap,
-                          commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace, pass_env=pass_env)
+                          commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace, pass_env=pass_env,
+                          counter_source=source)
 
 
 # ---------------------------------------------------------------------- fields
@@ -217,6 +230,17 @@ def _action_tables(f: Fields) -> dict[str, Fields]:
             raise f.fail(f"actions.{name}", "must be a table")
         out[name] = Fields(table, f"actions.{name}", source=f.source)
     return out
+
+
+def _counter_source(endpoints: Fields) -> CounterSourceName:
+    """``[endpoints] counter_source``: where the server's counters come from (default ``vllm``)."""
+    value = endpoints.raw("counter_source")
+    if value is None:
+        return "vllm"
+    for name in COUNTER_SOURCES:
+        if value == name:
+            return name
+    raise endpoints.fail("counter_source", f"must be one of {', '.join(COUNTER_SOURCES)}, got {value!r}")
 
 
 def _hosts(f: Fields) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from ..vocabulary import (
     ArmRole,
     BudgetAction,
+    CounterSourceName,
     Ending,
     GateName,
     GateVerdict,
@@ -27,6 +28,7 @@ from ..vocabulary import (
     RestoreStatus,
     SnapshotSource,
     ThermalKind,
+    TokenCountSource,
 )
 from .schema import payload
 
@@ -42,23 +44,27 @@ __all__ = [
     "ChainMarkerSet",
     "ChunkIntervals",
     "ClientFigures",
+    "CounterSourceInfo",
     "Counters",
     "DecisionRecorded",
     "GateResult",
     "HoldClosed",
     "HoldOpened",
     "HostAction",
+    "HostLoad",
     "MeasurementEnded",
     "Placeholder",
     "ProductionSnapshot",
     "ProductionState",
     "RequestSummary",
     "RestoreFinished",
+    "ServerGauges",
     "StartBegan",
     "StartEnded",
     "ThermalEvent",
     "WarmupDone",
     "WatchResult",
+    "WaveGauges",
     "WaveMeasured",
     "WindowAdmitted",
     "WindowClosed",
@@ -230,6 +236,7 @@ class Counters:
     accepted_per_pos: list[int] | None
     decode_s: float | None
     generation_tokens: int | None
+    drafts: int | None = None   # draft-verification steps (vLLM: = rounds; llama.cpp: fewer than its decode steps)
 
 
 @payload
@@ -254,6 +261,9 @@ class ClientFigures:
     ttft_s: list[float]
     chunk_interval_ms: ChunkIntervals | None
     tokens_per_chunk: float | None
+    token_itl_ms: ChunkIntervals | None = None          # per-token intervals (docs/measure.md), p50/p95/p99
+    tpot_ms: ChunkIntervals | None = None               # vllm bench serve's TPOT per ok request, p50/p95/p99
+    token_count_sources: dict[str, int] | None = None   # how chunk tokens were counted: requests per way
 
 
 @payload
@@ -264,9 +274,52 @@ class RequestSummary:
     delivered_tokens: int
     decode_s: float | None
     ttft_s: float | None
-    round_ms_p95: float | None
+    round_ms_p95: float | None          # null when the counter source says chunks are not engine steps
     finish_reason: str | None
     reason: str | None
+    chunk_ms_p95: float | None = None   # p95 of the per-chunk intervals, whatever a chunk is
+    token_itl_ms_p95: float | None = None   # p95 of the per-token intervals
+    tpot_ms: float | None = None        # (E2EL - TTFT) / (delivered tokens - 1), ms
+    token_count_source: TokenCountSource | None = None
+
+
+@payload
+class CounterSourceInfo:
+    """Where a wave's server counters came from and how each was derived."""
+
+    name: CounterSourceName
+    speculative: bool | None            # what the runner said of the arm (null: nothing)
+    counts_rounds: bool                 # the source can count a speculative arm's rounds at all
+    chunks_are_steps: bool              # one streamed chunk is one engine step on this source
+    derived: dict[str, str]             # counter -> how it was obtained from which series
+    resolution: dict[str, float] = field(default_factory=dict)   # counter -> +/- of its delta (printed digits)
+    first_tokens: int | None = None     # requests whose first token arrived (subtracted in derived rounds)
+    absent: str | None = None           # why no server counters were read (source none)
+
+
+@payload
+class ServerGauges:
+    running: float | None               # requests running on the server
+    waiting: float | None               # requests waiting (queued, deferred)
+    kv_cache_usage: float | None        # KV-cache usage, 0..1 (largest over engines)
+
+
+@payload
+class WaveGauges:
+    """The server's gauges just before and just after the wave (null: not read)."""
+
+    before: ServerGauges | None
+    after: ServerGauges | None
+    series: dict[str, str | None] = field(default_factory=dict)   # gauge -> the series read
+
+
+@payload
+class HostLoad:
+    """The runner host's load average (1, 5, 15 min) before and after the wave."""
+
+    before: list[float] | None
+    after: list[float] | None
+    cpus: int | None = None
 
 
 @payload
@@ -291,6 +344,9 @@ class WaveMeasured(WindowPayload):
     requests: list[RequestSummary]
     records: BlobRef
     engine: dict[str, Any] | None = None  # the engine seen serving before and after the wave (attestation)
+    counter_source: CounterSourceInfo | None = None   # absent in older ledgers: vLLM's series
+    gauges: WaveGauges | None = None
+    host_load: HostLoad | None = None
 
     @staticmethod
     def check(p: dict[str, Any]) -> list[tuple[str, str]]:

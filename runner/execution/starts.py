@@ -53,6 +53,9 @@ def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveRe
     s = measured.summary()
     client = dict(s["client"])
     intervals = client.pop("chunk_interval_ms")
+    figures = {key: None if client.get(key) is None else p.ChunkIntervals(**client.pop(key))
+               for key in ("token_itl_ms", "tpot_ms") if key in client}
+    client.update(figures)
     reasons = list(s["incomplete_reasons"])
     attested: dict[str, Any] = {}
     if engine is not None:
@@ -66,7 +69,14 @@ def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveRe
         incomplete_reasons=reasons,
         client=p.ClientFigures(chunk_interval_ms=None if intervals is None else p.ChunkIntervals(**intervals),
                                **client),
-        requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records), **attested)
+        requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records),
+        counter_source=p.CounterSourceInfo(**s["counter_source"]), gauges=_gauges(s["gauges"]),
+        host_load=p.HostLoad(**s["host_load"]), **attested)
+
+
+def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
+    return p.WaveGauges(**{when: None if gauges[when] is None else p.ServerGauges(**gauges[when])
+                           for when in ("before", "after")}, series=gauges["series"])
 
 
 class StartSteps(Recorder):
@@ -235,6 +245,8 @@ class StartSteps(Recorder):
             deadline_s=request_deadline, wave_deadline_s=deadline,
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
+            counter_source=self.driver.counter_source,
+            speculative=self.plan.arm(self.plan.start(step.start).role).speculates,
         )
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,8 +23,10 @@ from ledger.errors import FormatError
 
 __all__ = [
     "COUNTER_SERIES",
+    "POSITION_SERIES",
     "SPEC_SERIES_NAMES",
     "CounterDeltas",
+    "DeltaReader",
     "MetricsSnapshot",
     "counter_deltas",
     "parse_metrics",
@@ -44,6 +46,8 @@ SPEC_SERIES_NAMES = tuple(v for k, v in COUNTER_SERIES.items() if k in ("rounds"
 _PER_POS = COUNTER_SERIES["accepted_per_pos"]
 _INTEGER_KEYS = ("rounds", "accepted", "draft_tokens", "generation_tokens")
 MAX_POSITIONS = 256   # draft positions (num_speculative_tokens): a larger label is not a real server's
+# Series counted per draft position (a ``position`` label), vLLM's and llama.cpp's.
+POSITION_SERIES = frozenset({_PER_POS, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"})
 
 
 @dataclass(frozen=True)
@@ -51,13 +55,21 @@ class MetricsSnapshot:
     """One scrape: each sample name summed over label sets (histogram buckets left out)."""
 
     values: Mapping[str, float]
-    per_pos: Mapping[int, float]
+    per_pos: Mapping[int, float]    # vLLM's per-position series, by position
     created: Mapping[str, float]    # series -> smallest ``_created`` timestamp seen for it
+    peaks: Mapping[str, float] = field(default_factory=dict)   # sample name -> largest value over label sets
+    positions: Mapping[str, Mapping[int, float]] = field(default_factory=dict)   # per-position series, by name
 
     def has(self, series: str) -> bool:
-        if series == _PER_POS:
-            return bool(self.per_pos)
+        if series in POSITION_SERIES:
+            return bool(self.by_position(series))
         return series in self.values
+
+    def by_position(self, series: str) -> Mapping[int, float]:
+        """A per-position series (``POSITION_SERIES``) by position (empty when absent)."""
+        if series == _PER_POS:
+            return self.per_pos
+        return self.positions.get(series, {})
 
     def has_spec_series(self) -> bool:
         return any(self.has(name) for name in SPEC_SERIES_NAMES)
@@ -71,8 +83,9 @@ def _created_key(sample_name: str) -> str:
 def parse_metrics(text: str) -> MetricsSnapshot:
     """Parse Prometheus text exposition; ``FormatError`` if it is not exposition text."""
     values: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
+    positions: dict[str, dict[int, float]] = {}
     created: dict[str, float] = {}
+    peaks: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -85,24 +98,33 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                     continue
                 if "le" in labels or "quantile" in labels:
                     continue
-                if name == _PER_POS:
+                if name in POSITION_SERIES:
                     try:
                         position = int(labels.get("position", ""))
                     except ValueError:
                         continue
                     if not 0 <= position < MAX_POSITIONS:
-                        raise FormatError(f"{_PER_POS} has position {position}, outside 0..{MAX_POSITIONS - 1}")
-                    per_pos[position] = per_pos.get(position, 0.0) + value
+                        raise FormatError(f"{name} has position {position}, outside 0..{MAX_POSITIONS - 1}")
+                    by_position = positions.setdefault(name, {})
+                    by_position[position] = by_position.get(position, 0.0) + value
                     continue
                 values[name] = values.get(name, 0.0) + value
+                peaks[name] = max(value, peaks.get(name, value))
     except (ValueError, TypeError, IndexError) as exc:
         raise FormatError(f"metrics text is not Prometheus exposition: {exc}") from None
-    return MetricsSnapshot(values, per_pos, created)
+    return MetricsSnapshot(values, positions.get(_PER_POS, {}), created, peaks, positions)
 
 
 @dataclass(frozen=True)
 class CounterDeltas:
-    """The ``counters`` of a wave (``None`` = missing), what was missing and what went wrong."""
+    """The ``counters`` of a wave (``None`` = missing), what was missing and what went wrong.
+
+    The first six are the ``counters`` of ``wave.measured`` since its first version;
+    ``drafts`` (draft-verification steps) was added when sources other than vLLM came,
+    whose decode steps (``rounds``) and drafts differ. ``derived`` says how each counter
+    was obtained from which series, ``resolution`` how coarse a delta may be (a server
+    printing few significant digits), ``absent`` why no server counters were read at all.
+    """
 
     rounds: int | None
     accepted: int | None
@@ -112,6 +134,11 @@ class CounterDeltas:
     generation_tokens: int | None
     missing: tuple[str, ...]
     problems: tuple[str, ...]
+    drafts: int | None = None
+    derived: Mapping[str, str] = field(default_factory=dict)
+    resolution: Mapping[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    absent: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,12 +148,19 @@ class CounterDeltas:
             "accepted_per_pos": list(self.accepted_per_pos) if self.accepted_per_pos is not None else None,
             "decode_s": self.decode_s,
             "generation_tokens": self.generation_tokens,
+            "drafts": self.drafts,
         }
 
     @classmethod
-    def unavailable(cls, problems: tuple[str, ...] = ()) -> CounterDeltas:
-        """No scrape at all: every counter missing."""
-        return cls(None, None, None, None, None, None, tuple(COUNTER_SERIES.values()), problems)
+    def unavailable(cls, problems: tuple[str, ...] = (), series: tuple[str, ...] | None = None) -> CounterDeltas:
+        """No scrape at all: every counter missing (``series``: the names read, vLLM's by default)."""
+        names = tuple(COUNTER_SERIES.values()) if series is None else series
+        return cls(None, None, None, None, None, None, names, problems)
+
+    @classmethod
+    def not_read(cls, reason: str) -> CounterDeltas:
+        """No server counters by design (counter source ``none``): absent, not missing."""
+        return cls(None, None, None, None, None, None, (), (), absent=reason)
 
 
 def _creation_changed(before: MetricsSnapshot, after: MetricsSnapshot, series: str) -> bool:
@@ -138,38 +172,79 @@ def _creation_changed(before: MetricsSnapshot, after: MetricsSnapshot, series: s
     return stamp in before.created and stamp in after.created and before.created[stamp] != after.created[stamp]
 
 
-def counter_deltas(before: MetricsSnapshot, after: MetricsSnapshot) -> CounterDeltas:
-    """after - before for each counter of a wave."""
-    out: dict[str, Any] = {}
-    missing: list[str] = []
-    problems: list[str] = []
-    for key, series in COUNTER_SERIES.items():
-        if key == "accepted_per_pos":
-            continue
-        if not (before.has(series) and after.has(series)):
-            out[key] = None
-            missing.append(series)
-            continue
-        delta = after.values[series] - before.values[series]
-        if delta < 0 or _creation_changed(before, after, series):
-            out[key] = None
-            missing.append(series)
-            problems.append(f"counter reset during the wave: {series} (server restarted?)")
-            continue
-        out[key] = round(delta) if key in _INTEGER_KEYS else delta
-    per_pos: tuple[int, ...] | None = None
-    if before.has(_PER_POS) and after.has(_PER_POS):
-        positions = range(max(after.per_pos) + 1)
-        deltas = [after.per_pos.get(p, 0.0) - before.per_pos.get(p, 0.0) for p in positions]
-        if any(d < 0 for d in deltas) or _creation_changed(before, after, _PER_POS):
-            missing.append(_PER_POS)
-            problems.append(f"counter reset during the wave: {_PER_POS} (server restarted?)")
+@dataclass
+class DeltaReader:
+    """after - before of series between two scrapes, noting what was missing and what was reset.
+
+    A series absent from either scrape is ``None`` and named in ``missing``; one that went
+    down or was created again (``_created`` moved) is ``None``, named missing, and a
+    problem ("counter reset during the wave"). Each series is judged once.
+    """
+
+    before: MetricsSnapshot
+    after: MetricsSnapshot
+    missing: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    _seen: dict[str, Any] = field(default_factory=dict)
+
+    def present(self, series: str) -> bool:
+        """Both scrapes have the series (nothing is recorded)."""
+        return self.before.has(series) and self.after.has(series)
+
+    def _absent(self, series: str) -> None:
+        if series not in self.missing:
+            self.missing.append(series)
+
+    def _reset(self, series: str) -> None:
+        self._absent(series)
+        self.problems.append(f"counter reset during the wave: {series} (server restarted?)")
+
+    def delta(self, series: str) -> float | None:
+        if series in self._seen:
+            return self._seen[series]
+        value: float | None = None
+        if not self.present(series):
+            self._absent(series)
         else:
-            per_pos = tuple(round(d) for d in deltas)
-    else:
-        missing.append(_PER_POS)
+            value = self.after.values[series] - self.before.values[series]
+            if value < 0 or _creation_changed(self.before, self.after, series):
+                self._reset(series)
+                value = None
+        self._seen[series] = value
+        return value
+
+    def count(self, series: str) -> int | None:
+        value = self.delta(series)
+        return None if value is None else round(value)
+
+    def positions(self, series: str) -> tuple[int, ...] | None:
+        if series in self._seen:
+            return self._seen[series]
+        out: tuple[int, ...] | None = None
+        if not self.present(series):
+            self._absent(series)
+        else:
+            after, before = self.after.by_position(series), self.before.by_position(series)
+            deltas = [after.get(p, 0.0) - before.get(p, 0.0) for p in range(max(after) + 1)]
+            if any(d < 0 for d in deltas) or _creation_changed(self.before, self.after, series):
+                self._reset(series)
+            else:
+                out = tuple(round(d) for d in deltas)
+        self._seen[series] = out
+        return out
+
+
+def counter_deltas(before: MetricsSnapshot, after: MetricsSnapshot) -> CounterDeltas:
+    """after - before for each of vLLM's counters of a wave (:data:`COUNTER_SERIES`, nothing derived)."""
+    reader = DeltaReader(before, after)
+    out: dict[str, Any] = {}
+    for key, series in COUNTER_SERIES.items():
+        if key != "accepted_per_pos":
+            out[key] = reader.count(series) if key in _INTEGER_KEYS else reader.delta(series)
+    out["accepted_per_pos"] = reader.positions(_PER_POS)
     return CounterDeltas(
         rounds=out["rounds"], accepted=out["accepted"], draft_tokens=out["draft_tokens"],
-        accepted_per_pos=per_pos, decode_s=out["decode_s"], generation_tokens=out["generation_tokens"],
-        missing=tuple(missing), problems=tuple(problems),
+        accepted_per_pos=out["accepted_per_pos"], decode_s=out["decode_s"],
+        generation_tokens=out["generation_tokens"], missing=tuple(reader.missing), problems=tuple(reader.problems),
+        drafts=out["rounds"],
     )

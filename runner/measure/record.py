@@ -22,8 +22,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..vocabulary import REQUEST_STATUSES, RequestStatus
+from ..vocabulary import REQUEST_STATUSES, RequestStatus, TokenCountSource
 from .stats import percentile
+from .timing import token_intervals_ms, tpot_ms
 
 __all__ = ["FINISH_REASON_BYTES", "MAX_COUNT", "REASON_BYTES", "SERVER_STRING_BYTES", "STATUSES", "RequestRecord",
            "Status", "bounded_json", "clip", "summary_entry_bound"]
@@ -75,7 +76,9 @@ def summary_entry_bound(prompt_id: str, index: int) -> int:
     worst_float = -2.2250738585072014e-308
     entry = {"index": index, "prompt_id": prompt_id, "status": "cancelled", "delivered_tokens": MAX_COUNT,
              "decode_s": worst_float, "ttft_s": worst_float, "round_ms_p95": worst_float,
-             "finish_reason": "f" * (FINISH_REASON_BYTES - 2), "reason": "r" * (REASON_BYTES - 2)}
+             "finish_reason": "f" * (FINISH_REASON_BYTES - 2), "reason": "r" * (REASON_BYTES - 2),
+             "chunk_ms_p95": worst_float, "token_itl_ms_p95": worst_float, "tpot_ms": worst_float,
+             "token_count_source": "one_per_chunk"}
     return len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) + 1
 
 
@@ -105,6 +108,10 @@ class RequestRecord:
     stop_reason: Any = None
     done: bool = False                    # saw data: [DONE]
     early_stop: bool = False              # ok, but fewer than max_tokens delivered
+    chunk_token_counts: tuple[int, ...] = ()      # tokens counted in each content chunk (token_count_source)
+    token_count_source: TokenCountSource = "none"
+    chunks_are_steps: bool = True         # the counter source says one chunk is one engine step
+    timings: dict[str, float] | None = None       # the server's own per-request timings (llama.cpp)
 
     @property
     def ttft_s(self) -> float | None:
@@ -113,9 +120,11 @@ class RequestRecord:
 
     @property
     def first_chunk_tokens(self) -> int:
-        """Tokens in the first content chunk (1, the prefill token, when the server sent no token_ids)."""
+        """Tokens in the first content chunk (as counted: 1, the prefill token, when nothing says more)."""
         if not self.chunk_t:
             return 0
+        if self.chunk_token_counts:
+            return self.chunk_token_counts[0]
         return self.chunk_tokens[0] if self.chunk_tokens else 1
 
     @property
@@ -129,14 +138,35 @@ class RequestRecord:
 
     @property
     def intervals_ms(self) -> list[float]:
-        """Gaps between consecutive content chunks: one engine step each under spec decode."""
+        """Gaps between consecutive content chunks (vLLM's ITL): one engine step each when chunks are steps."""
         t = self.chunk_t
         return [(t[i] - t[i - 1]) * 1000.0 for i in range(1, len(t))]
 
     @property
-    def round_ms_p95(self) -> float | None:
+    def chunk_ms_p95(self) -> float | None:
+        """p95 of the per-chunk intervals, whatever a chunk is."""
         gaps = self.intervals_ms
         return percentile(gaps, 95) if gaps else None
+
+    @property
+    def round_ms_p95(self) -> float | None:
+        """p95 of the round times: the chunk intervals when chunks are engine steps, else unknown (``None``)."""
+        return self.chunk_ms_p95 if self.chunks_are_steps else None
+
+    @property
+    def token_intervals_ms(self) -> list[float]:
+        """Per-token intervals (:func:`.timing.token_intervals_ms`): counted tokens - 1 of them."""
+        return token_intervals_ms(self.chunk_t, self.chunk_token_counts)
+
+    @property
+    def token_itl_ms_p95(self) -> float | None:
+        gaps = self.token_intervals_ms
+        return percentile(gaps, 95) if gaps else None
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """``vllm bench serve``'s TPOT of this request: (E2EL - TTFT) / (delivered tokens - 1)."""
+        return tpot_ms(self.chunk_t, self.delivered_tokens)
 
     @property
     def decode_tps(self) -> float | None:
@@ -149,6 +179,8 @@ class RequestRecord:
             "index": self.index, "prompt_id": self.prompt_id, "status": self.status,
             "delivered_tokens": self.delivered_tokens, "decode_s": self.decode_s, "ttft_s": self.ttft_s,
             "round_ms_p95": self.round_ms_p95, "finish_reason": self.finish_reason, "reason": self.reason,
+            "chunk_ms_p95": self.chunk_ms_p95, "token_itl_ms_p95": self.token_itl_ms_p95, "tpot_ms": self.tpot_ms,
+            "token_count_source": self.token_count_source,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -162,6 +194,8 @@ class RequestRecord:
             "chunk_tokens": list(self.chunk_tokens) if self.chunk_tokens is not None else None,
             "tokens_source": self.tokens_source, "usage": self.usage, "stop_reason": self.stop_reason,
             "done": self.done, "early_stop": self.early_stop,
+            "chunk_token_counts": list(self.chunk_token_counts), "chunks_are_steps": self.chunks_are_steps,
+            "timings": self.timings,
         }
 
     def json_line(self) -> bytes:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +50,7 @@ from .record import (
     clip,
 )
 from .sse import SSEDecoder, SSEOverflow
+from .timing import count_chunk_tokens
 from .transport import deadline_guard, read_time
 
 __all__ = ["Cutter", "Ticket", "run_request"]
@@ -170,6 +172,9 @@ class _Progress:
     chunk_tokens: list[int] = field(default_factory=list)
     ids_everywhere: bool = True
     usage: dict[str, int] | None = None
+    chunk_usage: list[int | None] = field(default_factory=list)   # completion_tokens seen with each content chunk
+    chunk_text: list[str] | None = None                           # kept only for a declared tokenizer
+    timings: dict[str, float] | None = None                       # the server's last ``timings`` (llama.cpp)
     finish_reason: str | None = None
     stop_reason: Any = None
     request_id: str | None = None
@@ -222,9 +227,14 @@ class _Progress:
         if self.request_id is None and isinstance(obj.get("id"), str):
             self.request_id = clip(obj["id"], SERVER_STRING_BYTES)
         usage = obj.get("usage")
+        frame_usage: int | None = None
         if isinstance(usage, dict):
             self.usage = {str(k)[:64]: v for k, v in list(usage.items())[:32]
                           if type(v) is int and 0 <= v <= MAX_COUNT}
+            frame_usage = self.usage.get("completion_tokens")
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            self.timings = _numbers(timings)
         choices = obj.get("choices")
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             return
@@ -249,11 +259,20 @@ class _Progress:
                 return
             self.chunk_t.append(arrived - self.send_t)
             self.chunk_tokens.append(count)
+            self.chunk_usage.append(frame_usage)
+            if self.chunk_text is not None:
+                self.chunk_text.append(text if isinstance(text, str) else "")
         if choice.get("finish_reason") is not None:
             reason = choice["finish_reason"]
             self.finish_reason = clip(reason if isinstance(reason, str) else json.dumps(reason),
                                       FINISH_REASON_BYTES)
             self.stop_reason = bounded_json(choice.get("stop_reason"), SERVER_STRING_BYTES)
+
+
+def _numbers(values: dict[Any, Any]) -> dict[str, float]:
+    """A server's flat object of figures (llama.cpp ``timings``): finite numbers only, 32 members at most."""
+    return {str(k)[:64]: v for k, v in list(values.items())[:32]
+            if type(v) in (int, float) and math.isfinite(v) and abs(v) <= MAX_COUNT}
 
 
 def _error_message(body: Any) -> str:
@@ -269,12 +288,16 @@ def _error_message(body: Any) -> str:
 
 
 def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index: int, prompt_id: str,
-                cutter: Cutter, deadline_s: float | None, read_timeout_s: float) -> RequestRecord:
+                cutter: Cutter, deadline_s: float | None, read_timeout_s: float, chunks_are_steps: bool = True,
+                tokenizer: Callable[[str], int] | None = None) -> RequestRecord:
     """Send one streaming request and measure it; never raises for what the server does.
 
     The whole request (connect, headers, body) ends by ``deadline_s`` after the send
     (:data:`.bounds.DEFAULT_REQUEST_DEADLINE_S` when ``None``) or at the wave deadline,
     whichever comes first; ``read_timeout_s`` bounds each single read.
+    ``chunks_are_steps``: the server streams one chunk per engine step (its chunk
+    intervals are round times); ``tokenizer`` counts the tokens of a chunk's text when
+    the server sends no token ids (declared by the caller, never guessed).
     """
     seed = body.get("seed")
     max_tokens = int(body.get("max_tokens", 0))
@@ -285,6 +308,8 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
     ticket = cutter.register(own_deadline)
     overall = own_deadline if cutter.wave_deadline is None else min(own_deadline, cutter.wave_deadline)
     progress = _Progress(send_t, chunk_limit(max(max_tokens, 1)))
+    if tokenizer is not None:
+        progress.chunk_text = []
     http_status: int | None = None
     exception: tuple[str, str] | None = None
     read_timeout = min(read_timeout_s, overall - send_t + 1.0)
@@ -349,12 +374,19 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
             and cutter.wave_deadline < own_deadline else "deadline"
     return _finish(progress, index=index, prompt_id=prompt_id, sent_at=sent_at, ended_s=ended - send_t, seed=seed,
                    max_tokens=max_tokens, salt=salt, http_status=http_status, exception=exception,
-                   cut=cut, deadline_s=deadline_s)
+                   cut=cut, deadline_s=deadline_s, chunks_are_steps=chunks_are_steps, tokenizer=tokenizer)
 
 
 def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: float, seed: Any, max_tokens: int,
             salt: str, http_status: int | None, exception: tuple[str, str] | None, cut: str | None,
-            deadline_s: float | None) -> RequestRecord:
+            deadline_s: float | None, chunks_are_steps: bool = True,
+            tokenizer: Callable[[str], int] | None = None) -> RequestRecord:
+    counts, count_source = count_chunk_tokens(len(p.chunk_t), ids=p.chunk_tokens, ids_everywhere=p.ids_everywhere,
+                                              usage=p.chunk_usage, texts=p.chunk_text, tokenizer=tokenizer)
+    if sum(counts) > p.chunk_cap and p.error_reason is None:
+        p.error_reason = (f"the server's chunks carried {sum(counts)} tokens ({count_source}), more than "
+                          f"{p.chunk_cap} (2 x max_tokens + 64): refused")
+        counts, count_source = (1,) * len(p.chunk_t), "one_per_chunk"
     source: TokensSource
     if p.usage is not None and "completion_tokens" in p.usage:
         delivered, source = p.usage["completion_tokens"], "usage"
@@ -399,5 +431,6 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         http_status=http_status, error=p.error, request_id=p.request_id, chunk_t=tuple(p.chunk_t),
         chunk_tokens=tuple(p.chunk_tokens) if p.ids_everywhere and p.chunk_t else None, delivered_tokens=delivered,
         tokens_source=source, usage=p.usage, finish_reason=p.finish_reason, stop_reason=p.stop_reason, done=p.done,
-        early_stop=early,
+        early_stop=early, chunk_token_counts=counts, token_count_source=count_source,
+        chunks_are_steps=chunks_are_steps, timings=p.timings,
     )

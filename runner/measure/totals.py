@@ -41,12 +41,15 @@ class WaveTotals:
         self.chunks = 0
         self.chunk_tokens = 0
         self.early_stops = 0
+        self.with_content = 0                                  # requests whose first token arrived (any status)
+        self.token_count_sources: dict[str, int] = {}          # how chunk tokens were counted, over MEASURED
         self.early_finish_reasons: set[str] = set()
         self.more_finish_reasons = False
         self.ttft_ok = Samples(spool, "ttft", keep)          # s, ok requests
         self.intervals_ms = Samples(spool, "intervals", keep)  # ok and censored requests
         self.decode_tps = Samples(spool, "decode_tps", keep)   # ok and censored requests
         self.tpot_ms = Samples(spool, "tpot", keep)            # ok requests, bench's TPOT
+        self.token_itl_ms = Samples(spool, "token_itl", keep)  # ok and censored requests, per-token intervals
         self.e2e_s = Samples(spool, "e2e", keep)               # ok requests, last content chunk
         self.entries = Entries(spool)
 
@@ -73,10 +76,14 @@ class WaveTotals:
         self.counts[r.status] += 1
         self.delivered_tokens += r.delivered_tokens
         ok = r.status == "ok"
+        if r.chunk_t:
+            self.with_content += 1
         if r.status in MEASURED and r.chunk_t:
             self.tokens_after_first += r.tokens_after_first
             self.decode_s += r.decode_s or 0.0
             self.intervals_ms.extend(r.intervals_ms)
+            self.token_itl_ms.extend(r.token_intervals_ms)
+            self.token_count_sources[r.token_count_source] = self.token_count_sources.get(r.token_count_source, 0) + 1
             self.chunks += len(r.chunk_t)
             self.chunk_tokens += sum(r.chunk_tokens) if r.chunk_tokens is not None else r.delivered_tokens
             if r.decode_tps is not None:
@@ -110,6 +117,9 @@ class WaveTotals:
             "ttft_s": self.entries.ttft(),
             "chunk_interval_ms": self.intervals_ms.percentiles(),
             "tokens_per_chunk": self.chunk_tokens / self.chunks if self.chunks else None,
+            "token_itl_ms": self.token_itl_ms.percentiles(),
+            "tpot_ms": self.tpot_ms.percentiles(),
+            "token_count_sources": dict(sorted(self.token_count_sources.items())),
         }
 
     def summary_entries(self) -> list[dict[str, Any]] | Spooled:
@@ -117,7 +127,7 @@ class WaveTotals:
 
     def close(self) -> None:
         """Close the spool files and remove a temporary spool directory."""
-        for samples in (self.ttft_ok, self.intervals_ms, self.decode_tps, self.tpot_ms, self.e2e_s):
+        for samples in (self.ttft_ok, self.intervals_ms, self.decode_tps, self.tpot_ms, self.e2e_s, self.token_itl_ms):
             samples.close()
         self.entries.close()
         if self.spool is not None and self._owned:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import socket
 import threading
 import time
@@ -28,13 +29,14 @@ from ledger.strictjson import read_json
 from .bounds import MAX_METRICS_BYTES, MAX_MODELS_BYTES, ReplyRefused, fetch
 from .family import Prompt
 from .interpreter import quiet_interpreter
-from .metrics import SPEC_SERIES_NAMES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
+from .metrics import CounterDeltas, MetricsSnapshot, parse_metrics
 from .record import RequestRecord, clip
 from .request import Cutter, run_request, utc_now
+from .sources import CounterSource, GaugeReading, select_source
 from .totals import WaveTotals
 from .transport import StampingTransport
 
-__all__ = ["Scrape", "WaveResult", "list_models", "measure_wave", "scrape_metrics"]
+__all__ = ["Scrape", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
 
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
                        # (and x 64 between two full ones)
@@ -52,6 +54,15 @@ class Scrape:
     snapshot: MetricsSnapshot | None
     problem: str | None = None
     absent: bool = False          # the endpoint does not exist (HTTP 404): not a vLLM server
+
+
+def host_load() -> tuple[float, float, float] | None:
+    """The runner host's load average over 1, 5 and 15 minutes (``None`` where the OS has none)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (OSError, AttributeError):
+        return None
+    return (round(one, 4), round(five, 4), round(fifteen, 4))
 
 
 def _problem(exc: BaseException) -> str:
@@ -138,6 +149,12 @@ class WaveResult:
     totals: WaveTotals = field(default_factory=WaveTotals)
     streamed: bool = False           # the records went to ``on_request`` only: ``requests`` is empty
     unlisted: int = 0                # requests never sent and not given a record (``unsent_records``)
+    source: CounterSource = field(default_factory=select_source)
+    speculative: bool | None = None  # what the caller said of the arm (None: nothing)
+    gauges_before: GaugeReading | None = None
+    gauges_after: GaugeReading | None = None
+    load_before: tuple[float, float, float] | None = None
+    load_after: tuple[float, float, float] | None = None
 
     @property
     def complete(self) -> bool:
@@ -148,6 +165,8 @@ class WaveResult:
         """One line on why server counters are missing (``None`` when the spec series are there)."""
         if self.counters_available:
             return None
+        if self.counters.absent is not None:
+            return self.counters.absent
         for line in (*self.incomplete_reasons, *self.notes):
             if "metrics" in line:
                 return line
@@ -181,7 +200,35 @@ class WaveResult:
             "incomplete_reasons": list(self.incomplete_reasons),
             "client": dict(self._client),
             "requests": self.totals.summary_entries(),
+            "counter_source": self.counter_source_info(),
+            "gauges": self.gauges(),
+            "host_load": {"before": list(self.load_before) if self.load_before is not None else None,
+                          "after": list(self.load_after) if self.load_after is not None else None,
+                          "cpus": os.cpu_count()},
         }
+
+    def counter_source_info(self) -> dict[str, Any]:
+        """The ``counter_source`` member of ``wave.measured``: the source and how each counter was derived."""
+        c = self.counters
+        info: dict[str, Any] = {
+            "name": self.source.name, "speculative": self.speculative, "counts_rounds": self.source.counts_rounds,
+            "chunks_are_steps": self.source.chunks_are_steps, "derived": dict(c.derived),
+        }
+        if c.resolution:
+            info["resolution"] = dict(c.resolution)
+        if any("first tokens" in how for how in c.derived.values()):
+            info["first_tokens"] = self.totals.with_content
+        if c.absent is not None:
+            info["absent"] = c.absent
+        return info
+
+    def gauges(self) -> dict[str, Any]:
+        """The ``gauges`` member: the server's gauges before and after the wave (``None``: not read)."""
+        readings = [g for g in (self.gauges_before, self.gauges_after) if g is not None]
+        series = {k: v for g in readings for k, v in g.series.items() if v is not None}
+        return {"before": self.gauges_before.to_json() if self.gauges_before is not None else None,
+                "after": self.gauges_after.to_json() if self.gauges_after is not None else None,
+                "series": dict(sorted(series.items()))}
 
     def records_jsonl(self) -> bytes:
         """Every request's full record, one JSON object per line, in request order."""
@@ -198,9 +245,10 @@ class WaveResult:
         c = self.counters
         server: dict[str, Any] | None = None
         if self.counters_available:
-            drafts, draft_tokens, accepted = c.rounds, c.draft_tokens, c.accepted
+            drafts = c.drafts if c.drafts is not None else c.rounds
+            draft_tokens, accepted = c.draft_tokens, c.accepted
             server = {
-                "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+                "rounds": c.rounds, "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
                 "acceptance_rate": accepted / draft_tokens if accepted is not None and draft_tokens else None,
                 "mean_acceptance_length": 1 + accepted / drafts if accepted is not None and drafts else None,
                 "per_position_acceptance": ([n / drafts for n in c.accepted_per_pos]
@@ -217,6 +265,10 @@ class WaveResult:
             "decode_tps_per_request_p50": t.decode_tps.percentile(50),
             "decode_tps_pooled": client["decode_tps"],
             "chunk_interval_ms": client["chunk_interval_ms"],
+            "chunks_are_steps": self.source.chunks_are_steps,
+            "token_itl_ms": client["token_itl_ms"],
+            "tpot_ms": client["tpot_ms"],
+            "token_count_sources": client["token_count_sources"],
             "tokens_per_chunk": client["tokens_per_chunk"],
             "tpot_ms_p50": t.tpot_ms.percentile(50),
             "e2e_ms": _scaled(t.e2e_s.percentiles(), 1000.0),
@@ -237,7 +289,7 @@ def _scaled(values: dict[str, float] | None, factor: float) -> dict[str, float] 
 
 def _request_body(prompt: Prompt, *, model: str, chat: bool, max_tokens: int, seed: int, ignore_eos: bool,
                   priority: int, temperature: float, top_p: float, return_token_ids: bool,
-                  extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+                  extra_body: Mapping[str, Any] | None, continuous_usage: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model}
     if chat:
         body["messages"] = prompt.chat_messages()
@@ -245,7 +297,8 @@ def _request_body(prompt: Prompt, *, model: str, chat: bool, max_tokens: int, se
         body["prompt"] = prompt.text
     body.update({
         "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed, "stream": True,
-        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
+        "stream_options": {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})},
+        "ignore_eos": ignore_eos,
         "cache_salt": f"tally-{uuid.uuid4().hex}",
     })
     if priority:
@@ -292,6 +345,10 @@ def measure_wave(
     metrics_timeout_s: float = 10.0,
     totals: WaveTotals | None = None,
     unsent_records: int | None = None,
+    counter_source: str | CounterSource = "vllm",
+    speculative: bool | None = None,
+    tokenizer: Callable[[str], int] | None = None,
+    continuous_usage: bool = False,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -315,6 +372,16 @@ def measure_wave(
     a lazy sequence. ``unsent_records`` caps how many requests never sent (the wave
     stopped early) get a record each; the rest are counted in ``unlisted``.
 
+    ``counter_source`` (``docs/measure.md``, "Counter sources") says which series the
+    server exposes and how the counters are derived from them; ``"none"`` reads no
+    ``/metrics`` at all. ``speculative`` is what the caller knows of the arm: ``False``
+    (it runs no speculative decoding: rounds are the generated tokens after each
+    request's first, accepted 0), ``True``, or ``None``. The server's gauges and the
+    runner host's load average are read before and after the wave. ``tokenizer`` counts a
+    chunk's tokens from its text when the server sends no token ids (declare one, or each
+    chunk counts as one token, and the records say so); ``continuous_usage`` asks for
+    ``stream_options.continuous_usage_stats`` (usage with every chunk, vLLM).
+
     Never raises for what the server does: failures are recorded; only bad arguments
     raise ``FormatError``.
     """
@@ -328,6 +395,9 @@ def measure_wave(
                         ("metrics_timeout_s", metrics_timeout_s)):
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
+    source = select_source(counter_source)
+    if not source.scrapes:
+        metrics_url = None
     base = _base(base_url)
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     total = len(prompts)
@@ -358,6 +428,7 @@ def measure_wave(
                 cutter.release(ticket)
 
         try:
+            load_before = host_load()
             before = scrape()
             start = time.perf_counter()
             cutter.set_wave_deadline(start + wave_deadline_s if wave_deadline_s is not None else None)
@@ -383,9 +454,10 @@ def measure_wave(
                             body = _request_body(prompt, model=model, chat=chat, max_tokens=max_tokens, seed=seed,
                                                  ignore_eos=ignore_eos, priority=priority, temperature=temperature,
                                                  top_p=top_p, return_token_ids=return_token_ids,
-                                                 extra_body=extra_body)
+                                                 extra_body=extra_body, continuous_usage=continuous_usage)
                             record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
-                                                 cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s)
+                                                 cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s,
+                                                 chunks_are_steps=source.chunks_are_steps, tokenizer=tokenizer)
                         with lock:
                             listed[0] += 1
                             collect = -1
@@ -411,6 +483,7 @@ def measure_wave(
                 thread.join()
             duration = time.perf_counter() - start
             after = scrape()
+            load_after = host_load()
         finally:
             cutter.close()
         ended_at = utc_now()
@@ -418,7 +491,8 @@ def measure_wave(
     result = _result(done, before, after, family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency,
                      started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_url=metrics_url,
                      model=model, chat=chat, ignore_eos=ignore_eos,
-                     cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0])
+                     cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0],
+                     source=source, speculative=speculative, loads=(load_before, load_after))
     if errors:
         raise errors[0]
     return result
@@ -427,16 +501,21 @@ def measure_wave(
 def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape | None, *, family: str, seed: int,
             max_tokens: int, concurrency: int, started_at: str, ended_at: str, duration: float, url: str,
             metrics_url: str | None, model: str, chat: bool, ignore_eos: bool, cancelled: bool,
-            totals: WaveTotals | None = None, unlisted: int = 0) -> WaveResult:
+            totals: WaveTotals | None = None, unlisted: int = 0, source: CounterSource | None = None,
+            speculative: bool | None = None,
+            loads: tuple[tuple[float, float, float] | None, ...] = (None, None)) -> WaveResult:
     streamed = totals is not None
     tally = totals if totals is not None else WaveTotals.of(records)
+    source = source if source is not None else select_source()
     reasons: list[str] = []
     notes: list[str] = []
-    if before is None or after is None:
-        deltas = CounterDeltas.unavailable()
+    if not source.scrapes:
+        deltas = source.unavailable()
+    elif before is None or after is None:
+        deltas = source.unavailable()
         notes.append("no metrics URL given: server counters not read")
     elif before.snapshot is None or after.snapshot is None:
-        deltas = CounterDeltas.unavailable()
+        deltas = source.unavailable()
         if before.problem is not None and before.problem == after.problem:
             reasons.append(f"{before.problem} (before and after the wave)")
         else:
@@ -444,11 +523,10 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
                 if scrape.problem is not None:
                     reasons.append(f"{scrape.problem} ({when} the wave)")
     else:
-        deltas = counter_deltas(before.snapshot, after.snapshot)
+        deltas = source.deltas(before.snapshot, after.snapshot, speculative=speculative,
+                               first_tokens=tally.with_content)
         reasons.extend(deltas.problems)
-        if not (before.snapshot.has_spec_series() or after.snapshot.has_spec_series()):
-            notes.append("the server's /metrics has no speculative-decoding series "
-                         f"({', '.join(SPEC_SERIES_NAMES[:1])}, ...): client-side figures only")
+    notes.extend(deltas.notes)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
         count = tally.counts[status]
         if count:
@@ -471,5 +549,9 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
         notes=tuple(notes), requests=tuple(records), url=url, metrics_url=metrics_url, model=model, chat=chat,
         ignore_eos=ignore_eos, cancelled=cancelled,
         before=before.snapshot if before else None, after=after.snapshot if after else None,
-        totals=tally, streamed=streamed, unlisted=unlisted,
+        totals=tally, streamed=streamed, unlisted=unlisted, source=source, speculative=speculative,
+        gauges_before=source.gauges(before.snapshot) if before is not None and before.snapshot is not None else None,
+        gauges_after=source.gauges(after.snapshot) if after is not None and after.snapshot is not None else None,
+        load_before=loads[0], load_after=loads[1],
     )
+

@@ -27,8 +27,10 @@ from ..fields import Fields
 __all__ = [
     "FAULT_KINDS",
     "IGNORABLE_FIELDS",
+    "METRICS_FORMATS",
     "REFUSABLE_FIELDS",
     "SPEC_SERIES",
+    "STREAM_MODES",
     "ArmConfig",
     "SimConfig",
     "config_from_dict",
@@ -46,6 +48,10 @@ IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_tok
                     "max_tokens", "cache_salt", "stop_token_ids", "stream_options", "stream_options.include_usage",
                     "logit_bias")
 REFUSABLE_FIELDS = IGNORABLE_FIELDS
+# How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
+STREAM_MODES = ("step", "token")
+# What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
+METRICS_FORMATS = ("vllm", "llamacpp", "none")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
                "clock_cap_mismatch")
 
@@ -160,6 +166,9 @@ class SimConfig:
     refuse_fields: tuple[str, ...] = ()
     arms: tuple[ArmConfig, ...] = field(default_factory=_default_arms)
     faults: Mapping[str, Any] = field(default_factory=dict)
+    stream_mode: str = "step"          # STREAM_MODES
+    token_burst_ms: float = 0.5        # "token" mode: model ms between the tokens of one engine step
+    metrics_format: str = "vllm"       # METRICS_FORMATS
 
     def arm(self, name: str) -> ArmConfig:
         for arm in self.arms:
@@ -269,6 +278,12 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
             raise f.fail("arms", "must be a non-empty table of arms")
         kw["arms"] = tuple(_arm(str(name), table.table(name)) for name in table.data)
         table.done()
+    if f.has("stream_mode"):
+        kw["stream_mode"] = f.string("stream_mode", choices=STREAM_MODES)
+    if f.has("token_burst_ms"):
+        kw["token_burst_ms"] = f.number("token_burst_ms", low=0)
+    if f.has("metrics_format"):
+        kw["metrics_format"] = f.string("metrics_format", choices=METRICS_FORMATS)
     if f.has("faults"):
         from .faults import validate_faults
 

@@ -10,12 +10,12 @@ engine session: a restart starts every counter from zero again (new ``_created``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["CONTENT_TYPE", "EngineMetrics"]
+__all__ = ["CONTENT_TYPE", "EngineMetrics", "SimMetrics", "engine_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LABELS = ("model_name", "engine")
@@ -41,6 +41,30 @@ def _tokens_buckets(max_model_len: int) -> list[float]:
                 return out
             out.append(float(value))
         exponent += 1
+
+
+class SimMetrics(Protocol):
+    """What the server updates as it serves, whatever the exposition (vLLM's, llama.cpp's)."""
+
+    def exposition(self) -> bytes: ...
+
+    def request_started(self, engine: int, prompt_tokens: int, max_tokens: int) -> None: ...
+
+    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool) -> None: ...
+
+    def request_finished(self, engine: int, reason: str, *, prefill_s: float, decode_s: float, e2e_s: float,
+                         generation_tokens: int, prompt_tokens: int = 0,
+                         counts: Mapping[str, Any] | None = None) -> None: ...
+
+
+def engine_metrics(model: str, engines: int, k: int, spec_series: Sequence[str], max_model_len: int,
+                   metrics_format: str = "vllm") -> SimMetrics:
+    """The metrics of a new engine session in the simulator's ``metrics_format``."""
+    if metrics_format == "llamacpp":
+        from .llamacpp_metrics import LlamaCppMetrics
+
+        return LlamaCppMetrics(spec_series, k)
+    return EngineMetrics(model, engines, k, spec_series, max_model_len)
 
 
 class EngineMetrics:
@@ -184,7 +208,8 @@ class EngineMetrics:
                     c["per_pos"][position].inc()
 
     def request_finished(self, engine: int, reason: str, *, prefill_s: float, decode_s: float, e2e_s: float,
-                         generation_tokens: int) -> None:
+                         generation_tokens: int, prompt_tokens: int = 0,
+                         counts: Mapping[str, Any] | None = None) -> None:
         c = self._children(engine)
         c["running"].dec()
         c["success"][reason].inc()

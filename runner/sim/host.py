@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import ArmConfig, SimConfig
-from .exposition import EngineMetrics
+from .exposition import SimMetrics, engine_metrics
 from .faults import FaultState
 from .truth import TruthLog
 
@@ -67,7 +67,7 @@ class EngineSession:
     clock_cap_mhz: int
     ready_at: float
     started_at: str
-    metrics: EngineMetrics
+    metrics: SimMetrics
     start_factor: float
     log: list[str]
     production: bool = False
@@ -162,8 +162,8 @@ class Host:
             f"clock cap {cap} MHz",
             "engine ready",
         ]
-        metrics = EngineMetrics(self.config.model, self.config.engines, arm.k, self.config.spec_metrics,
-                                self.config.max_model_len)
+        metrics = engine_metrics(self.config.model, self.config.engines, arm.k, self.config.spec_metrics,
+                                 self.config.max_model_len, self.config.metrics_format)
         session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
                                 start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}")

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +33,7 @@ from .config import SimConfig
 from .exposition import CONTENT_TYPE
 from .faults import FaultState
 from .host import EngineSession, Host, HostActionError, wall_time
+from .llamacpp_metrics import CONTENT_TYPE as LLAMACPP_CONTENT_TYPE
 from .model import Generation, Step, token_text
 from .openai import (
     ApiError,
@@ -210,6 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"version": "0.12.0+tally.sim"})
 
     def _metrics(self, _query: dict[str, list[str]]) -> None:
+        fmt = self.server.config.metrics_format
+        if fmt == "none":   # a server without /metrics (llama-cpp-python's llama_cpp.server)
+            self._json(404, {"detail": "Not Found"})
+            return
         if self.server.faults.metrics_down:
             self._send(503, b"metrics unavailable (simulated fault)\n", "text/plain; charset=utf-8")
             return
@@ -217,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         if engine is None:
             self._send(503, b"no engine is running on this host\n", "text/plain; charset=utf-8")
             return
-        self._send(200, engine.metrics.exposition(), CONTENT_TYPE)
+        self._send(200, engine.metrics.exposition(), LLAMACPP_CONTENT_TYPE if fmt == "llamacpp" else CONTENT_TYPE)
 
     # ------------------------------------------------------------------ control
 
@@ -406,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
                 step = generation.next_step(server.host.clock_factor())
                 if step is None:
                     break
-                chunk_index = len(truth.tokens)
+                chunk_index = len(truth.planned)
                 delay = step.duration_ms * scale
                 if step.index == 0 and slow:
                     delay += slow["seconds"]
@@ -424,12 +430,19 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, planned - previous,
                              first=step.index == 0)
+                # the step's counts first: a request's last step is in what its finish reports
+                truth.tokens.append(len(step.tokens))
+                truth.drafts.append(step.drafts)
+                truth.accepted.append(step.accepted)
                 completion_tokens += len(step.tokens)
                 text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if step.finish_reason is not None:
                     finish_reason, stop_reason = step.finish_reason, step.stop_reason
                     self._observe_finish(truth, metrics, engine_index, finish_reason, planned, completion_tokens)
-                if request.stream:
+                if request.stream and config.stream_mode == "token":
+                    sent = self._stream_tokens(request, truth.request_id, created, step, engine, planned,
+                                               completion_tokens - len(step.tokens))
+                elif request.stream:
                     frames = self._step_frames(request, truth.request_id, created, step, text, completion_tokens)
                     sent = time.perf_counter()
                     self._write_frames(*frames)
@@ -439,9 +452,6 @@ class _Handler(BaseHTTPRequestHandler):
                     token_ids.extend(step.tokens)
                 truth.planned.append(planned)
                 truth.sent.append(sent)
-                truth.tokens.append(len(step.tokens))
-                truth.drafts.append(step.drafts)
-                truth.accepted.append(step.accepted)
                 truth.completion_tokens = completion_tokens
         except (_Aborted, OSError):
             outcome = "aborted"
@@ -489,20 +499,44 @@ class _Handler(BaseHTTPRequestHandler):
         truth.decode_s = last - first
         truth.observed = True
         metrics.request_finished(engine_index, reason, prefill_s=first - truth.arrival, decode_s=truth.decode_s,
-                                 e2e_s=last - truth.arrival, generation_tokens=completion_tokens)
+                                 e2e_s=last - truth.arrival, generation_tokens=completion_tokens,
+                                 prompt_tokens=truth.prompt_tokens or 0, counts=truth.counters())
+
+    def _stream_tokens(self, request: ApiRequest, rid: str, created: int, step: Step, engine: EngineSession,
+                       planned: float, before: int) -> float:
+        """One chunk per token, as llama.cpp streams: the step's tokens ``token_burst_ms`` apart.
+
+        Returns when the first chunk was written (the step's send time)."""
+        config = self.server.config
+        gap = config.token_burst_ms * config.time_scale / 1000.0
+        first_sent = 0.0
+        last = len(step.tokens) - 1
+        for j, token in enumerate(step.tokens):
+            if j and not self.server.sleep_until(planned + j * gap, engine):
+                raise _Aborted
+            single = replace(step, tokens=(token,), finish_reason=step.finish_reason if j == last else None,
+                             stop_reason=step.stop_reason if j == last else None)
+            frames = self._step_frames(request, rid, created, single, token_text(token, config.eos_token_id),
+                                       before + j + 1, first=step.index == 0 and j == 0)
+            sent = time.perf_counter()
+            self._write_frames(*frames)
+            if j == 0:
+                first_sent = sent
+        return first_sent
 
     def _step_frames(self, request: ApiRequest, rid: str, created: int, step: Step, text: str,
-                     completion_tokens: int) -> list[bytes]:
+                     completion_tokens: int, first: bool | None = None) -> list[bytes]:
+        first = step.index == 0 if first is None else first
         model = request.model
         usage = usage_of(len(request.prompt_ids), completion_tokens) if request.continuous_usage else None
         ids = step.tokens if request.return_token_ids else None
         if request.kind == "completion":
-            prompt_ids = request.prompt_ids if (request.return_token_ids and step.index == 0) else None
+            prompt_ids = request.prompt_ids if (request.return_token_ids and first) else None
             return [_dumps(completion_chunk(rid, created, model, text, finish_reason=step.finish_reason,
                                             stop_reason=step.stop_reason, token_ids=ids,
                                             prompt_token_ids=prompt_ids, usage=usage))]
         frames = []
-        if step.index == 0:
+        if first:
             role_usage = usage_of(len(request.prompt_ids), 0) if request.continuous_usage else None
             frames.append(_dumps(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
                                             finish_reason=None, usage=role_usage)))

@@ -81,14 +81,17 @@ def test_summary_shape_matches_contract(server: SimHandle) -> None:
                         family="opinions")
     summary = wave.summary()
     assert list(summary) == ["family", "seed", "max_tokens", "concurrency", "started_at", "ended_at", "counters",
-                             "counters_missing", "complete", "incomplete_reasons", "client", "requests"]
+                             "counters_missing", "complete", "incomplete_reasons", "client", "requests",
+                             "counter_source", "gauges", "host_load"]
     assert set(summary["counters"]) == {"rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s",
-                                        "generation_tokens"}
+                                        "generation_tokens", "drafts"}
     assert set(summary["client"]) == {"requests", "ok", "failed", "timed_out", "cancelled", "censored",
                                       "delivered_tokens", "tokens_after_first", "decode_s", "decode_tps", "ttft_s",
-                                      "chunk_interval_ms", "tokens_per_chunk"}
+                                      "chunk_interval_ms", "tokens_per_chunk", "token_itl_ms", "tpot_ms",
+                                      "token_count_sources"}
     assert set(summary["requests"][0]) == {"index", "prompt_id", "status", "delivered_tokens", "decode_s", "ttft_s",
-                                           "round_ms_p95", "finish_reason", "reason"}
+                                           "round_ms_p95", "finish_reason", "reason", "chunk_ms_p95",
+                                           "token_itl_ms_p95", "tpot_ms", "token_count_source"}
     assert summary["started_at"].endswith("Z") and len(summary["started_at"]) == 27
     lines = wave.records_jsonl().splitlines()
     assert [json.loads(line)["index"] for line in lines] == [0, 1]

@@ -44,15 +44,23 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
     names = [f.name for f in dataclasses.fields(payloads.WaveMeasured)]
     assert names == ["window", "plan_sha256", "start", "cell", "repeat", "wave", "family", "seed", "max_tokens",
                      "concurrency", "started_at", "ended_at", "counters", "counters_missing", "complete",
-                     "incomplete_reasons", "client", "requests", "records", "engine"]
+                     "incomplete_reasons", "client", "requests", "records", "engine",
+                     # added with counter sources and token-true timing (optional, after the first ones)
+                     "counter_source", "gauges", "host_load"]
     assert [f.name for f in dataclasses.fields(payloads.Counters)] == [
-        "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens"]
+        "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens", "drafts"]
     assert [f.name for f in dataclasses.fields(payloads.ClientFigures)] == [
         "requests", "ok", "failed", "timed_out", "cancelled", "censored", "delivered_tokens", "tokens_after_first",
-        "decode_s", "decode_tps", "ttft_s", "chunk_interval_ms", "tokens_per_chunk"]
+        "decode_s", "decode_tps", "ttft_s", "chunk_interval_ms", "tokens_per_chunk",
+        "token_itl_ms", "tpot_ms", "token_count_sources"]
     assert [f.name for f in dataclasses.fields(payloads.RequestSummary)] == [
         "index", "prompt_id", "status", "delivered_tokens", "decode_s", "ttft_s", "round_ms_p95", "finish_reason",
-        "reason"]
+        "reason", "chunk_ms_p95", "token_itl_ms_p95", "tpot_ms", "token_count_source"]
+    assert [f.name for f in dataclasses.fields(payloads.CounterSourceInfo)] == [
+        "name", "speculative", "counts_rounds", "chunks_are_steps", "derived", "resolution", "first_tokens", "absent"]
+    assert [f.name for f in dataclasses.fields(payloads.WaveGauges)] == ["before", "after", "series"]
+    assert [f.name for f in dataclasses.fields(payloads.ServerGauges)] == ["running", "waiting", "kv_cache_usage"]
+    assert [f.name for f in dataclasses.fields(payloads.HostLoad)] == ["before", "after", "cpus"]
 
 
 def _wave() -> tuple[dict[str, Any], Blob]:
