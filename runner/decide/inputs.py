@@ -209,6 +209,7 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     # Builder 1 keyed a request by (block, family, context) alone, so a wave of several prompts
     # kept only its last; builder 2 keeps each prompt of the frozen order.
     seen: dict[tuple[str, ...], dict[str, Any]] = {}
+    tpot_guard = plan.decision.get("guard") == "tpot_ms"
     for event in events:
         if event.type != "wave.measured":
             continue
@@ -226,6 +227,8 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
                 "decode_s": record["decode_s"], "ttft_s": record["ttft_s"], "round_ms_p95": record["round_ms_p95"],
                 "prompt_id": record.get("prompt_id"),
             }
+            if tpot_guard:  # the plan's guard compares TPOT (chunks are not engine steps on its server)
+                seen[key]["tpot_ms"] = record.get("tpot_ms")
     stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted") for e in events)
     requests = []
     for wave in plan.waves:
@@ -243,6 +246,8 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
                 "decode_s": None, "ttft_s": None, "round_ms_p95": None}
             if prompt_id is not None:
                 missing["prompt_id"] = prompt_id
+            if tpot_guard:
+                missing["tpot_ms"] = None
             requests.append(missing)
     gate_events = [e for e in events if e.type == "window.admitted"]
     failure_events = [e for e in events if e.type in ("restore.finished", "start.ended")]

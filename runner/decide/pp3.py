@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ledger.errors import FieldError
 
@@ -51,6 +51,12 @@ MAX_SEED = 2**53 - 1
 Status = DecisionRequestStatus
 Decision = Pp3Decision
 Pair = tuple[str, str]
+GuardFigure = Literal["round_ms_p95", "tpot_ms"]
+GUARD_FIGURES: tuple[GuardFigure, ...] = ("round_ms_p95", "tpot_ms")
+# The per-pair change each guard figure is compared by, and how reasons name it.
+GUARD_CHANGE: dict[str, tuple[str, str]] = {"round_ms_p95": ("round_p95_change", "p95 round time"),
+                                            "tpot_ms": ("tpot_change", "TPOT")}
+GUARD_NOUN = {"round_ms_p95": "p95 round-time", "tpot_ms": "TPOT"}  # the CANDIDATE reason's words (a contract)
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,14 @@ class Pp3Params:
     seed: int = 4103
     interval: float = 0.90
     max_regression: float = 0.05
+    guard: GuardFigure = "round_ms_p95"  # the per-request timing the guard compares besides TTFT
 
     def to_json(self) -> dict[str, Any]:
-        return {"min_gain": self.min_gain, "bootstrap": self.bootstrap, "seed": self.seed,
-                "interval": self.interval, "max_regression": self.max_regression}
+        data: dict[str, Any] = {"min_gain": self.min_gain, "bootstrap": self.bootstrap, "seed": self.seed,
+                                "interval": self.interval, "max_regression": self.max_regression}
+        if self.guard != "round_ms_p95":
+            data["guard"] = self.guard
+        return data
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class Request:
     ttft_s: float | None
     round_ms_p95: float | None
     prompt_id: str | None = None
+    tpot_ms: float | None = None
 
     @property
     def pair(self) -> Pair:
@@ -121,8 +132,9 @@ def _params(f: Fields) -> Pp3Params:
     seed = f.integer("seed", d.seed, low=0, high=MAX_SEED)
     interval = f.number("interval", d.interval, low=0, high=1, low_open=True, high_open=True)
     regression = f.number("max_regression", d.max_regression, low=0)
+    guard = f.string("guard", d.guard, choices=GUARD_FIGURES)
     f.done()
-    return Pp3Params(float(min_gain), boot, seed, float(interval), float(regression))
+    return Pp3Params(float(min_gain), boot, seed, float(interval), float(regression), guard)
 
 
 def _request(f: Fields, index: int) -> Request:
@@ -140,9 +152,10 @@ def _request(f: Fields, index: int) -> Request:
     ttft = f.number("ttft_s", low=0, nullable=True)
     p95 = f.number("round_ms_p95", low=0, nullable=True)
     prompt_id = f.string("prompt_id", None, nonempty=True)
+    tpot = None if f.raw("tpot_ms") is None else f.number("tpot_ms", low=0)  # optional, may be null
     f.string("reason", None, nonempty=True)
     f.done()
-    return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95, prompt_id)
+    return Request(index, block, arm, family, context, status, tokens, decode_s, ttft, p95, prompt_id, tpot)
 
 
 # --------------------------------------------------------------------------- helpers for rule and report
@@ -304,11 +317,11 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
 
     per_pair: dict[str, Any] = {}
     for pair in pairs:
-        entry = _pair_changes(table, pair)
+        entry = _pair_changes(table, pair, p.guard)
         per_pair[pair_label(pair)] = entry
         if not _usable(table, pair):
             continue
-        for key, what in (("ttft_change", "TTFT"), ("round_p95_change", "p95 round time")):
+        for key, what in (("ttft_change", "TTFT"), GUARD_CHANGE[p.guard]):
             change = entry[key]
             if change is None:
                 hold.append(f"guard not evaluable: {pair_label(pair)} {what} missing")
@@ -326,7 +339,7 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     if decision == "CANDIDATE" and point is not None and lower is not None:
         reasons += [f"point gain {point:+.2%} >= {p.min_gain:+.2%}",
                     f"{p.interval:.0%} bootstrap lower bound {lower:+.2%} > 0",
-                    f"no TTFT or p95 round-time regression above {p.max_regression:+.2%} in any pair",
+                    f"no TTFT or {GUARD_NOUN[p.guard]} regression above {p.max_regression:+.2%} in any pair",
                     "every gate passed; CANDIDATE is not promotion"]
     if distinct is not None:
         reasons.append(f"small-family limit: {len(sums.families)} source famil"
@@ -371,7 +384,7 @@ def _mean_change(table: Table, pair: Pair, field: str) -> float | None:
     return None if mean_a == 0 else mean_b / mean_a - 1
 
 
-def _pair_changes(table: Table, pair: Pair) -> dict[str, float | None]:
+def _pair_changes(table: Table, pair: Pair, guard: GuardFigure = "round_ms_p95") -> dict[str, float | None]:
     gain: float | None = None
     if _usable(table, pair):
         tok = {arm: sum(r.delivered_tokens or 0 for b in blocks for r in table[(b, pair)])
@@ -380,5 +393,8 @@ def _pair_changes(table: Table, pair: Pair) -> dict[str, float | None]:
                for arm, blocks in ARM_BLOCKS.items()}
         if tok["A"] > 0 and dec["A"] > 0 and dec["B"] > 0:
             gain = _gain(tok["B"], dec["B"], tok["A"], dec["A"])
-    return {"gain": gain, "ttft_change": _mean_change(table, pair, "ttft_s"),
-            "round_p95_change": _mean_change(table, pair, "round_ms_p95")}
+    changes = {"gain": gain, "ttft_change": _mean_change(table, pair, "ttft_s"),
+               "round_p95_change": _mean_change(table, pair, "round_ms_p95")}
+    if guard == "tpot_ms":
+        changes["tpot_change"] = _mean_change(table, pair, "tpot_ms")
+    return changes

@@ -28,7 +28,18 @@ PROBE_TIMEOUT_S = 10.0
 
 def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     """What the plan and the site file disagree on (no request sent)."""
+    from ..measure.sources import counter_source
+
     refusals: list[str] = []
+    source = counter_source(driver.counter_source)
+    if plan.protocol == "win2-v1" and not source.counts_rounds:
+        refusals.append(f"win2-v1 decides on engine round counters, and the site's counter source "
+                        f"{source.name!r} ({source.label}) cannot count a speculative arm's rounds")
+    guard = plan.decision.get("guard", "round_ms_p95")
+    if plan.protocol == "pp3-v1" and guard == "round_ms_p95" and not source.chunks_are_steps:
+        refusals.append(f"pp3-v1's guard compares p95 round time, but on a {source.label} server (counter source "
+                        f"{source.name!r}) a streamed chunk is not an engine step: register the per-token figure "
+                        'instead (guard = "tpot_ms" under [decision])')
     if plan.production_clock_cap_mhz is None and driver.clocks:
         refusals.append(f"the plan registers no production clock cap, but the {driver.kind} site has GPU clocks "
                         f"(production_clock_cap_mhz {driver.production_clock_cap_mhz}): register the cap, or "
@@ -41,17 +52,24 @@ def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
 
 def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     """What production's serving and metrics endpoints say the window cannot get (read-only requests)."""
+    from ..measure.sources import counter_source
     from ..measure.wave import list_models, scrape_metrics
 
     refusals: list[str] = []
     if not list_models(driver.serving_url, timeout_s=PROBE_TIMEOUT_S):  # ExternalError when it does not answer
         refusals.append(f"{driver.serving_url}/v1/models lists no model: the measurement client has nothing to ask")
-    if plan.protocol == "win2-v1":
+    source = counter_source(driver.counter_source)
+    if plan.protocol == "win2-v1" and source.scrapes:
         with httpx.Client() as http:
             for url in driver.metrics_urls:
                 scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
                 if scrape.snapshot is None:
                     refusals.append(f"win2-v1 decides on the server's engine round counters, and {scrape.problem}")
+                    continue
+                check = source.check(scrape.snapshot)
+                if not check.spec_off_rounds and not check.speculative_rounds:
+                    refusals.append(f"win2-v1 decides on engine round counters, and {url} has none a "
+                                    f"{source.label} source reads: " + "; ".join(check.reasons))
     return refusals
 
 

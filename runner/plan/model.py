@@ -295,7 +295,7 @@ class Plan:
     cells: tuple[Cell, ...]
     families: tuple[Family, ...]
     measurement: Measurement
-    decision: dict[str, float | int]
+    decision: dict[str, float | int | str]
     budget: Budget
     required_gates: tuple[GateName, ...]
     qualification: Carry = field(default_factory=Carry)
@@ -368,7 +368,7 @@ class Plan:
         return CONTROL_ROLE[self.mode]
 
     @property
-    def decision_params(self) -> dict[str, float | int]:
+    def decision_params(self) -> dict[str, float | int | str]:
         """The rule's ``params`` exactly as the decision input takes them (``docs/rules.md``)."""
         return dict(self.decision)
 

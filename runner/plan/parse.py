@@ -214,14 +214,15 @@ def _clock_cap(f: Fields) -> int | None:
     return int(f.integer("production_clock_cap_mhz", low=1, high=100_000))
 
 
-def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int]:
-    params: dict[str, float | int] = {}
+def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int | str]:
+    params: dict[str, float | int | str] = {}
     if protocol == "win2-v1":
         params["bar"] = f.number("bar", WIN2_DEFAULTS["bar"], low=0.0, high=1.0, high_open=True)
         params["confidence"] = f.number("confidence", WIN2_DEFAULTS["confidence"], low=0.0, high=1.0,
                                         low_open=True, high_open=True)
-        params["guard_min_repeats"] = f.integer("guard_min_repeats", WIN2_DEFAULTS["guard_min_repeats"], low=1)
-        if params["guard_min_repeats"] > repeats:
+        guard_min = int(f.integer("guard_min_repeats", WIN2_DEFAULTS["guard_min_repeats"], low=1))
+        params["guard_min_repeats"] = guard_min
+        if guard_min > repeats:
             raise f.fail("guard_min_repeats", f"more than the {repeats} registered repeats")
     else:
         params["min_gain"] = f.number("min_gain", PP3_DEFAULTS["min_gain"], low=0.0)
@@ -230,6 +231,8 @@ def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int]:
         params["interval"] = f.number("interval", PP3_DEFAULTS["interval"], low=0.0, high=1.0,
                                       low_open=True, high_open=True)
         params["max_regression"] = f.number("max_regression", PP3_DEFAULTS["max_regression"], low=0.0)
+        if "guard" in f.data:  # registered only when given, so plans without it keep their digest
+            params["guard"] = f.string("guard", choices=("round_ms_p95", "tpot_ms"))
     f.done()
     return params
 

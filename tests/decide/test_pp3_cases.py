@@ -164,3 +164,36 @@ def test_output_keys_are_the_contract() -> None:
     assert list(result)[:9] == ["rule", "decision", "reasons", "point_gain", "lower_bound", "distinct_resamples",
                                 "resamples", "per_pair", "per_family"]
     assert set(result["per_pair"]["f1/short"]) == {"gain", "ttft_change", "round_p95_change"}
+
+
+def _with_tpot(data: dict[str, Any], a_ms: float, b_ms: float) -> dict[str, Any]:
+    """The candidate input with the TPOT guard registered and no p95 round time (chunks are not steps)."""
+    data["params"]["guard"] = "tpot_ms"
+    for r in data["requests"]:
+        r["round_ms_p95"] = None
+        r["tpot_ms"] = b_ms if r["arm"] == "B" else a_ms
+    return data
+
+
+def test_tpot_guard_decides_where_round_time_is_absent() -> None:
+    result = compute(_with_tpot(candidate_input(), a_ms=10.0, b_ms=10.4))  # +4 %: inside 5 %
+    assert result["decision"] == "CANDIDATE", result["reasons"]
+    assert result["per_pair"]["f1/short"]["tpot_change"] == pytest.approx(0.04, rel=1e-12)
+    assert result["per_pair"]["f1/short"]["round_p95_change"] is None  # recorded, not a guard here
+    assert "no TTFT or TPOT regression above +5.00% in any pair" in result["reasons"]
+    assert result["params"]["guard"] == "tpot_ms"
+
+
+def test_tpot_guard_regression_holds_the_promotion() -> None:
+    result = compute(_with_tpot(candidate_input(), a_ms=10.0, b_ms=10.6))  # +6 % > 5 %
+    assert result["decision"] == "NO_PROMOTION"
+    assert "regression: f1/short TPOT +6.00% > +5.00%" in result["reasons"]
+
+
+def test_round_guard_without_round_times_is_not_evaluable() -> None:
+    data = _with_tpot(candidate_input(), a_ms=10.0, b_ms=10.0)
+    del data["params"]["guard"]
+    result = compute(data)
+    assert result["decision"] == "NO_PROMOTION"
+    assert "guard not evaluable: f1/short p95 round time missing" in result["reasons"]
+    assert "guard" not in result["params"]  # the default is not written: old results stay byte-identical

@@ -25,8 +25,13 @@ def _waves(w: Any, window_id: str) -> list[dict[str, Any]]:
     return [e.payload for e in w.book.events(stream=f"window/{window_id}", types=["wave.measured"])]
 
 
+def tpot_guard(text: str) -> str:
+    """The spec-off control plan with pp3-v1's guard on the per-token figure (chunks need not be steps)."""
+    return spec_off_control(text).replace("max_regression = 0.05", 'max_regression = 0.05\nguard = "tpot_ms"')
+
+
 def test_pp3_window_on_a_server_without_metrics_runs_on_client_figures(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed003-abba.toml", "nometrics", edit=spec_off_control)],
+    w = world(tmp_path, [window("seed003-abba.toml", "nometrics", edit=tpot_guard)],
               sim_config={"metrics_format": "none"})
     driver = SimDriver.for_handle(w.sim, counter_source="none")
     try:
@@ -44,6 +49,10 @@ def test_pp3_window_on_a_server_without_metrics_runs_on_client_figures(tmp_path:
             assert len(p["host_load"]["before"]) == 3 and len(p["host_load"]["after"]) == 3
             for r in p["requests"]:   # a chunk is not claimed to be a round: the per-chunk and per-token figures are
                 assert r["round_ms_p95"] is None and r["chunk_ms_p95"] is not None and r["token_itl_ms_p95"] is not None
+                assert r["tpot_ms"] is not None
+        decision = next(e.payload for e in w.book.events(stream="window/nometrics", types=["decision.recorded"]))
+        assert decision["params"]["guard"] == "tpot_ms"
+        assert not any("guard not evaluable" in r for r in decision["result"]["reasons"])
         assert replay_window(w.book, "nometrics").match
         assert run_audit(book=w.book).ok
     finally:

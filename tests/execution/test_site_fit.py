@@ -124,3 +124,26 @@ def test_win2_on_a_server_without_metrics_is_refused_before_any_host_action(tmp_
         assert w.book.size() == size
     finally:
         close(w)
+
+
+@pytest.mark.parametrize(("plan_file", "source", "edit", "expected"), [
+    ("seed000-controlled.toml", "none", small, "counter source 'none'"),
+    ("seed000-controlled.toml", "sglang", small, "cannot count a speculative arm's rounds"),
+    ("seed003-abba.toml", "llamacpp", lambda t: t, 'register the per-token figure instead (guard = "tpot_ms"'),
+])
+def test_a_rule_the_counter_source_cannot_feed_is_refused(tmp_path: Path, plan_file: str, source: str, edit: Any,
+                                                           expected: str) -> None:
+    w = world(tmp_path, [window(plan_file, "fed", edit=edit, chain="none")])
+    try:
+        gate_all(w)
+        size = w.book.size()
+        site = _site(tmp_path, w, f'[endpoints]\ncounter_source = "{source}"\n')
+        dry = _cli(tmp_path, "window", "run", "fed", "--site", str(site), "--dry-run", "--json")
+        assert dry.returncode == 1, dry.stderr
+        refusals = json.loads(dry.stdout)["refusals"]
+        assert len(refusals) == 1 and expected in refusals[0], refusals
+        with pytest.raises(PolicyError, match="refused before any host action"):
+            _run(w, "fed", site)
+        assert w.book.size() == size
+    finally:
+        close(w)
