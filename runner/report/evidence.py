@@ -9,7 +9,7 @@ registered repeats. Read from the events, never from a cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,7 @@ class WindowEvidence:
     gates: tuple[tuple[str, ...], ...]   # gate, start, verdict, required, seq, summary
     banners: tuple[str, ...]
     facts: tuple[tuple[str, str], ...]   # plan facts the rule's input does not carry
+    contention: tuple[tuple[str, ...], ...] = ()  # per start: load and server gauges around its waves
 
     def head_sections(self) -> list[Section]:
         """Banners, shown right under the decision."""
@@ -41,6 +42,14 @@ class WindowEvidence:
             Para("Every gate.result of the window in seq order, required or not: a later PASS does not hide an "
                  "earlier FAIL.", "note"),
         ))]
+        if self.contention:
+            out.append(Section("Contention and exclusivity (per start, over its waves)", (
+                Table(("start", "waves", "host load 1 min (min-max)", "CPUs", "server running before a wave (max)",
+                       "server waiting (max)", "KV-cache usage (max)"), self.contention),
+                Para("Read before and after every wave: the runner host's load average and the server's own gauges. "
+                     "On a drained host nothing else runs: requests already running before a wave, or a load above "
+                     "the CPU count, are other work competing with the measurement.", "note"),
+            )))
         if self.facts:
             out.append(Section("Registered plan", (Table(("plan field", "value"), self.facts),)))
         return out
@@ -83,9 +92,60 @@ def _gate_banners(rows: Sequence[tuple[str, ...]]) -> list[str]:
     return [f"{len(failed)} gate result(s) FAILed: {names}"]
 
 
+def _numbers(values: Iterable[object]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def _member(value: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """``value[key]`` when it is an object, else an empty one (older waves lack the member)."""
+    item = value.get(key)
+    return item if isinstance(item, dict) else {}
+
+
+def _span(values: list[float]) -> str:
+    return "-" if not values else f"{min(values):.2f}-{max(values):.2f}"
+
+
+def _top(values: list[float], fmt: str = "{:g}") -> str:
+    return "-" if not values else fmt.format(max(values))
+
+
+def _contention(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """Per start: host load and server gauges around its waves; banners for contention and non-exclusivity."""
+    by_start: dict[str, list[Mapping[str, object]]] = {}
+    for e in events:
+        if e.type == "wave.measured":
+            by_start.setdefault(str(e.payload.get("start")), []).append(e.payload)
+    rows: list[tuple[str, ...]] = []
+    banners: list[str] = []
+    for start, waves in by_start.items():
+        loads, cpus, running, waiting, kv = [], [], [], [], []
+        for w in waves:
+            load, gauges = _member(w, "host_load"), _member(w, "gauges")
+            for when in ("before", "after"):
+                reading = load.get(when)
+                loads.extend(_numbers(reading[:1] if isinstance(reading, list) else ()))
+                waiting.extend(_numbers([_member(gauges, when).get("waiting")]))
+                kv.extend(_numbers([_member(gauges, when).get("kv_cache_usage")]))
+            cpus.extend(_numbers([load.get("cpus")]))
+            running.extend(_numbers([_member(gauges, "before").get("running")]))
+        if not loads and not running and not waiting and not kv:
+            continue
+        rows.append((start, str(len(waves)), _span(loads), _top(cpus), _top(running), _top(waiting),
+                     _top(kv, "{:.1%}")))
+        if loads and cpus and max(loads) > max(cpus):
+            banners.append(f"host load average up to {max(loads):.2f} on {max(cpus):g} CPUs during start {start}: "
+                           "other work competed with the measurement")
+        if running and max(running) > 0:
+            banners.append(f"the server had {max(running):g} request(s) running before a wave of start {start}: "
+                           "the drained host was not exclusive to the window")
+    return rows, banners
+
+
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     """The evidence section of ``plan``'s window from its events (``events``: the window's stream)."""
     gates = _gate_rows(plan, events)
+    contention, busy = _contention(events)
     facts: list[tuple[str, str]] = [
         ("repeats", str(plan.measurement.repeats)),
         ("production clock cap", "not applicable (no GPU clocks)" if plan.production_clock_cap_mhz is None
@@ -95,5 +155,6 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
         ("cells", ", ".join(f"{c.name} ({c.context}, {c.tokens} tokens, concurrency {c.concurrency})"
                             for c in plan.cells)),
     ]
-    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events)), tuple(facts))
+    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events) + busy), tuple(facts),
+                          tuple(contention))
 

@@ -35,7 +35,40 @@ def test_the_report_shows_every_gate_and_a_banner_for_missing_counters(tmp_path:
                   if e.payload["gate"] == "start_config"}
         assert starts == {"A1", "B1", "B2", "A2"} and text.count("| start_config |") == 4
         assert "| repeats | 1 |" in text
+        assert "Contention and exclusivity (per start, over its waves)" in text
         html = Path(paths["html"]).read_text()
         assert "FAILed: rehearsal" in html  # both renderings say the same
     finally:
         close(w)
+
+
+class _Event:
+    """The members window_evidence reads (type, payload, seq)."""
+
+    def __init__(self, seq: int, type_: str, payload: dict[str, object]) -> None:
+        self.seq, self.type, self.payload = seq, type_, payload
+
+
+def _wave(start: str, load: float, running: float, cpus: int = 2) -> _Event:
+    return _Event(1, "wave.measured", {
+        "start": start, "counters_missing": [],
+        "host_load": {"before": [load, 0.5, 0.5], "after": [load / 2, 0.5, 0.5], "cpus": cpus},
+        "gauges": {"before": {"running": running, "waiting": 0.0, "kv_cache_usage": 0.25},
+                   "after": {"running": 0.0, "waiting": 1.0, "kv_cache_usage": 0.5}, "series": {}}})
+
+
+def test_contention_evidence_is_shown_and_flagged(tmp_path: Path) -> None:
+    from runner.plan import load_plan
+    from runner.report.evidence import window_evidence
+    from tests.runner.script import EXAMPLES
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    quiet = window_evidence(plan, [_wave("A1", 0.4, 0.0), _wave("A1", 0.6, 0.0)])
+    assert quiet.contention == (("A1", "2", "0.20-0.60", "2", "0", "1", "50.0%"),)
+    assert not [b for b in quiet.banners if "load" in b or "exclusive" in b]
+    busy = window_evidence(plan, [_wave("A1", 0.4, 0.0), _wave("B1", 7.5, 3.0)])
+    assert "host load average up to 7.50 on 2 CPUs during start B1: other work competed with the measurement" \
+        in busy.banners
+    assert "the server had 3 request(s) running before a wave of start B1: the drained host was not exclusive " \
+           "to the window" in busy.banners
+    assert not any("start A1" in b for b in busy.banners)
