@@ -25,11 +25,12 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ledger.canonical import canonical  # noqa: E402
+from ledger.canonical import blob_references, canonical  # noqa: E402
 from ledger.event import Event, format_time  # noqa: E402
 from runner.audit.invariants import audit_report  # noqa: E402
 from runner.plan.model import plan_sha256  # noqa: E402
@@ -43,6 +44,13 @@ def _template() -> tuple[list[Event], dict[str, str]]:
     script = Script()
     plans = script.chain(2)
     return script.materialize(), {p.window_id: p.sha256 for p in plans}
+
+
+def _template_blobs() -> dict[str, Any]:
+    """The blobs the template's events refer to (a ledger refuses a reference to a blob it lacks)."""
+    script = Script()
+    script.chain(2)
+    return {blob.sha256: blob for item in script.items for blob in item.blobs}
 
 
 def build_events(count: int) -> list[Event]:
@@ -102,7 +110,14 @@ def ledger_fold(events: list[Event]) -> tuple[float, float, float]:
         book = Ledger(f"sqlite:///{tmp}/bench.db")
         signer = Signer.generate("bench")
         book.init("tally.bench/fold", signer)
-        items = [NewEvent(e.stream, e.type, json.loads(e.payload_json)) for e in events]
+        blobs = _template_blobs()
+        stored: set[str] = set()
+        items = []
+        for e in events:
+            payload = json.loads(e.payload_json)
+            wanted = [name for name in blob_references(payload) if name not in stored]
+            stored.update(wanted)
+            items.append(NewEvent(e.stream, e.type, payload, tuple(blobs[name] for name in wanted)))
         began = time.perf_counter()
         for i in range(0, len(items), 2000):
             book.append_many(items[i:i + 2000], signer)

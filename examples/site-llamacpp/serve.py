@@ -185,6 +185,8 @@ class IgnoreEos:
 
 
 def main() -> None:
+    import argparse
+
     import uvicorn
     from llama_cpp.server.__main__ import (  # the server's own option parsing
         ModelSettings,
@@ -194,7 +196,6 @@ def main() -> None:
         create_app,
         parse_model_from_args,
     )
-    import argparse
 
     parser = argparse.ArgumentParser(description="llama_cpp.server with llama-server's /metrics and /health")
     add_args_from_model(parser, Settings)

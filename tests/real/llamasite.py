@@ -8,6 +8,7 @@ when the session ends.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -82,10 +83,8 @@ class LlamaSite:
         pid = self.engine_pid()
         self.script("stop-all", timeout=60)
         if pid is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def make_site(directory: Path) -> LlamaSite:

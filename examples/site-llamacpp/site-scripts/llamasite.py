@@ -20,6 +20,7 @@ script starts the servers, so run it with one that has ``llama-cpp-python[server
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -120,7 +121,7 @@ def url(cfg: dict[str, Any], path: str) -> str:
 
 def get(cfg: dict[str, Any], path: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url(cfg, path), timeout=timeout) as reply:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(url(cfg, path), timeout=timeout) as reply:
             return reply.status, reply.read(1 << 20)
     except urllib.error.HTTPError as exc:
         return exc.code, b""
@@ -132,7 +133,7 @@ def post(cfg: dict[str, Any], path: str, body: dict[str, Any], timeout: float = 
     request = urllib.request.Request(url(cfg, path), data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
             return reply.status, json.loads(reply.read(1 << 22) or b"{}")
     except urllib.error.HTTPError as exc:
         return exc.code, {}
@@ -198,10 +199,8 @@ def stop(state: Path) -> dict[str, Any] | None:
     if engine is None:
         return None
     pid = int(engine["pid"])
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGTERM)
-    except OSError:
-        pass
     deadline = time.time() + STOP_TIMEOUT_S
     while alive(pid) and time.time() < deadline:
         time.sleep(0.1)
