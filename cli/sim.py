@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 def read_sim_config(path: Path) -> SimConfig:
     """A simulator config file (TOML, or JSON for ``.json``) read as hostile input, then validated.
 
-    Bounded in size and nesting (``runner.drivers.site.read_toml``, ``ledger.strictjson``):
+    Bounded in size and nesting (``ledger.stricttoml``, ``ledger.strictjson``):
     every bad file is one ``FormatError`` line, never a traceback.
     """
     from ledger.strictjson import read_json
-    from runner.drivers.site import read_toml
+    from ledger.stricttoml import read_toml
     from runner.sim.config import config_from_dict
 
     raw = read_bounded(path, "simulator config")

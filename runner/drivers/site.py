@@ -12,12 +12,12 @@ import math
 import os
 import re
 import shutil
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import ExternalError, FormatError
+from ledger.stricttoml import MAX_TOML_BYTES, MAX_TOML_DEPTH, read_toml
 
 from ..fields import Fields
 from ..vocabulary import COUNTER_SOURCES, CounterSourceName
@@ -28,8 +28,6 @@ from .sim import SimDriver
 __all__ = ["HOST_NAME", "MAX_TOML_DEPTH", "REQUIRED_COMMAND_ACTIONS", "load_site", "read_toml", "site_from_dict",
            "site_time_scale"]
 
-MAX_TOML_DEPTH = 64  # tables and arrays inside each other, as for JSON (ledger.strictjson.MAX_DEPTH)
-MAX_TOML_BYTES = 16 << 20
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS)
@@ -58,52 +56,6 @@ def load_site(path: str | Path, *, check_programs: bool = True) -> HostDriver:
     data = read_toml(raw, f"site file {path}", invalid="not TOML")
     return site_from_dict(data, base_dir=path.resolve().parent, where=f"site file {path}",
                           check_programs=check_programs)
-
-
-def _toml_depth(value: Any, limit: int) -> int:
-    """How deep tables and arrays nest in a parsed document (iteratively: no recursion to exhaust)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if depth > limit:
-            break
-        stack.extend((child, depth) for child in children)
-    return deepest
-
-
-def read_toml(raw: bytes, what: str, *, max_bytes: int = MAX_TOML_BYTES, max_depth: int = MAX_TOML_DEPTH,
-              invalid: str = "not valid TOML") -> dict[str, Any]:
-    """Parse a TOML document from outside; one ``FormatError`` line naming ``what`` otherwise.
-
-    Refuses bytes that are not UTF-8, documents over ``max_bytes``, and nesting deeper
-    than ``max_depth`` (``a = [[[...]]]``, ``{a = {a = ...}}``, ``[a.a.a...]``): tomllib
-    recurses on nested arrays and inline tables, so a deep one is caught as the
-    RecursionError it raises, and every shallower one is measured after parsing.
-    """
-    if len(raw) > max_bytes:
-        raise FormatError(f"{what}: over the {max_bytes}-byte limit")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"{what}: {invalid}: {exc}") from None
-    except RecursionError:
-        raise FormatError(f"{what}: nests deeper than {max_depth} levels") from None
-    if _toml_depth(data, max_depth) > max_depth:
-        raise FormatError(f"{what}: nests deeper than {max_depth} levels")
-    return data
 
 
 def site_from_dict(data: Mapping[str, Any], *, base_dir: Path, where: str = "site",

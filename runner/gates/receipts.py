@@ -21,34 +21,35 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import FieldError, FormatError
+from ledger.strictjson import read_json
 
 __all__ = ["AdmissionReceipt", "RngReceipt", "read_admission_receipt", "read_rng_receipt"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_RECEIPT_BYTES = 4 << 20  # an admission or RNG receipt is a few kilobytes
 
 
 def _load(path: Path, what: str) -> tuple[dict[str, Any], str]:
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_RECEIPT_BYTES + 1)
     except OSError as exc:
         raise FormatError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    try:
-        obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{what} {path} is not JSON: {exc}") from None
+    if len(data) > MAX_RECEIPT_BYTES:
+        raise FormatError(f"{what} {path} is over the {MAX_RECEIPT_BYTES}-byte limit")
+    obj = read_json(data, f"{what} {path}")  # bounded nesting, duplicate members refused
     if not isinstance(obj, dict):
         raise FormatError(f"{what} {path} is not a JSON object")
     if "payloadType" in obj and "payload" in obj:  # DSSE envelope around an in-toto Statement
         try:
-            statement = json.loads(base64.b64decode(obj["payload"], validate=True))
+            statement = read_json(base64.b64decode(obj["payload"], validate=True), f"{what} {path} DSSE payload")
         except (binascii.Error, ValueError, TypeError) as exc:
             raise FormatError(f"{what} {path}: DSSE payload is not base64 JSON: {exc}") from None
         predicate = statement.get("predicate") if isinstance(statement, dict) else None

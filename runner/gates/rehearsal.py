@@ -40,8 +40,10 @@ answer", else 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,12 +233,23 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write ``path`` whole and 0600: a fresh temporary name (``O_EXCL | O_NOFOLLOW``), then a
+    rename over the name, so a symlink planted at ``path`` is replaced, never written or chmod'ed."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
@@ -255,5 +268,5 @@ def write_rehearsal(rehearsal: Rehearsal, out: Path) -> tuple[Path, Path, bytes]
     responses = out / "responses.jsonl"
     body = responses_jsonl(rehearsal)
     _write_private(responses, body)
-    summary.write_text(json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _write_private(summary, (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode())
     return summary, responses, body

@@ -394,7 +394,7 @@ class LoadedPlan:
 
 def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) -> LoadedPlan:
     """Read a TOML plan, apply top-level ``overrides``, validate it and check its family files."""
-    from ..drivers.site import MAX_TOML_BYTES, read_toml
+    from ledger.stricttoml import MAX_TOML_BYTES, read_toml
 
     try:
         with path.open("rb") as handle:

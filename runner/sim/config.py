@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import FormatError
+from ledger.strictjson import read_json
+from ledger.stricttoml import MAX_TOML_BYTES, read_toml
 
 from ..fields import Fields
 
@@ -229,13 +230,14 @@ def load_config(path: str | Path) -> SimConfig:
     """Read a TOML (or ``.json``) configuration file; ``FormatError`` names the bad field."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_TOML_BYTES + 1)
     except OSError as exc:
         raise FormatError(f"cannot read simulator config {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"simulator config {path}: {exc}") from None
+    what = f"simulator config {path}"  # bounded in size and nesting, duplicates refused: one line otherwise
+    data = read_json(raw, what, max_bytes=MAX_TOML_BYTES) if path.suffix == ".json" else read_toml(raw, what)
+    if not isinstance(data, dict):
+        raise FormatError(f"{what}: expected an object of settings")
     return config_from_dict(data, where=str(path))
 
 
