@@ -106,6 +106,9 @@ def test_a_pp3_window_on_the_real_pair(llama_site: LlamaSite, home: Path) -> Non
         # one token per chunk on llama.cpp: no chunk interval was called a round
         records = [r for e in events if e.type == "wave.measured" for r in e.payload["requests"]]
         assert all(r["round_ms_p95"] is None for r in records)
+        # ... and each chunk carried one token, so the per-token ITL is the per-chunk interval
+        for r in records:
+            assert r["token_itl_ms_p95"] == pytest.approx(r["chunk_ms_p95"], rel=1e-6), r
         assert not any("not evaluable" in reason for reason in decision["result"]["reasons"])
     finally:
         book.close()
