@@ -83,6 +83,7 @@ class StartSteps(Recorder):
     prompts: dict[str, dict[str, Prompt]] | None
     model: str | None
     last_wave_end: float | None
+    last_attested: tuple[str, str, dict[str, Any]] | None  # (start, hash of the ledger head, attestation)
 
     def _elapsed_min(self, now: datetime) -> float:
         first = self.ws.clock.get("first_action")
@@ -211,6 +212,15 @@ class StartSteps(Recorder):
         return {"arm": facts.get("arm"), "session": session, "engine": facts.get("engine"),
                 "serving": facts.get("serving"), "ok": not problems, "problems": problems}
 
+    def _attested_since_last_wave(self, start_id: str) -> dict[str, Any] | None:
+        """The previous wave's closing attestation, when it still stands for this one's opening:
+        the same start, and nothing appended since (every host action the runner takes is an
+        event, so an unchanged ledger head means the runner did nothing to the host in between)."""
+        last, self.last_attested = self.last_attested, None
+        if last is None or last[0] != start_id:
+            return None
+        return last[2] if self.ledger.head()[1] == last[1] else None
+
     def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
         """Record a probe: the fold then knows the start's engine no longer serves."""
         self.say(f"  {start_id}: not its engine: {'; '.join(seen['problems'])}")
@@ -221,7 +231,7 @@ class StartSteps(Recorder):
 
         wave = step.wave
         assert wave is not None and step.start is not None
-        before = self.attest(step.start)
+        before = self._attested_since_last_wave(step.start) or self.attest(step.start)
         if not before["ok"]:
             self._engine_lost(step.start, before)
             return
@@ -263,7 +273,8 @@ class StartSteps(Recorder):
                 action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
                 limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
                 cell=wave.cell), ()))
-        self.append(items)
+        stored = self.append(items)
+        self.last_attested = (step.start, stored[-1].hash, after) if after["ok"] else None
         if not after["ok"]:
             self._engine_lost(step.start, after)
         if self.on_wave is not None:

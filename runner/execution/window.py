@@ -83,6 +83,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         self.model: str | None = None
         self.crash = CrashHook()
         self.last_wave_end: float | None = None
+        self.last_attested: tuple[str, str, dict[str, Any]] | None = None
 
     def refresh(self) -> None:
         self.state = replay(self.ledger, self.state)

@@ -90,7 +90,9 @@ def test_a_wave_served_by_another_engine_is_not_complete(tmp_path: Path) -> None
 
         def attest(self: WindowRunner, start_id: str) -> dict[str, Any]:
             calls["n"] += 1
-            if calls["n"] == 4:  # after the second wave: the engine changed under it
+            # after the second wave (its opening attestation is the first wave's closing one):
+            # the engine changed under it
+            if calls["n"] == 3:
                 _reboot(w)
             return original(self, start_id)
 
@@ -104,5 +106,39 @@ def test_a_wave_served_by_another_engine_is_not_complete(tmp_path: Path) -> None
         assert [x["complete"] for x in waves] == [True, False]
         assert any("not served by the start's engine after the wave" in r for r in waves[1]["incomplete_reasons"])
         assert result.decision == "INCONCLUSIVE"
+    finally:
+        close(w)
+
+
+def test_a_wave_opens_on_the_previous_waves_closing_attestation(tmp_path: Path) -> None:
+    """Inside a start, with nothing appended between two waves, the engine is probed once per wave
+    (its close) plus once at the start's first wave; every wave still records both attestations."""
+    from runner.execution.window import WindowRunner
+
+    from .worlds import run
+
+    w = world(tmp_path, [window("seed000-production-policy.toml", "reuse-w", chain="none")])
+    try:
+        gate_all(w)
+        original = WindowRunner.attest
+        calls = {"n": 0}
+
+        def attest(self: WindowRunner, start_id: str) -> dict[str, Any]:
+            calls["n"] += 1
+            return original(self, start_id)
+
+        WindowRunner.attest = attest  # type: ignore[method-assign]
+        try:
+            result = run(w, "reuse-w")
+        finally:
+            WindowRunner.attest = original  # type: ignore[method-assign]
+        assert result.ending == "restored"
+        waves = [e.payload for e in w.book.events(stream="window/reuse-w", types=["wave.measured"])]
+        starts = {x["start"] for x in waves}
+        assert len(waves) > len(starts) and calls["n"] == len(waves) + len(starts)
+        for prev, nxt in zip(waves, waves[1:], strict=False):
+            if prev["start"] == nxt["start"]:
+                assert nxt["engine"]["before"] == prev["engine"]["after"]
+        assert all(x["complete"] and x["engine"]["before"]["ok"] and x["engine"]["after"]["ok"] for x in waves)
     finally:
         close(w)
