@@ -126,10 +126,15 @@ def _read_sim(path: Path) -> dict[str, Any]:
     return data
 
 
-def _overlay(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def _overlay(base: dict[str, Any], override: Mapping[str, Any], where: str) -> dict[str, Any]:
     merged = {**base, **{k: v for k, v in override.items() if k != "arms"}}
     arms = {name: dict(table) for name, table in base["arms"].items()}
-    for name, table in (override.get("arms") or {}).items():
+    overrides = override.get("arms", {})
+    if not isinstance(overrides, dict):
+        raise FormatError(f"{where}: arms: expected a table of arms")
+    for name, table in overrides.items():
+        if not isinstance(table, dict):
+            raise FormatError(f"{where}: arms.{name}: expected a table")
         arms[name] = {**arms.get(name, {}), **table}
     merged["arms"] = arms
     return merged
@@ -149,10 +154,10 @@ def prepare_plan_demo(plan_path: Path, sim_path: Path | None, *, time_scale: flo
     loaded: LoadedPlan = read_plan_file(plan_path)
     plan = loaded.plan
     override = _read_sim(sim_path) if sim_path is not None else {}
-    scale = float(override.get("time_scale", time_scale))
     derived: list[str] = []
-    config = _overlay(sim_config_for([plan], time_scale=scale, derived=derived), override)
-    config_from_dict(config, where=str(sim_path or plan_path))
+    where = str(sim_path or plan_path)
+    config = _overlay(sim_config_for([plan], time_scale=time_scale, derived=derived), override, where)
+    scale = config_from_dict(config, where=where).time_scale
     named = set(override.get("arms") or {})
     notes = []
     for arm, how in zip(plan.arms, derived, strict=True):

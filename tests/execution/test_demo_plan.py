@@ -82,9 +82,14 @@ def test_demo_plan_with_equal_arms_says_they_are_the_same_engine(tmp_path: Path)
 @pytest.mark.parametrize(("change", "files", "message"), [
     (lambda t: t.replace('protocol = "pp3-v1"', 'protocol = "pp9"'), {}, "protocol"),
     (lambda t: t.replace('sha256 = "b36f', 'sha256 = "c36f'), {}, "sha256"),
+    (lambda t: t.replace('speculative = "none"', 'speculative = "none"\nsim = { draft_depth = "x" }'), {}, "k"),
     (lambda t: t, {"sim.toml": "[arms.lookup]\nk = 3\n"}, "acceptance"),
     (lambda t: t, {"sim.toml": "time_scale = -1\n"}, "time_scale"),
     (lambda t: t, {"sim.toml": "a = 1\na = 2\n"}, "sim.toml"),
+    (lambda t: t, {"sim.toml": 'time_scale = "fast"\n'}, "time_scale"),
+    (lambda t: t, {"sim.toml": "arms = 3\n"}, "arms"),
+    (lambda t: t, {"sim.toml": "[arms]\nlookup = 3\n"}, "arms.lookup"),
+    (lambda t: t, {"sim.toml": "[arms.lookup]\nwarp = 9\n"}, "warp"),
 ])
 def test_demo_plan_refuses_a_bad_plan_or_sim_file_in_one_line(tmp_path: Path, change, files, message) -> None:  # type: ignore[no-untyped-def]
     plan = _plan_copy(tmp_path, change(LLAMA_PLAN.read_text()))
