@@ -319,7 +319,7 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             pass_gates(book, root, reg.window, repo=world.repo, qualified=world.qualified,
                        admission=world.admission, rng=world.rng, sim_url=world.sim.url, out=directory, say=emit)
         for reg in registrations:
-            emit(f"\nstage execute: window {reg.window} (preflight, snapshot, drain, HOLD, the starts and their waves)")
+            emit(f"\nwindow {reg.window}")
             pass_chain_gate(book, root, reg.window, emit)
             now = replay(book)
             blockers = admission_blockers(now, reg.window) if now.windows[reg.window].admitted_seq is None else []
@@ -330,6 +330,8 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
                 continue
             if now.windows[reg.window].admitted_seq is None:
                 admit(book, root, reg.window)
+            planned = _dry_run(book, reg.window, world.driver, time_scale, emit) if plan is not None else None
+            emit(f"\nstage execute: window {reg.window} (preflight, snapshot, drain, HOLD, the starts and their waves)")
             on_wave = _fault_injector(world.sim, emit) if scenario == "faults" else None
             runner = WindowRunner(book, root, reg.window, world.driver, time_scale=time_scale, say=emit,
                                   on_wave=on_wave)
@@ -352,6 +354,10 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             report = window_report(book, reg.window, directory / "reports" / reg.window)
             entry = dataclasses.asdict(result) | {"replay": "MATCH" if replayed.match else "MISMATCH",
                                                   "report": report["html"]}
+            if planned is not None:
+                entry["dry_run_matched"] = _executed(book, reg.window) == planned
+                emit(f"the executed host actions {'equal' if entry['dry_run_matched'] else 'DIFFER FROM'} the "
+                     "dry run's")
             summary["windows"].append(entry)
             emit(f"decision {result.decision}; replay verdict {entry['replay']}; report {report['html']}")
             if result.blocked or not replayed.match:
@@ -387,6 +393,28 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
          f"{'' if plan is not None else 'plans/, '}repo/ and the receipts the gates read. {summary['seconds']} s.")
     book.close()
     return summary
+
+
+def _dry_run(book: Ledger, window: str, driver: Any, time_scale: float,
+             emit: Callable[[str], None]) -> list[tuple[str, str]]:
+    """``tally window run --dry-run``'s steps, printed; returns its host actions (action, host)."""
+    from ..execution.dryrun import dry_run_report
+
+    dry = dry_run_report(book, window, driver, time_scale)
+    emit(f"\nstage dry run: window {window}: {len(dry['actions'])} steps, {len(dry['host_actions'])} host actions "
+         "(`tally window run --dry-run`)")
+    for reason in dry["refusals"]:
+        emit(f"REFUSED: {reason}")
+    for number, action in enumerate(dry["actions"], 1):
+        emit(f"  {number:>3}. {action}")
+    return [(a["action"], a["host"]) for a in dry["host_actions"]]
+
+
+def _executed(book: Ledger, window: str) -> list[tuple[str, str]]:
+    """The window's host actions as recorded (``host.action`` started), in order."""
+    return [(e.payload["action"], e.payload["host"]) for e in book.events(stream=f"window/{window}",
+                                                                        types=["host.action"])
+            if e.payload["phase"] == "started"]
 
 
 def result_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -37,12 +37,14 @@ def test_demo_plan_derives_arms_without_sim_tables_and_runs_every_stage(tmp_path
     assert "arm A (plain): the plan gives no sim table; derived from what the arm declares: no speculative" in text
     assert "arm B (lookup): the plan gives no sim table; derived" in text and "8 draft tokens" in text
     stages = [line.strip().split(":")[0] for line in lines if line.strip().startswith("stage ")]
-    assert stages == ["stage pair", "stage gates", "stage execute", "stage restore", "stage decide", "stage report",
-                      "stage verify", "stage audit"]
+    assert stages == ["stage pair", "stage gates", "stage dry run", "stage execute", "stage restore", "stage decide",
+                      "stage report", "stage verify", "stage audit"]
+    assert "the executed host actions equal the dry run's" in text
     assert summary["ok"] and summary["bundle_audit"] and summary["audit"]["ok"]
     (only,) = summary["windows"]
     assert only["window"] == "llamacpp-pp3" and only["ending"] == "restored" and only["replay"] == "MATCH"
     assert only["decision"] in ("CANDIDATE", "NO_PROMOTION") and Path(only["report"]).exists()
+    assert only["dry_run_matched"] is True
     closing = result_lines(summary)
     assert closing[0].startswith("window llamacpp-pp3: ending restored, verdict ") and only["report"] in closing[0]
     assert closing[-1].startswith("verify OK") and "audit PASS" in closing[-1]
@@ -52,6 +54,17 @@ def test_demo_plan_derives_arms_without_sim_tables_and_runs_every_stage(tmp_path
         assert "read_clock_cap" not in actions and "start_arm" in actions
     finally:
         book.close()
+
+
+def test_tally_demo_plan_prints_each_stage_and_ends_with_the_result(tmp_path: Path) -> None:
+    proc = subprocess.run([TALLY, "demo", "--plan", str(LLAMA_PLAN), "--dir", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tail = proc.stdout.rstrip().splitlines()[-3:]
+    assert tail[0] == "== result =="
+    assert tail[1].startswith("window llamacpp-pp3: ending restored, verdict ") and "replay MATCH" in tail[1]
+    assert str(tmp_path / "d" / "reports" / "llamacpp-pp3" / "report.html") in tail[1]
+    assert tail[2].startswith("verify OK") and "audit PASS; bundle audit PASS" in tail[2]
 
 
 def test_demo_plan_sim_file_overrides_the_derived_arm(tmp_path: Path) -> None:
