@@ -81,6 +81,8 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     actions = action_lines(plan, steps)
     if stops is not None:
         actions.append(f"stops: {stops}")
+    elif not steps:
+        actions.append(f"nothing: the window is {ws.phase}")
     budget = plan.budget
     lines = [
         f"window {window}: {plan.protocol} {plan.mode}, chain {plan.chain}, commit {plan.commit[:12]}, "

@@ -48,6 +48,8 @@ def test_dry_run_order_equals_executed_order(tmp_path: Path, plan: str, window_i
         result = run(w, window_id)
         assert result.ending == "restored" and result.decision is not None
         assert _executed(w, window_id) == planned
+        after = dry_run_report(w.book, window_id, w.driver, TIME_SCALE)  # a decided window has nothing left to do
+        assert after["steps"] == [] and after["actions"] == ["nothing: the window is decided"]
     finally:
         close(w)
 
