@@ -18,13 +18,32 @@ SCENARIOS = ("window", "chain", "pp3", "faults", "ledger")
 
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to leave everything.")] = Path("tally-demo"),
-    scenario: Annotated[str, typer.Option(help="window (default), chain, pp3, faults, or ledger.")] = "window",
+    scenario: Annotated[str | None, typer.Option(help="window (default), chain, pp3, faults, or ledger.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Your own plan (TOML), run end to end on a "
+                                                   "simulated pair built from its arms.")] = None,
+    sim_file: Annotated[Path | None, typer.Option("--sim", help="With --plan: simulator settings (TOML) laid "
+                                                  "over the pair derived from the plan.")] = None,
     force: Annotated[bool, typer.Option(help="Reuse a non-empty --dir (its content is removed).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """A simulated window end to end, with no setup; everything is left in --dir."""
+    """A simulated window end to end, with no setup; everything is left in --dir.
+
+    With --plan: dress-rehearse your own window (gates, execute, restore, decide, verify,
+    audit, report) on a simulated pair before touching production.
+    """
+    if plan_file is not None and scenario is not None:
+        raise FormatError("give --plan or --scenario, not both")
+    if sim_file is not None and plan_file is None:
+        raise FormatError("--sim needs --plan (it describes the simulated pair your plan runs on)")
+    scenario = scenario or "window"
     if scenario not in SCENARIOS:
         raise FormatError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+    prepared = None
+    if plan_file is not None:  # every input checked before anything is made
+        from runner.demo.pair import prepare_plan_demo
+        from runner.demo.scenarios import DEMO_TIME_SCALE
+
+        prepared = prepare_plan_demo(plan_file, sim_file, time_scale=DEMO_TIME_SCALE)
     if directory.is_symlink():
         raise FormatError(f"--dir {directory} is a symbolic link; give the directory itself")
     if directory.exists() and not directory.is_dir():
@@ -42,9 +61,9 @@ def demo(
         print(f"\nShown: a signed, hash-chained ledger verifies; an edit made behind its back is caught at "
               f"seq {result.caught_seq} (rule {result.caught_rule}). Inspect {directory}/ (tally.db, bundle/).")
         return
-    from runner.demo.scenarios import run_demo
+    from runner.demo.scenarios import result_lines, run_demo
 
-    summary: dict[str, Any] = run_demo(directory, scenario, quiet=json_out)
+    summary: dict[str, Any] = run_demo(directory, scenario, quiet=json_out, plan=prepared)
     if json_out:
         print_json(summary)
     else:
@@ -52,9 +71,12 @@ def demo(
 
         book = Ledger.open(summary["db"])
         for entry in summary["windows"]:
-            print(f"\n== verdict of window {entry['window']} ==")
-            print_verdict(book, entry["window"])
+            if "decision" in entry:
+                print(f"\n== verdict of window {entry['window']} ==")
+                print_verdict(book, entry["window"])
         book.close()
+        print("\n== result ==")
+        print("\n".join(result_lines(summary)))
     if not summary["ok"]:
         raise typer.Exit(EXIT_FAILED)
 

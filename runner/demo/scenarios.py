@@ -21,22 +21,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.keys import Signer, generate_key_file
 from ledger.store import Ledger
 
-__all__ = ["DEMO_TIME_SCALE", "DemoWindow", "World", "build_world", "pass_chain_gate", "pass_gates", "run_demo",
-           "sim_config_for"]
+from .pair import sim_config_for
+
+if TYPE_CHECKING:
+    from ..vocabulary import CounterSourceName
+    from .pair import PlanDemo
+
+__all__ = ["DEMO_TIME_SCALE", "DemoWindow", "World", "build_world", "pass_chain_gate", "pass_gates", "result_lines",
+           "run_demo", "sim_config_for"]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO_TIME_SCALE = 0.02
-HOSTS = ("sim-head", "sim-worker")
-
-# Plan arm `sim` tables use the plan's names; the simulator's config uses its own.
-_SIM_NAMES = {"draft_depth": "k", "accept_per_pos": "acceptance", "step_base_ms": "step_base_ms",
-              "step_per_token_ms": "step_per_token_ms", "ttft_base_ms": "ttft_base_ms",
-              "ttft_per_1k_prompt_ms": "ttft_per_1k_tokens_ms", "clock_cap_mhz": "clock_cap_mhz"}
 
 
 @dataclass(frozen=True)
@@ -45,31 +45,7 @@ class DemoWindow:
     window_id: str
     overrides: Mapping[str, Any]
     edit: Callable[[str], str] | None = None  # a change to the plan's TOML text (tests)
-
-
-def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7) -> dict[str, Any]:
-    """A simulator config whose arms are the plans' arms (named as the plans name them)."""
-    arms: dict[str, dict[str, Any]] = {}
-    production: dict[str, Any] | None = None
-    fallback: dict[str, Any] | None = None
-    for plan in plans:
-        for arm in plan.arms:
-            table = {_SIM_NAMES[k]: v for k, v in arm.sim.items() if k in _SIM_NAMES}
-            if plan.production_clock_cap_mhz is not None:
-                table.setdefault("clock_cap_mhz", plan.production_clock_cap_mhz)
-            if arm.speculative is not None:
-                table["reported_config"] = dict(arm.speculative)
-            table["reported_digest"] = arm.config_digest
-            table["image"] = f"sim/{arm.name}@{arm.config_digest[:12]}"
-            arms[arm.name] = table
-            # Production serves with speculative decoding: the plan's P arm, else a speculative A.
-            if production is None and arm.role in ("P", "A") and arm.speculates:
-                production = dict(table, image=f"sim/production@{arm.config_digest[:12]}")
-            elif fallback is None and arm.speculates:
-                fallback = dict(table, image=f"sim/production@{arm.config_digest[:12]}")
-    arms["production"] = production or fallback or next(iter(arms.values()))
-    return {"model": "sim/deepseek-spec-demo", "seed": seed, "time_scale": time_scale, "hosts": list(HOSTS),
-            "production_arm": "production", "start_s": 5.0, "eos_token_id": 1, "arms": arms}
+    source: Path | None = None  # an operator's plan file, read where it is (`tally demo --plan`)
 
 
 # --------------------------------------------------------------------------- the world the gates look at
@@ -241,7 +217,10 @@ class World:
 
 
 def _plan_file(directory: Path, window: DemoWindow) -> Path:
-    """The example plan copied into the demo directory (edited if the window says so)."""
+    """The example plan copied into the demo directory (edited if the window says so); an operator's own plan
+    is read where it is (its family files beside it)."""
+    if window.source is not None:
+        return window.source
     target = directory / "plans"
     if not (target / "families").exists():
         shutil.copytree(EXAMPLES / "families", target / "families")
@@ -254,8 +233,12 @@ def _plan_file(directory: Path, window: DemoWindow) -> Path:
 
 
 def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: float = DEMO_TIME_SCALE,
-                origin: str = "tally.demo/window", sim_config: Mapping[str, Any] | None = None) -> World:
-    """Plans, a git repository and receipts for the gates, a fresh ledger, a running simulator."""
+                origin: str = "tally.demo/window", sim_config: Mapping[str, Any] | None = None,
+                clocks: bool = True, counter_source: CounterSourceName = "vllm") -> World:
+    """Plans, a git repository and receipts for the gates, a fresh ledger, a running simulator.
+
+    ``clocks`` and ``counter_source`` describe the simulated site (GPU clocks or none; where
+    its counters come from), as a site file would."""
     from ..drivers.sim import SimDriver
     from ..plan.parse import read_plan_file
     from ..sim import start as start_sim
@@ -273,33 +256,62 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
     root = generate_key_file(directory / ".tally" / "root.pem", "root")
     book = Ledger(f"sqlite:///{directory / 'tally.db'}")
     book.init(origin, root)
-    sim = start_sim(config_from_dict(config), port=0)
-    (directory / "site.toml").write_text(f'kind = "sim"\nurl = "{sim.url}"\n')
-    return World(directory, book, root, repo, qualified, head, admission, rng, sim, SimDriver.for_handle(sim),
-                 time_scale, loaded)
+    checked = config_from_dict(config)
+    sim = start_sim(checked, port=0)
+    site = f'kind = "sim"\nurl = "{sim.url}"\n' + ("" if clocks else "clocks = false\n")
+    if counter_source != "vllm":
+        site += f'\n[endpoints]\ncounter_source = "{counter_source}"\n'
+    (directory / "site.toml").write_text(site)
+    cap = int(checked.arm(checked.production_arm).clock_cap_mhz)
+    driver = SimDriver(sim.url, hosts=tuple(checked.hosts), production_clock_cap_mhz=cap, clocks=clocks,
+                       counter_source=counter_source)
+    return World(directory, book, root, repo, qualified, head, admission, rng, sim, driver, time_scale, loaded)
 
 
 def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
-             say: Callable[[str], None] | None = None, time_scale: float = DEMO_TIME_SCALE) -> dict[str, Any]:
-    """Run a scenario in ``directory`` (created); returns a summary with ``ok``."""
+             say: Callable[[str], None] | None = None, time_scale: float = DEMO_TIME_SCALE,
+             plan: PlanDemo | None = None) -> dict[str, Any]:
+    """Run a scenario in ``directory`` (created); returns a summary with ``ok``.
+
+    With ``plan`` (``tally demo --plan``): the operator's own plan, on the simulated pair
+    ``runner.demo.pair`` built from its arms, instead of a scenario.
+    """
     import dataclasses
+
+    from ledger.errors import TallyError
 
     from ..audit.full import run_audit
     from ..decide.inputs import replay_window
     from ..execution.window import WindowRunner
+    from ..gates.admission import admit
     from ..plan.register import register_plan
     from ..report.window import window_report
+    from ..state.fold import admission_blockers
+    from ..state.replay import replay
 
     emit = say or ((lambda _t: None) if quiet else print)
     began = time.perf_counter()
-    world = build_world(directory, _windows(scenario), time_scale=time_scale, origin=f"tally.demo/{scenario}")
+    if plan is not None:
+        scenario, time_scale = "plan", plan.time_scale
+        world = build_world(directory, [DemoWindow(plan.path.name, plan.window_id, {}, source=plan.path)],
+                            time_scale=time_scale, origin="tally.demo/plan", sim_config=plan.config,
+                            clocks=plan.clocks, counter_source=plan.counter_source)
+    else:
+        world = build_world(directory, _windows(scenario), time_scale=time_scale, origin=f"tally.demo/{scenario}")
     book, root = world.book, world.root
-    emit(f"tally demo ({scenario}): ledger {directory / 'tally.db'}, simulator at {world.sim.url} "
-         f"(hosts {', '.join(HOSTS)}, time scale {time_scale})")
+    emit(f"tally demo ({scenario if plan is None else plan.path}): ledger {directory / 'tally.db'}, simulator at "
+         f"{world.sim.url} (hosts {', '.join(world.driver.hosts)}, time scale {time_scale})")
     summary: dict[str, Any] = {"scenario": scenario, "dir": str(directory), "db": str(directory / "tally.db"),
                                "windows": [], "ok": True}
+    if plan is not None:
+        summary["plan"] = str(plan.path)
+        summary["pair"] = list(plan.notes)
+        emit("\nstage pair: the simulated pair, built from the plan's arms")
+        for note in plan.notes:
+            emit(f"  {note}")
     try:
         registrations = []
+        emit("\nstage gates: register, then every gate the plan requires, before any host contact")
         for item in world.plans:  # every gate before any host contact (the rehearsal needs production up)
             reg = register_plan(book, root, item)
             registrations.append(reg)
@@ -309,14 +321,43 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
         for reg in registrations:
             emit(f"\nwindow {reg.window}")
             pass_chain_gate(book, root, reg.window, emit)
+            now = replay(book)
+            blockers = admission_blockers(now, reg.window) if now.windows[reg.window].admitted_seq is None else []
+            if blockers:
+                emit(f"window {reg.window} is not admitted: {'; '.join(blockers)}")
+                summary["windows"].append({"window": reg.window, "admitted": False, "blockers": blockers})
+                summary["ok"] = False
+                continue
+            if now.windows[reg.window].admitted_seq is None:
+                admit(book, root, reg.window)
+            planned = _dry_run(book, reg.window, world.driver, time_scale, emit) if plan is not None else None
+            emit(f"\nstage execute: window {reg.window} (preflight, snapshot, drain, HOLD, the starts and their waves)")
             on_wave = _fault_injector(world.sim, emit) if scenario == "faults" else None
             runner = WindowRunner(book, root, reg.window, world.driver, time_scale=time_scale, say=emit,
                                   on_wave=on_wave)
-            result = runner.run()
+            try:
+                result = runner.run()
+            except TallyError as error:  # refused before any host action (the site does not fit), or stopped
+                emit(f"window {reg.window}: {error}")
+                summary["windows"].append({"window": reg.window, "admitted": True, "refused": str(error)})
+                summary["ok"] = False
+                continue
+            ws = replay(book).windows[reg.window]
+            restore = ws.restore or {}
+            emit(f"\nstage restore: window {reg.window} ended {ws.ending}"
+                 + (f"; restore {restore.get('status')} (attempt {restore.get('attempts')}), watch "
+                    f"{(ws.watch or {}).get('verdict')}" if restore else "")
+                 + ("; production left down under the chain marker" if ws.ending == "chained" else ""))
+            emit(f"stage decide: {ws.protocol}: {result.decision}")
             replayed = replay_window(book, reg.window)
+            emit(f"\nstage report: window {reg.window}")
             report = window_report(book, reg.window, directory / "reports" / reg.window)
             entry = dataclasses.asdict(result) | {"replay": "MATCH" if replayed.match else "MISMATCH",
                                                   "report": report["html"]}
+            if planned is not None:
+                entry["dry_run_matched"] = _executed(book, reg.window) == planned
+                emit(f"the executed host actions {'equal' if entry['dry_run_matched'] else 'DIFFER FROM'} the "
+                     "dry run's")
             summary["windows"].append(entry)
             emit(f"decision {result.decision}; replay verdict {entry['replay']}; report {report['html']}")
             if result.blocked or not replayed.match:
@@ -330,8 +371,11 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
 
     checkpoint = sign_checkpoint(book, root)
     (directory / "checkpoint.txt").write_text(checkpoint.note)
+    emit("\nstage verify: every event's hash, signature and chain; the checkpoint")
     verified = verify_ledger(book)
-    emit(f"\n{verified.summary()}")
+    summary["verify"] = {"ok": True, "events": verified.verified.size}
+    emit(verified.summary())
+    emit("\nstage audit: the protocol invariants, in the database and in the exported bundle")
     audit = run_audit(book=book)
     summary["audit"] = audit.to_json()
     summary["ok"] = summary["ok"] and audit.ok
@@ -345,7 +389,47 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
         emit(line)
     emit(f"bundle {bundle}: offline audit {'PASS' if bundle_audit.ok else 'FAIL'}")
     emit(f"\nEverything is in {directory}/: tally.db (the ledger; try `tally --db {directory}/tally.db replay state`), "
-         f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), plans/, repo/ and the "
-         f"receipts the gates read. {summary['seconds']} s.")
+         f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), "
+         f"{'' if plan is not None else 'plans/, '}repo/ and the receipts the gates read. {summary['seconds']} s.")
     book.close()
     return summary
+
+
+def _dry_run(book: Ledger, window: str, driver: Any, time_scale: float,
+             emit: Callable[[str], None]) -> list[tuple[str, str]]:
+    """``tally window run --dry-run``'s steps, printed; returns its host actions (action, host)."""
+    from ..execution.dryrun import dry_run_report
+
+    dry = dry_run_report(book, window, driver, time_scale)
+    emit(f"\nstage dry run: window {window}: {len(dry['actions'])} steps, {len(dry['host_actions'])} host actions "
+         "(`tally window run --dry-run`)")
+    for reason in dry["refusals"]:
+        emit(f"REFUSED: {reason}")
+    for number, action in enumerate(dry["actions"], 1):
+        emit(f"  {number:>3}. {action}")
+    return [(a["action"], a["host"]) for a in dry["host_actions"]]
+
+
+def _executed(book: Ledger, window: str) -> list[tuple[str, str]]:
+    """The window's host actions as recorded (``host.action`` started), in order."""
+    return [(e.payload["action"], e.payload["host"]) for e in book.events(stream=f"window/{window}",
+                                                                        types=["host.action"])
+            if e.payload["phase"] == "started"]
+
+
+def result_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The closing lines of a demo: per window its verdict and replay, then verify, audit and the reports."""
+    lines = []
+    for entry in summary["windows"]:
+        if "decision" not in entry:
+            why = "; ".join(entry.get("blockers") or []) or entry.get("refused") or "?"
+            lines.append(f"window {entry['window']}: NOT RUN ({why})")
+            continue
+        lines.append(f"window {entry['window']}: ending {entry['ending']}, verdict {entry['decision']}, "
+                     f"replay {entry['replay']}, report {entry['report']}")
+    verify = summary.get("verify") or {}
+    audit = summary.get("audit") or {}
+    lines.append(f"verify {'OK' if verify.get('ok') else 'FAILED'} ({verify.get('events')} events); "
+                 f"audit {'PASS' if audit.get('ok') else 'FAIL'}; bundle audit "
+                 f"{'PASS' if summary.get('bundle_audit') else 'FAIL'}; everything in {summary['dir']}/")
+    return lines

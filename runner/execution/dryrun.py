@@ -1,4 +1,8 @@
-"""``tally window run --dry-run``: the plan, the gate status, the timeline, the actions; touches nothing."""
+"""``tally window run --dry-run``: the plan, the gate status, the timeline, the actions; touches nothing.
+
+The actions are the step machine's, over an "everything succeeds" fold (``dryfold``): the
+order printed is the order ``--execute`` takes.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,58 @@ from ..gates.budget import budget_report
 from ..plan.register import registered_plan
 from ..state.fold import admission_blockers
 from ..state.replay import replay
+from .dryfold import DryStep, planned_steps
 from .fit import unfit
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
 
     from ..drivers.base import HostDriver
+    from ..plan.model import Plan
 
-__all__ = ["dry_run_report"]
+__all__ = ["action_lines", "dry_run_report"]
+
+
+def _line(plan: Plan, item: DryStep) -> str:
+    """One step as a line: what it runs on which host, and what it records."""
+    step = item.step
+    label: str = step.kind
+    if step.start is not None:
+        start = plan.start(step.start)
+        label += f" {start.label} ({plan.arm(start.role).name})"
+    if step.host is not None:
+        label += f" {step.host}"
+    if step.kind == "decide":
+        label += f" ({plan.protocol})"
+    calls = [c.action + ("" if c.host == "site" else f" {c.host}") for c in item.calls]
+    if len(item.calls) == 1 and item.calls[0].action == step.kind and item.calls[0].host in ("site", step.host):
+        label += " (site)" if item.calls[0].host == "site" else ""
+    elif calls:
+        label += ": " + ", ".join(calls)
+    records = ", ".join(dict.fromkeys(t for t in item.events if t != "host.action"))
+    return label + (f" -> {records}" if records else "")
+
+
+def action_lines(plan: Plan, steps: list[DryStep]) -> list[str]:
+    """The dry run's steps as lines, a start's run of waves folded into one."""
+    lines: list[str] = []
+    index = 0
+    while index < len(steps):
+        step = steps[index].step
+        if step.kind != "wave":
+            lines.append(_line(plan, steps[index]))
+            index += 1
+            continue
+        waves = []
+        while index < len(steps) and steps[index].step.kind == "wave" and steps[index].step.start == step.start:
+            wave = steps[index].step.wave
+            assert wave is not None
+            waves.append(f"{wave.cell}/w{wave.wave}/{wave.family}/seed {wave.seed}")
+            index += 1
+        label = plan.start(step.start).label if step.start is not None else "?"
+        lines.append(f"{len(waves)} waves of {label} -> wave.measured: " + ", ".join(waves[:4])
+                     + (" ..." if len(waves) > 4 else ""))
+    return lines
 
 
 def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: float) -> dict[str, Any]:
@@ -29,34 +77,12 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     row = report.rows[0] if report.rows else None
     under_marker = state.marker is not None and state.marker.get("window") != window
     refusals = unfit(plan, driver, production_serves=not under_marker) if ws.ending is None and not ws.actions else []
-    actions: list[str] = ["preflight (site)"]
-    if under_marker:
-        actions += [f"placeholder_proof {h}" for h in driver.hosts] + ["quiet_proof (site)"]
-    else:
-        actions += ["drain (site) -> production.state down"]
-    actions += ["hold.opened", "snapshot" if not under_marker else "production.snapshot from the marker"]
-    for start in plan.starts:
-        waves = plan.waves_of(start.id)
-        clocks = plan.production_clock_cap_mhz is not None
-        actions += [f"start_arm {start.label} ({plan.arm(start.role).name})",
-                    "read_clock_cap -> start.began" if clocks else "start.began (no GPU clocks)",
-                    f"start_config gate {start.id}",
-                    *([f"standard_spec gate {start.id}"] if plan.arm(start.role).speculates else []), "warmup",
-                    f"{len(waves)} waves: " + ", ".join(f"{w.cell}/w{w.wave}/{w.family}/seed {w.seed}"
-                                                        for w in waves[:4]) + (" ..." if len(waves) > 4 else ""),
-                    *(["read_clock_cap (thermal check)"] if clocks else []), f"stop_arm {start.label}"]
-    actions.append("measurement.ended")
-    if plan.chain == "chained":
-        actions += [f"placeholder_up {h}" for h in driver.hosts] + [f"fence {h}" for h in driver.hosts]
-        actions += ["experiment_stop", "quiet_proof", "production_down_proof -> production.state down"]
-        actions += [f"placeholder_proof {h}" for h in driver.hosts]
-        actions += ["hold.closed", "chain.marker.set", "window.closed chained"]
-    else:
-        actions += ["restore (up to 3 attempts)", "watch"]
-        if under_marker:
-            actions += [f"placeholder_down {h}" for h in sorted(state.placeholders)] + ["chain.marker.cleared"]
-        actions += ["production.state up", "hold.closed", "window.closed restored"]
-    actions.append(f"decision.recorded ({plan.protocol})")
+    steps, stops = planned_steps(plan, state, window, driver.hosts)
+    actions = action_lines(plan, steps)
+    if stops is not None:
+        actions.append(f"stops: {stops}")
+    elif not steps:
+        actions.append(f"nothing: the window is {ws.phase}")
     budget = plan.budget
     lines = [
         f"window {window}: {plan.protocol} {plan.mode}, chain {plan.chain}, commit {plan.commit[:12]}, "
@@ -78,6 +104,7 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     ]
     return {"window": window, "plan_sha256": reg.plan_sha256, "admitted": ws.admitted_seq is not None,
             "blockers": blockers, "refusals": refusals, "under_marker": under_marker, "actions": actions,
-            "lines": lines,
+            "lines": lines, "steps": [item.to_json() for item in steps],
+            "host_actions": [call.to_json() for item in steps for call in item.calls], "stops": stops,
             "budget": {"verdict": report.verdict, "summary": report.summary,
                        "rows": [r.to_json() for r in report.rows]}}
