@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def test_a_wave_opens_on_the_previous_waves_closing_attestation(tmp_path: Path) 
         waves = [e.payload for e in w.book.events(stream="window/reuse-w", types=["wave.measured"])]
         starts = {x["start"] for x in waves}
         assert len(waves) > len(starts) and calls["n"] == len(waves) + len(starts)
-        for prev, nxt in zip(waves, waves[1:], strict=False):
+        for prev, nxt in pairwise(waves):
             if prev["start"] == nxt["start"]:
                 assert nxt["engine"]["before"] == prev["engine"]["after"]
         assert all(x["complete"] and x["engine"]["before"]["ok"] and x["engine"]["after"]["ok"] for x in waves)
