@@ -263,3 +263,62 @@ def test_promote_bad_input_is_exit_2(exported: Exported, tmp_path: Path) -> None
     os.mkfifo(context)
     code, _, err = cli("promote", "check", fifo_dir, "--policy", policy(tmp_path, exported))
     assert code == 2 and "not a regular file" in err
+
+
+def _context_events(e: Exported) -> list:
+    from ledger.event import event_from_json
+
+    seq = e.seqs["promo-pp"]
+    lines = (e.receipts["promo-pp"] / f"{seq}.context.jsonl").read_text().splitlines()
+    return [event_from_json(json.loads(line)) for line in lines]
+
+
+def test_qualification_binding_refuses_an_admission_receipt_of_another_commit(exported: Exported) -> None:
+    """The binding itself: the admission receipt's commit must be the carried commit, carried to the plan's."""
+    import dataclasses
+
+    from runner.gates import promotion
+    from runner.plan.parse import parse_plan
+
+    events = _context_events(exported)
+    plan = parse_plan(next(e for e in events if e.type == "window.registered").payload["plan"])
+    admitted = next(e for e in events if e.type == "window.admitted")
+    gate = next(e for e in events if e.type == "gate.result" and e.payload["gate"] == "qualification")
+
+    def binding(payload: dict, admitted_commit: str | None = None) -> promotion.Check:
+        checks = promotion._Checks()
+        admitted_event = admitted if admitted_commit is None else dataclasses.replace(
+            admitted, payload_json=json.dumps({**admitted.payload, "commit": admitted_commit}))
+        promotion._binding(dataclasses.replace(gate, payload_json=json.dumps(payload)), admitted_event, plan, checks)
+        (check,) = checks.items
+        return check
+
+    assert binding(gate.payload).ok
+    evidence = gate.payload["evidence"]
+    other = {**gate.payload, "evidence": {**evidence, "admission": {**evidence["admission"], "commit": "77" * 20}}}
+    check = binding(other)
+    assert not check.ok and "is not the carried commit" in check.detail
+    unqualified = {**gate.payload, "evidence": {**evidence, "admission": {**evidence["admission"],
+                                                                         "verdict": "NOT_QUALIFIED"}}}
+    assert "not QUALIFIED" in binding(unqualified).detail
+    elsewhere = {**gate.payload, "evidence": {**evidence, "head": "66" * 20}}
+    assert "not the plan's commit" in binding(elsewhere).detail
+    assert "not the plan's commit" in binding(gate.payload, admitted_commit="66" * 20).detail
+
+
+def test_receipt_export_window_context_refuses_an_event_outside_a_window(exported: Exported, tmp_path: Path) -> None:
+    code, _, err = cli("--db", exported.db, "--key", exported.key, "receipt", "export", "1", "--out", tmp_path / "x",
+                       "--window-context")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_receipt_export_window_context_leaves_the_plain_receipt_unchanged(exported: Exported, tmp_path: Path) -> None:
+    """The context files are extra: the three receipt files are byte for byte what an export without them writes."""
+    seq = exported.seqs["promo-pp"]
+    plain = export(exported, seq, tmp_path / "plain", "--checkpoint", exported.cosigned)
+    assert sorted(p.name for p in plain.iterdir()) == [f"{seq}.dsse.json", f"{seq}.event.json", f"{seq}.tlog-proof"]
+    with_context = exported.receipts["promo-pp"]
+    for name in (f"{seq}.tlog-proof", f"{seq}.event.json"):
+        assert (plain / name).read_bytes() == (with_context / name).read_bytes()
+    code, _, err = cli("receipt", "verify", with_context / f"{seq}.dsse.json", "--vkey", exported.log_vkey)
+    assert code == 0, err
