@@ -88,7 +88,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
 
     w = world(root / "world", [window("seed000-production-policy.toml", "promo-pp", edit=pp, chain="none"),
                                window("seed000-controlled.toml", "promo-ctl", edit=controlled, chain="none")],
-              sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.05)
+              sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.02)
     try:
         gate_all(w)
         decisions = {wid: run(w, wid).decision for wid in ("promo-pp", "promo-ctl")}

@@ -113,3 +113,22 @@ def test_rehearse_probes_refuses_a_fifo_and_an_oversized_file(site: Site, tmp_pa
     big.write_bytes(b"\n" * ((1 << 20) + 1))
     result = tally("rehearse", "--url", "http://127.0.0.1:9", "--eos", "1", "--out", tmp_path / "r", "--probes", big)
     assert result.code == 2 and "limit" in result.err
+
+
+def test_rehearse_probes_are_recorded_in_the_gate_evidence(site: Site, tmp_path: Path) -> None:
+    from .script import EXAMPLES
+
+    assert tally("window", "register", EXAMPLES / "seed003-abba.toml").code == 0
+    probes = _write(tmp_path, TERMINATOR, R16_BIAS)
+    with fake_vllm("spec") as server:
+        result = tally("rehearse", "--url", url_of(server), "--eos", "1", "--out", tmp_path / "r", "--probes", probes,
+                       "--window", "pp3-abba", "--json")
+    out = json.loads(result.out)
+    event = site.book.get(out["seq"])
+    evidence = event.payload["evidence"]
+    assert evidence["probe_list"]["sha256"] == out["probe_list"]["sha256"]
+    assert evidence["probe_list"]["expected"]["r16-logit-bias"] == {"status": 400,
+                                                                   "error_contains": "speculative decoding"}
+    assert [p["probe"] for p in evidence["listed_probes"]] == ["r16-terminator", "r16-logit-bias"]
+    blob = site.book.blob(evidence["responses"]["blob"])
+    assert blob is not None and b"r16-logit-bias" in blob.data
