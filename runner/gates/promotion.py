@@ -194,8 +194,10 @@ def _measurement(payload: dict[str, Any], policy: PromotionPolicy, checks: _Chec
     checks.add("rule", rule == policy.rule and result.get("rule") == policy.rule,
                f"rule {rule}, the policy's {policy.rule}")
     decision = result.get("decision")
+    reasons = result.get("reasons") if isinstance(result.get("reasons"), list) else []
+    assert isinstance(reasons, list)
     checks.add("decision", decision == "WIN", f"decision {decision}" + (
-        "" if decision == "WIN" else f" ({'; '.join(str(r) for r in result.get('reasons', [])[-1:])})"))
+        "" if decision == "WIN" or not reasons else f" ({str(reasons[-1])[:300]})"))
     if policy.recompute:
         try:
             differences = list(diff(result, compute(data_input)))
@@ -207,7 +209,8 @@ def _measurement(payload: dict[str, Any], policy: PromotionPolicy, checks: _Chec
                        f"the recorded result differs from the recomputed one: {differences[0]}")
     cells = result.get("cells") if isinstance(result.get("cells"), dict) else {}
     assert isinstance(cells, dict)
-    decision_cells = list(data_input.get("decision_cells") or cells)
+    listed = data_input.get("decision_cells")
+    decision_cells = [str(c) for c in (listed if isinstance(listed, list) and listed else cells)]
     wanted = policy.metric_roles
     problems = []
     if policy.cells and sorted(policy.cells) != sorted(decision_cells):
@@ -237,8 +240,8 @@ def _measurement(payload: dict[str, Any], policy: PromotionPolicy, checks: _Chec
 def _clocks(data_input: dict[str, Any], policy: PromotionPolicy, checks: _Checks) -> None:
     starts = data_input.get("starts") if isinstance(data_input.get("starts"), dict) else {}
     assert isinstance(starts, dict)
-    caps = {s: v.get("clock_cap_mhz") if isinstance(v, dict) else None for s, v in starts.items()}
-    production = data_input.get("production_clock_cap_mhz")
+    caps = {s: _int(v.get("clock_cap_mhz")) if isinstance(v, dict) else None for s, v in starts.items()}
+    production = _int(data_input.get("production_clock_cap_mhz"))
     shown = ", ".join(f"{s} {c if c is not None else 'unknown'}" for s, c in caps.items())
     if policy.same_cap:
         same = bool(caps) and None not in caps.values() and len(set(caps.values())) == 1
@@ -250,6 +253,10 @@ def _clocks(data_input: dict[str, Any], policy: PromotionPolicy, checks: _Checks
         dialbacks = data_input.get("thermal_dialbacks_in_hold")
         checks.add("clocks.thermal", dialbacks == 0,
                    f"{dialbacks if dialbacks is not None else 'unrecorded'} thermal dial-back(s) inside the HOLD")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _archive(result: dict[str, Any], cells: Sequence[str], policy: PromotionPolicy, checks: _Checks) -> None:
@@ -335,7 +342,8 @@ def _rng(gate: Event, qualification: Event, policy: PromotionPolicy, checks: _Ch
     if get(rng, "kernel_sha256") != get(admission, "prepared_verifier_sha256") or get(rng, "kernel_sha256") is None:
         problems.append("the RNG receipt's kernel is not the admission's prepared verifier")
     tests = get(rng, "tests")
-    passed = {get(t, "name") for t in tests if get(t, "outcome") == "passed"} if isinstance(tests, list) else set()
+    passed = {str(get(t, "name")) for t in tests if get(t, "outcome") == "passed"} if isinstance(tests, list) \
+        else set()
     missing = [t for t in policy.rng_tests if t not in passed]
     if missing:
         problems.append(f"RNG tests not listed as passed: {', '.join(missing)}")
@@ -348,8 +356,10 @@ def _starts(events: Sequence[Event], data_input: dict[str, Any], checks: _Checks
     """The decision input's clock caps are the ones the starts recorded."""
     starts = data_input.get("starts") if isinstance(data_input.get("starts"), dict) else {}
     assert isinstance(starts, dict)
-    began = {e.payload.get("start"): e.payload.get("clock_cap_mhz") for e in events if e.type == "start.began"}
-    wrong = [s for s, v in starts.items() if isinstance(v, dict) and began.get(s, "absent") != v.get("clock_cap_mhz")]
+    began = {str(e.payload.get("start")): _int(e.payload.get("clock_cap_mhz")) for e in events
+             if e.type == "start.began"}
+    wrong = [s for s, v in starts.items()
+             if isinstance(v, dict) and (s not in began or began[s] != _int(v.get("clock_cap_mhz")))]
     checks.add("clocks.recorded", not wrong, "every start's cap is the one its start.began recorded" if not wrong
                else f"the decision input's cap differs from start.began for {', '.join(wrong)}")
 
