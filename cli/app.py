@@ -54,6 +54,7 @@ def _register() -> None:
         gate,
         keys,
         measure,
+        promote,
         prove,
         receipt,
         replay,
@@ -64,7 +65,7 @@ def _register() -> None:
     )
 
     for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, measure, sim, verdict,
-                   window, gate, chain, replay, demo):
+                   window, gate, chain, replay, promote, demo):
         module.register(app)
 
 

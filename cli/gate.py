@@ -29,6 +29,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from runner.gates.admission import GateRecord
+    from runner.gates.probe_list import ProbeList
 
 
 def _bounded_receipt(path: Path, option: str) -> None:
@@ -193,6 +194,10 @@ def rehearse(
         "--accept-ignored", metavar="FIELD",
         help="A needed field this server may ignore (repeatable; recorded in the evidence). A refusal still fails.")
     ] = None,
+    probes_file: Annotated[Path | None, typer.Option(
+        "--probes", metavar="PROBES.jsonl",
+        help="The admission's own probes, one JSON object a line with its expected outcome (docs/gates.md); "
+             "sent after the fixed five, each tiny (<= 8 tokens, priority 10), and each decides.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rehearse the admission's API probes and the capability probe against production (tiny, no idle wait).
@@ -218,6 +223,7 @@ def rehearse(
     for name in accepted:
         if name not in FIELDS:
             raise FormatError(f"--accept-ignored {name[:100]!r} is not a probed field (fields: {', '.join(FIELDS)})")
+    probe_list = _probe_list(probes_file, model) if probes_file is not None else None
     check_out(out, "rehearsal.json", "responses.jsonl")  # refuse planted symlinks before any probe
     book = reg = signer = None
     if window is not None:
@@ -225,7 +231,7 @@ def rehearse(
         reg = registered(book, window)
     result = run_rehearsal(server.url, eos, model=model, timeout=timeout, headers=server.headers,
                            needs=plan_needs(reg.plan) if reg is not None else (), vllm_checks=vllm_checks,
-                           accept_ignored=accepted)
+                           accept_ignored=accepted, probe_list=probe_list)
     summary_path, responses_path, responses = write_rehearsal(result, out)
     data = result.to_json()
     record = None
@@ -244,6 +250,9 @@ def rehearse(
                 else ("ok  " if probe["ok"] else "no  ")
             print(f"  {label:<17} {probe['status'] if probe['status'] is not None else '---'}  {mark} "
                   f"{_printable(probe['detail'])}")
+        for probe in data.get("listed_probes", []):
+            print(f"  {probe['probe']:<17} {probe['status'] if probe['status'] is not None else '---'}  "
+                  f"{'ok  ' if probe['ok'] else 'FAIL'} {_printable(probe['detail'])} (listed)")
         print(f"  fields ({'needs from the plan' if reg is not None else 'no --window: no plan needs'}"
               f"{', vLLM checks' if vllm_checks else ', vLLM checks off'}):")
         for field in data["capabilities"]:
@@ -257,6 +266,24 @@ def rehearse(
                 print(f"window {window} admitted at seq {record.admitted.seq} (every required gate PASS)")
     if result.exit_code:
         raise typer.Exit(EXIT_NO_ANSWER if result.exit_code == EXIT_NO_ANSWER else EXIT_FAILED)
+
+
+def _probe_list(path: Path, model: str | None) -> ProbeList:
+    """The --probes file, read as hostile input: a regular file, bounded, every line validated."""
+    import os
+    import stat
+
+    from runner.gates.probe_list import MAX_FILE_BYTES, read_probe_list
+    from runner.gates.rehearsal import RESERVED_NAMES
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise FormatError(f"cannot read --probes {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FormatError(f"--probes {path} is not a regular file")
+    data = read_bounded(path, "--probes", limit=MAX_FILE_BYTES)
+    return read_probe_list(data, f"--probes {path}", reserved=RESERVED_NAMES, model=model)
 
 
 _NEED_LABELS = {"honoured": "needed", "refused": "vLLM check: must be refused", "accepted": "sent: not refused"}

@@ -36,34 +36,51 @@ def receipt_export(
     out: Annotated[Path, typer.Option(help="Directory to write <seq>.dsse.json, <seq>.tlog-proof, <seq>.event.json.")],
     checkpoint_file: Annotated[Path | None, typer.Option(
         "--checkpoint", help="Prove against this checkpoint file (e.g. one cosigned by witnesses).")] = None,
+    window_context: Annotated[bool, typer.Option(
+        "--window-context", help="Also write <seq>.context.jsonl and <seq>.context-proofs.jsonl: the window's "
+                                 "events up to SEQ, each proven against the receipt's checkpoint "
+                                 "(what `tally promote check` reads).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event.
 
-    The three files are written whole (temporary file, fsync, rename) into --out, which
-    must not be a symlink; a symlink planted at one of the file names is refused.
+    The files are written whole (temporary file, fsync, rename) into --out, which must
+    not be a symlink; a symlink planted at one of the file names is refused.
     """
     from ledger.receipt import build_receipt, receipt_paths
     from runner.events.receipts import WINDOW_RECEIPTS
 
     check_seq(seq, "SEQ")
-    check_out(out, *(p.name for p in receipt_paths(out, seq)))
+    context_names = (f"{seq}.context.jsonl", f"{seq}.context-proofs.jsonl") if window_context else ()
+    check_out(out, *(p.name for p in receipt_paths(out, seq)), *context_names)
     book = state.ledger()
     signer = state.signer(book.url)
     chosen = _cosigned_checkpoint(book, checkpoint_file, seq) if checkpoint_file is not None else None
     receipt = build_receipt(book, seq, signer, WINDOW_RECEIPTS, chosen)
     envelope, proof, event = receipt_paths(out, seq)
+    context = None
+    if window_context:
+        from runner.events.receipts import receipt_context
+
+        context = receipt_context(book, receipt.event, _proof_size(receipt.proof.checkpoint))
     with OutDir.open(out) as target:
         target.write(envelope.name, receipt.envelope.dumps().encode("utf-8"))
         target.write(proof.name, receipt.proof.text().encode("utf-8"))
         target.write(event.name, (receipt.event.line() + "\n").encode("utf-8"))
+        if context is not None:
+            for name, data in zip(context_names, context, strict=True):
+                target.write(name, data)
+    written = [out / name for name in context_names]
     if json_out:
         print_json({"seq": seq, "envelope": str(envelope), "proof": str(proof), "event": str(event),
-                    "checkpoint_size": _proof_size(receipt.proof.checkpoint)})
+                    "checkpoint_size": _proof_size(receipt.proof.checkpoint),
+                    **({"context": str(written[0]), "context_proofs": str(written[1])} if written else {})})
     else:
         print(envelope)
         print(proof)
         print(event)
+        for path in written:
+            print(path)
 
 
 def _proof_size(message: str) -> int:

@@ -103,7 +103,8 @@ def make_repository(root: Path, plans: Sequence[Any]) -> tuple[Path, str, str]:
     return repo, qualified, head
 
 
-def write_receipts(root: Path, qualified: str, head: str) -> tuple[Path, Path]:
+def write_receipts(root: Path, qualified: str, head: str, tests: Sequence[str] = ()) -> tuple[Path, Path]:
+    """An admission receipt at Q and an RNG receipt at HEAD listing ``tests`` (the plans' RNG test set) passed."""
     kernel = "5e" * 32
     admission = root / "admission-receipt.json"
     admission.write_text(json.dumps({"_type": "tally.admission-receipt/v1", "verdict": "QUALIFIED",
@@ -113,8 +114,8 @@ def write_receipts(root: Path, qualified: str, head: str) -> tuple[Path, Path]:
     rng = root / "rng-receipt.json"
     rng.write_text(json.dumps({"_type": "tally.rng-receipt/v1", "verdict": "PASS", "commit": head,
                                "kernel_sha256": kernel,
-                               "tests": [{"name": "aud1_61161_rejection_law", "outcome": "passed"},
-                                         {"name": "pp4_sampled_q_multiround_4", "outcome": "passed"}],
+                               "tests": [{"name": name, "outcome": "passed"}
+                                         for name in tests or ("aud1_61161_1", "pp4_sampled_q_multiround_1")],
                                "generated_at": "2026-11-01T00:00:00.000000Z"}, indent=2))
     return admission, rng
 
@@ -248,7 +249,8 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
     files = [(_plan_file(directory, w), w) for w in windows]
     first = [read_plan_file(path, overrides={"window_id": w.window_id, **w.overrides}).plan for path, w in files]
     repo, qualified, head = make_repository(directory, first)
-    admission, rng = write_receipts(directory, qualified, head)
+    tests = dict.fromkeys(name for plan in first for name in plan.rng_tests)
+    admission, rng = write_receipts(directory, qualified, head, tuple(tests))
     loaded = [read_plan_file(path, overrides={"window_id": w.window_id, "commit": head, **w.overrides})
               for path, w in files]
     config = dict(sim_config_for([item.plan for item in loaded], time_scale=time_scale))

@@ -10,6 +10,7 @@ Window events name their plan as a second subject, ``plan/<window-id>`` with dig
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,9 @@ from .catalogue import window_of_stream
 
 if TYPE_CHECKING:
     from ledger.event import Event
+    from ledger.store import Ledger
 
-__all__ = ["DECISION_PREDICATE", "WINDOW_RECEIPTS"]
+__all__ = ["CONTEXT_LEFT_OUT", "DECISION_PREDICATE", "WINDOW_RECEIPTS", "receipt_context"]
 
 DECISION_PREDICATE = "urn:tally:decision:v1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -42,3 +44,30 @@ WINDOW_RECEIPTS = ReceiptPolicy(
     },
     subjects=plan_subject,
 )
+
+
+CONTEXT_LEFT_OUT = ("wave.measured",)
+"""Window events a receipt's context leaves out: the decision input carries their figures."""
+
+
+def receipt_context(ledger: Ledger, event: Event, size: int) -> tuple[bytes, bytes]:
+    """A window event's context, proven against the tree of ``size`` (``tally receipt export --window-context``).
+
+    ``<seq>.context.jsonl``: every event of the event's window stream up to it (the
+    registration with its plan, the gate results, the admission, the starts, thermal
+    events, ...), except :data:`CONTEXT_LEFT_OUT`, one canonical event line each;
+    ``<seq>.context-proofs.jsonl``: one inclusion record per line (``ledger.receipt.
+    inclusion_record``) against the same checkpoint as the receipt's tlog-proof, so a
+    verifier holding the receipt checks each context event offline.
+    """
+    from ledger.errors import FormatError
+    from ledger.receipt import inclusion_proofs, inclusion_record
+
+    if window_of_stream(event.stream) is None:
+        raise FormatError(f"seq {event.seq} is not a window event: it has no window context")
+    events = [e for e in ledger.events(stream=event.stream, until=event.seq - 1) if e.type not in CONTEXT_LEFT_OUT]
+    proofs = inclusion_proofs(ledger, [e.seq for e in events], size)
+    lines = "".join(e.line() + "\n" for e in events).encode("utf-8")
+    records = "".join(json.dumps(inclusion_record(e.seq, size, proofs[e.seq]), sort_keys=True,
+                                 separators=(",", ":")) + "\n" for e in events).encode("utf-8")
+    return lines, records

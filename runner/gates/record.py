@@ -61,7 +61,7 @@ def rng_gate(ledger: Ledger, signer: Signer, window: str, *, receipt: Path, admi
     from .rng import check_rng
 
     plan = registered_plan(ledger, window).plan
-    result = check_rng(read_rng_receipt(receipt), read_admission_receipt(admission), plan.commit)
+    result = check_rng(read_rng_receipt(receipt), read_admission_receipt(admission), plan.commit, plan.rng_tests)
     record = record_gate(ledger, signer, window, "rng", result.verdict, result.evidence, commit=plan.commit,
                          summary=result.summary)
     return GateOutcome("rng", result.verdict, result.summary, result.evidence, record)

@@ -17,7 +17,9 @@ probe          request                     passes when
                                            vLLM check of the R16 cause)
 =============  ==========================  ==============================================
 
-then the capability probe's requests (:mod:`.capability`, at most 8 tokens each, also
+then the admission's own probes when a probe list is given (:mod:`.probe_list`: each
+with its expected outcome, as tiny as the fixed ones; they always decide), then the
+capability probe's requests (:mod:`.capability`, at most 8 tokens each, also
 back to back), which record for every request field a window relies on whether the
 server honours, ignores or refuses it. The probe fails when a field the window needs
 (:func:`.capability.plan_needs`, plus the vLLM checks unless they are turned off) is
@@ -52,16 +54,21 @@ from typing import TYPE_CHECKING, Any
 from ..vocabulary import GateVerdict
 from .capability import FieldResult, Need, assess, capability_probes, forced_probes, judge_answered, vllm_needs
 from .probe import MAX_TOKENS, PRIORITY, Judge, Outcome, Probe, ProbeResult, error_of, not_sent, send, token_count
+from .probe_list import ProbeList, judge_expected
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_TOKENS", "PRIORITY", "VLLM_PROBES", "Probe", "ProbeResult", "Rehearsal", "probes", "rehearse",
-           "responses_jsonl", "write_rehearsal"]
+__all__ = ["MAX_TOKENS", "PRIORITY", "RESERVED_NAMES", "VLLM_PROBES", "Probe", "ProbeResult", "Rehearsal", "probes",
+           "rehearse", "responses_jsonl", "write_rehearsal"]
 
 SPEC_DECODE_MESSAGE = "speculative decoding"
 VLLM_PROBES = ("terminator", "control")
 """The probes that hold only on vLLM (``allowed_token_ids``; ``logit_bias`` refused under speculation)."""
+RESERVED_NAMES = ("plain", "chat", "seeded", "terminator", "control", "allowed-eos", "baseline", "bias-eos",
+                  "cache-salt", "cache-salt-type", "ignore-eos", "priority-type", "seed-a", "seed-b", "seed-c",
+                  "stop-token-ids", "token-ids", "usage")
+"""Names the fixed and capability probes use: a listed probe may not take one."""
 
 
 def probes(eos: int, model: str | None = None) -> tuple[Probe, ...]:
@@ -94,11 +101,14 @@ class Rehearsal:
     needs: tuple[Need, ...] = ()
     vllm_checks: bool = True
     accept_ignored: tuple[str, ...] = ()
+    listed_results: tuple[ProbeResult, ...] = ()   # the admission's probe list (``--probes``), in its order
+    probe_list: ProbeList | None = None
 
     @property
     def deciding(self) -> tuple[ProbeResult, ...]:
-        """The admission probes that decide: all five, or without the vLLM checks the first three."""
-        return self.results if self.vllm_checks else tuple(r for r in self.results if r.name not in VLLM_PROBES)
+        """The probes that decide: all five fixed ones (without the vLLM checks the first three), then the list's."""
+        fixed = self.results if self.vllm_checks else tuple(r for r in self.results if r.name not in VLLM_PROBES)
+        return fixed + self.listed_results
 
     @property
     def field_failures(self) -> tuple[FieldResult, ...]:
@@ -130,6 +140,8 @@ class Rehearsal:
             needed = [f.field for f in self.fields
                       if f.need is not None and f.need.want != "accepted" and not f.accepted_ignored]
             text = f"PASS: every probe answered as expected; {control}"
+            if self.listed_results:
+                text += f"; {len(self.listed_results)} listed probe(s) as expected"
             if needed:
                 text += f"; every field needed is as needed ({', '.join(needed)})"
             accepted = [f.field for f in self.fields if f.accepted_ignored and f.need is not None]
@@ -159,6 +171,9 @@ class Rehearsal:
             "capabilities": [f.to_json() for f in self.fields],
             "capability_failures": [f.failure for f in self.field_failures],
             "capability_probes": [r.to_json() for r in self.capability_results],
+            **({} if self.probe_list is None else {
+                "probe_list": self.probe_list.to_json(),
+                "listed_probes": [r.to_json() for r in self.listed_results]}),
         }
 
 
@@ -206,7 +221,7 @@ class _Sender:
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
              transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None,
              needs: Sequence[Need] = (), vllm_checks: bool = True,
-             accept_ignored: Sequence[str] = ()) -> Rehearsal:
+             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None) -> Rehearsal:
     """Send every probe once, in order, with no idle wait between them; then read every field.
 
     ``needs`` are the window's (:func:`.capability.plan_needs`); the vLLM checks add
@@ -214,7 +229,9 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
     ``timeout`` (however slowly the server dribbles its reply) and its reply by 1 MiB.
     A probe that got no complete answer in time means the server is not answering: the
     probes after it are not sent (each recorded as "no answer, rerun", not sent), so a
-    stalled server costs one timeout, not one per probe.
+    stalled server costs one timeout, not one per probe. ``probe_list`` (the admission's
+    own probes, :func:`.probe_list.read_probe_list`) is sent after the fixed five, each
+    judged against its expected outcome.
     """
     import httpx
 
@@ -224,12 +241,14 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
     with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
         sender = _Sender(client, url, timeout)
         results = tuple(sender(probe, _judge) for probe in probes(eos, model))
+        listed = tuple(sender(probe, judge_expected) for probe in (probe_list.probes if probe_list else ()))
         capability = tuple(sender(probe, judge_answered)
                            for probe in capability_probes(eos, model, {r.name: r for r in results}))
         seen = {r.name: r for r in results + capability}
         capability += tuple(sender(probe, judge_answered) for probe in forced_probes(eos, model, seen))
     fields = assess(eos, {r.name: r for r in results + capability}, all_needs, accept_ignored)
-    return Rehearsal(url, eos, results, capability, fields, all_needs, vllm_checks, tuple(accept_ignored))
+    return Rehearsal(url, eos, results, capability, fields, all_needs, vllm_checks, tuple(accept_ignored),
+                     listed, probe_list)
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -254,7 +273,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
     lines = []
-    for r in rehearsal.results + rehearsal.capability_results:
+    for r in rehearsal.results + rehearsal.listed_results + rehearsal.capability_results:
         lines.append(json.dumps({"probe": r.name, "status": r.status, "response_sha256": r.response_sha256,
                                  "body": r.response_text, "error": r.error if r.status is None else None},
                                 sort_keys=True))

@@ -300,6 +300,7 @@ class Plan:
     required_gates: tuple[GateName, ...]
     qualification: Carry = field(default_factory=Carry)
     description: str = ""
+    rng_tests: tuple[str, ...] = ()  # the test ids every RNG receipt must list as passed (``docs/gates.md``)
 
     # ------------------------------------------------------------------ JSON
 
@@ -321,9 +322,16 @@ class Plan:
             "measurement": self.measurement.to_json(),
             "decision": dict(self.decision),
             "budget": self.budget.to_json(),
-            "gates": {"required": list(self.required_gates)},
+            "gates": self._gates_json(),
             "qualification": self.qualification.to_json(),
         }
+
+    def _gates_json(self) -> dict[str, Any]:
+        # ``rng_tests`` only when registered: a plan without it keeps the digest it always had.
+        gates: dict[str, Any] = {"required": list(self.required_gates)}
+        if self.rng_tests:
+            gates["rng_tests"] = list(self.rng_tests)
+        return gates
 
     @cached_property
     def sha256(self) -> str:

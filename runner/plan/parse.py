@@ -50,6 +50,7 @@ COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 IDENTITY_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 UNIT = re.compile(r"[^:\s]+\.py:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+TEST_ID = re.compile(r"[!-~]{1,300}")  # a pytest node id or any printable ASCII name without spaces
 PP3_BLOCKS = (("A1", "A"), ("B1", "B"), ("B2", "B"), ("A2", "A"))
 
 
@@ -327,6 +328,9 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     required = gates.strings("required", choices=GATES)
     if not required:
         raise gates.fail("required", "an empty list of required gates is refused (fail closed)")
+    rng_tests = gates.strings("rng_tests", (), pattern=TEST_ID, what="a test id (printable, no spaces; at most 300)")
+    if rng_tests and "rng" not in required:
+        raise gates.fail("rng_tests", "registers RNG tests but the rng gate is not required")
     gates.done()
     carry = _carry(f.table("qualification"), required)
     f.done()
@@ -334,7 +338,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
-        required_gates=cast(Any, required), qualification=carry, description=description,
+        required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
     )
 
 

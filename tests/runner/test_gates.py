@@ -9,7 +9,7 @@ import pytest
 
 from runner.gates.admission import record_gate
 from runner.gates.budget import budget_report
-from runner.plan import load_plan
+from runner.plan import load_plan, parse_plan
 from runner.plan.register import registered
 from runner.state.fold import admission_blockers, fold
 from runner.state.replay import replay
@@ -85,12 +85,15 @@ def test_budget_refuses_a_block_over_its_limit() -> None:
 # ---------------------------------------------------------------------- RNG
 
 
+RNG_TESTS = tuple(load_plan(EXAMPLES / f"{PP}.toml").rng_tests)
+
+
 def _receipts(tmp_path: Path, commit: str, kernel: str = "5e" * 32, verdict: str = "PASS",
-              outcome: str = "passed") -> tuple[Path, Path]:
+              outcome: str = "passed", tests: tuple[str, ...] = RNG_TESTS) -> tuple[Path, Path]:
     rng = tmp_path / "rng.json"
     rng.write_text(json.dumps({"_type": "tally.rng-receipt/v1", "verdict": verdict, "commit": commit,
                                "kernel_sha256": kernel,
-                               "tests": [{"name": "test_61161_sampled_q", "outcome": outcome}]}))
+                               "tests": [{"name": name, "outcome": outcome} for name in tests]}))
     admission = tmp_path / "admission.json"
     admission.write_text(json.dumps({"_type": "tally.admission-receipt/v1", "verdict": "QUALIFIED",
                                      "commit": "85" * 20, "prepared_verifier_sha256": "5e" * 32}))
@@ -99,7 +102,6 @@ def _receipts(tmp_path: Path, commit: str, kernel: str = "5e" * 32, verdict: str
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({}, None),
-    ({"kernel": "77" * 32}, "differs from the admission's prepared verifier"),
     ({"verdict": "FAIL"}, "not PASS"),
     ({"outcome": "failed"}, "tests not passed"),
     ({"commit": "12" * 20}, "not HEAD"),
@@ -114,8 +116,67 @@ def test_rng_gate(site: Site, tmp_path: Path, change: dict, expected: str | None
     if expected is None:
         assert result.code == 0 and out["verdict"] == "PASS"
         assert out["evidence"]["rng"]["kernel_sha256"] == out["evidence"]["admission"]["prepared_verifier_sha256"]
+        assert out["evidence"]["required_tests"] == list(RNG_TESTS) and out["evidence"]["missing_tests"] == []
     else:
         assert result.code == 1 and expected in out["summary"]
+
+
+def _rng(site: Site, tmp_path: Path, **change: object) -> tuple[int, dict]:
+    window = _register(PP)
+    reg = registered(site.book, window)
+    assert reg is not None
+    rng, admission = _receipts(tmp_path, **{"commit": reg.plan.commit, **change})  # type: ignore[arg-type]
+    result = tally("gate", "rng", window, "--receipt", rng, "--admission", admission, "--json")
+    return result.code, json.loads(result.out)
+
+
+def test_seed_000_plans_register_the_ten_rng_tests() -> None:
+    for name in (PP, CONTROLLED):
+        tests = load_plan(EXAMPLES / f"{name}.toml").rng_tests
+        assert len(tests) == 10 and sum(t.startswith("aud1_61161_") for t in tests) == 6
+    assert load_plan(EXAMPLES / f"{ABBA}.toml").rng_tests == ()  # no RNG gate: the plan's digest is unchanged
+
+
+def test_rng_receipt_missing_a_required_test_fails(site: Site, tmp_path: Path) -> None:
+    dropped = RNG_TESTS[3], RNG_TESTS[8]
+    code, out = _rng(site, tmp_path, tests=tuple(t for t in RNG_TESTS if t not in dropped))
+    assert code == 1 and out["verdict"] == "FAIL"
+    assert f"required tests missing from the receipt: {dropped[0]}, {dropped[1]}" in out["summary"]
+    assert out["evidence"]["missing_tests"] == list(dropped)
+
+
+def test_rng_receipt_with_no_tests_fails(site: Site, tmp_path: Path) -> None:
+    code, out = _rng(site, tmp_path, tests=())
+    assert code == 1 and "the RNG receipt lists no tests" in out["summary"]
+    assert len(out["evidence"]["missing_tests"]) == 10
+
+
+def test_rng_receipt_with_no_tests_fails_even_when_the_plan_registers_none() -> None:
+    from runner.gates.receipts import AdmissionReceipt, RngReceipt
+    from runner.gates.rng import check_rng
+
+    admission = AdmissionReceipt("QUALIFIED", "85" * 20, "5e" * 32, None, "0" * 64, "a.json")
+    empty = RngReceipt("PASS", "ab" * 20, "5e" * 32, (), "0" * 64, "r.json")
+    assert check_rng(empty, admission, "ab" * 20).verdict == "FAIL"
+    listed = RngReceipt("PASS", "ab" * 20, "5e" * 32, (("t", "passed"),), "0" * 64, "r.json")
+    assert check_rng(listed, admission, "ab" * 20).verdict == "PASS"
+
+
+def test_rng_kernel_sha_must_equal_the_admissions_prepared_verifier(site: Site, tmp_path: Path) -> None:
+    code, out = _rng(site, tmp_path, kernel="77" * 32)
+    assert code == 1 and "differs from the admission's prepared verifier" in out["summary"]
+    assert out["evidence"]["admission"]["prepared_verifier_sha256"] == "5e" * 32
+    code, out = _rng(site, tmp_path, kernel="5e" * 32)
+    assert code == 0 and out["verdict"] == "PASS"
+
+
+def test_plan_rng_tests_need_the_rng_gate() -> None:
+    from ledger.errors import FieldError
+
+    plan = load_plan(EXAMPLES / f"{ABBA}.toml").to_json()
+    plan["gates"]["rng_tests"] = ["t1"]
+    with pytest.raises(FieldError, match="rng gate is not required"):
+        parse_plan(plan)
 
 
 def test_rng_receipt_malformed_is_bad_input(site: Site, tmp_path: Path) -> None:

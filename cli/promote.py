@@ -1,0 +1,149 @@
+"""``tally promote check``: is a decision receipt enough to promote? (offline; promotes nothing)."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ledger.errors import FormatError
+
+from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, read_bounded
+
+if TYPE_CHECKING:
+    from runner.gates.promotion import ReceiptFiles
+
+_RECEIPT = re.compile(r"([1-9][0-9]{0,18})\.dsse\.json")
+MAX_ENTRIES = 10_000      # entries of RECEIPT_DIR looked at
+MAX_FILE_BYTES = 64 << 20  # any one receipt file (a window's context is the largest)
+
+
+def _regular(path: Path, what: str) -> bool:
+    """True for a regular file (not followed through a symlink); False if absent; refused otherwise."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise FormatError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FormatError(f"{what} {path} is not a regular file")
+    return True
+
+
+def _text(path: Path, what: str) -> str:
+    data = read_bounded(path, what, limit=MAX_FILE_BYTES)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{what} {path} is not UTF-8") from None
+
+
+def _decision_seqs(directory: Path) -> list[int]:
+    """The seqs of the decision receipts in ``directory`` (by their event files' type)."""
+    from ledger.strictjson import read_json
+
+    seqs = []
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_ENTRIES:
+                    raise FormatError(f"RECEIPT_DIR {directory} has more than {MAX_ENTRIES} entries: name one with --seq")
+                match = _RECEIPT.fullmatch(entry.name)
+                if match is None:
+                    continue
+                event = directory / f"{match.group(1)}.event.json"
+                if _regular(event, "event file"):
+                    obj = read_json(_text(event, "event file"), f"event file {event}")
+                    if isinstance(obj, dict) and obj.get("type") == "decision.recorded":
+                        seqs.append(int(match.group(1)))
+    except OSError as exc:
+        raise FormatError(f"cannot read RECEIPT_DIR {directory}: {exc.strerror or exc}") from None
+    return sorted(seqs)
+
+
+def read_receipt_dir(directory: Path, seq: int | None) -> ReceiptFiles:
+    """The files of one exported receipt, read as hostile input (regular files, bounded, UTF-8)."""
+    from runner.gates.promotion import ReceiptFiles
+
+    if not directory.is_dir() or directory.is_symlink():
+        raise FormatError(f"RECEIPT_DIR {directory} is not a directory")
+    if seq is None:
+        seqs = _decision_seqs(directory)
+        if not seqs:
+            raise FormatError(f"RECEIPT_DIR {directory} holds no decision receipt (<seq>.dsse.json with its "
+                              "<seq>.event.json: `tally receipt export SEQ --window-context`)")
+        if len(seqs) > 1:
+            raise FormatError(f"RECEIPT_DIR {directory} holds decision receipts {', '.join(map(str, seqs))}: "
+                              "name one with --seq")
+        seq = seqs[0]
+    names = {"envelope": f"{seq}.dsse.json", "proof": f"{seq}.tlog-proof", "event": f"{seq}.event.json",
+             "context": f"{seq}.context.jsonl", "context_proofs": f"{seq}.context-proofs.jsonl"}
+    texts: dict[str, str | None] = {}
+    for key, name in names.items():
+        path = directory / name
+        what = key.replace("_", " ") + " file"
+        if _regular(path, what):
+            texts[key] = _text(path, what)
+        elif key in ("envelope", "proof", "event"):
+            raise FormatError(f"RECEIPT_DIR {directory} has no {name}")
+        else:
+            texts[key] = None
+    envelope, proof, event = texts["envelope"], texts["proof"], texts["event"]
+    assert envelope is not None and proof is not None and event is not None
+    return ReceiptFiles(seq, envelope, proof, event, texts["context"], texts["context_proofs"])
+
+
+def promote_check(
+    receipt_dir: Annotated[Path, typer.Argument(metavar="RECEIPT_DIR",
+                                                help="Directory of an exported decision receipt "
+                                                     "(`tally receipt export SEQ --window-context`).")],
+    policy_file: Annotated[Path, typer.Option("--policy", metavar="POLICY.toml",
+                                              help="The promotion policy (docs/promotion.md).")],
+    seq: Annotated[int | None, typer.Option(help="The decision's seq, when RECEIPT_DIR holds several.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a decision receipt offline against a promotion policy: PROMOTABLE (exit 0) or NOT PROMOTABLE (exit 1).
+
+    Verifies the receipt (DSSE signature, inclusion proof, checkpoint, k-of-n witness
+    cosignatures), then the policy: rule and metric set, mode, decision WIN, the
+    carried-qualification binding, clock and archive conditions. Promotes nothing.
+    Bad input (a missing or malformed file, a bad policy) exits 2.
+    """
+    from runner.gates.promotion import check_promotion
+    from runner.gates.promotion_policy import MAX_POLICY_BYTES, read_policy
+
+    if seq is not None:
+        check_seq(seq, "--seq")
+    if not _regular(policy_file, "--policy"):
+        raise FormatError(f"cannot read --policy {policy_file}: no such file")
+    policy = read_policy(read_bounded(policy_file, "--policy", limit=MAX_POLICY_BYTES), f"policy {policy_file}")
+    files = read_receipt_dir(receipt_dir, seq)
+    result = check_promotion(files, policy)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        verdict = "PROMOTABLE" if result.verdict == "PROMOTABLE" else "NOT PROMOTABLE"
+        print(f"{verdict}: decision receipt seq {result.seq}"
+              f"{f' of window {result.window}' if result.window else ''} under policy {policy.name}")
+        for check in result.checks:
+            print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}: {_printable(check.detail)}")
+    if result.verdict != "PROMOTABLE":
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _printable(text: str) -> str:
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    promote = typer.Typer(help="The promotion gate: decision receipts checked offline against a policy.",
+                          no_args_is_help=True)
+    command(promote, "check")(promote_check)
+    app.add_typer(promote, name="promote")
