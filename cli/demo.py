@@ -13,12 +13,12 @@ from ledger.errors import FormatError
 from .common import EXIT_FAILED, JsonOpt, command, print_json
 from .window import print_verdict
 
-SCENARIOS = ("window", "chain", "pp3", "faults", "ledger")
+SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
 
 
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to leave everything.")] = Path("tally-demo"),
-    scenario: Annotated[str, typer.Option(help="window (default), chain, pp3, faults, or ledger.")] = "window",
+    scenario: Annotated[str, typer.Option(help="window (default), chain, pp3, faults, power, or ledger.")] = "window",
     force: Annotated[bool, typer.Option(help="Reuse a non-empty --dir (its content is removed).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -52,6 +52,8 @@ def demo(
 
         book = Ledger.open(summary["db"])
         for entry in summary["windows"]:
+            if "decision" not in entry:  # the power scenario registers and gates, it runs nothing
+                continue
             print(f"\n== verdict of window {entry['window']} ==")
             print_verdict(book, entry["window"])
         book.close()

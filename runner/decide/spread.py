@@ -72,7 +72,7 @@ def estimate_spread(windows: Sequence[Pair], *, source: str, entries: int | None
 
 
 def _spread_of(f: Fields) -> Spread:
-    if "windows" in f.data:
+    if isinstance(f.data.get("windows"), list):
         pairs: list[Pair] = []
         for w in f.tables("windows"):
             first = w.numbers("first", low=0)
@@ -99,7 +99,8 @@ def parse_pilot(data: Any, cells: Sequence[str]) -> Mapping[str, Spread]:
     """A pilot file's spread per cell: ``{"spread": S, "cells": {name: S}}`` (``docs/power.md``).
 
     ``S`` is ``{"windows": [{"first": [...], "second": [...]}, ...]}`` (two control starts'
-    per-unit values, estimated as above) or ``{"start_sd": x, "repeat_sd": y}``; ``spread``
+    per-unit values, estimated as above) or ``{"start_sd": x, "repeat_sd": y, "windows": n}``
+    (measured elsewhere over ``n`` windows; optional); ``spread``
     applies to every cell ``cells`` does not name.
     """
     f = Fields(data, "pilot", dialect="json")

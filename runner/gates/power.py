@@ -172,7 +172,12 @@ def describe(figures: Mapping[str, Any]) -> str:
         count = needed.get(unit)
         line += (f"; {count} {unit} bring it to {figures['effect']:.2%}" if count is not None
                  else f"; {needed.get('note')}")
-    line += f"; false-{positive} rate {figures['false_positive_rate']:.3f}; spread from {figures['entries']} entries"
+    spreads = list(figures["spread"].values()) if figures["rule"] == "win2-v1" else [figures["spread"]]
+    source = spreads[0]["source"]
+    rests = (f"{figures['entries']} archive entries" if source == "archive"
+             else f"a pilot ({min(s['windows'] for s in spreads)} windows)" if source == "pilot"
+             else "the window's own control starts")
+    line += f"; false-{positive} rate {figures['false_positive_rate']:.3f}; spread from {rests}"
     return line
 
 

@@ -210,7 +210,7 @@ def _sim_window(seed: int, effect: float, repeats: int) -> win2.Win2Input:
 
 
 def test_brute_force_simulator_windows_win_as_often_as_the_power_figures_predict() -> None:
-    repeats, effect, bar = 4, 0.06, 0.02
+    repeats, effect, bar = 4, 0.11, 0.02
     # The spread, measured as an operator would: the two control starts of null pilot windows.
     pilot = []
     for seed in range(1000, 1120):
@@ -221,10 +221,14 @@ def test_brute_force_simulator_windows_win_as_often_as_the_power_figures_predict
     assert spread is not None and spread.repeat_sd > 0.005
     predicted = power_figures(_win2(repeats, bar=bar), [spread], effect=effect, windows=20_000, seed=1,
                               search=False)["power"]
-    # Brute force: many seeded simulator windows at the known true effect, each decided by the rule.
+    # Brute force: many seeded simulator windows at the known true effect, each decided by the rule. The
+    # figures hold the guards neutral; this simulator draws acceptance per start, so its guards are noisy:
+    # compare the primary's verdict, and a guard can only take WINs away.
     m = 240
-    wins = sum(win2.decide(_sim_window(seed, effect, repeats))["decision"] == "WIN" for seed in range(m))
-    observed = wins / m
+    results = [win2.decide(_sim_window(seed, effect, repeats)) for seed in range(m)]
+    observed = sum(r["cells"]["c1"]["metrics"]["pooled_rate_tps"]["verdict"] == "WIN" for r in results) / m
+    decided = sum(r["decision"] == "WIN" for r in results) / m
     se = math.sqrt(predicted * (1 - predicted) / m)
-    assert 0.1 < predicted < 0.95, predicted  # a design where power is informative
-    assert abs(observed - predicted) <= 3 * se + 0.03, (observed, predicted, spread)
+    assert 0.2 < predicted < 0.8, predicted  # a design where power is informative
+    assert abs(observed - predicted) <= 3 * se, (observed, predicted, spread)
+    assert decided <= observed
