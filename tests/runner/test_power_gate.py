@@ -166,3 +166,18 @@ def test_window_power_exits_1_when_the_archive_is_too_thin(site: Site) -> None:
     _register(site, "w", 3, power=False)
     result = tally("window", "power", "w")
     assert result.code == 1 and "too thin" in result.out
+
+
+def test_a_bad_pilot_file_is_one_line_exit_2_and_nothing_appended(site: Site, tmp_path: Path) -> None:
+    _register(site, "w", 3)
+    size = site.size()
+    for name, text in (("dup.json", '{"spread": {"start_sd": 0.1, "start_sd": 0.2, "repeat_sd": 0.1}}'),
+                       ("neg.json", '{"spread": {"start_sd": -0.1, "repeat_sd": 0.1}}'),
+                       ("deep.json", "[" * 100 + "]" * 100),
+                       ("short.json", '{"spread": {"windows": [{"first": [1, 2], "second": [1]}]}}')):
+        path = tmp_path / name
+        path.write_text(text)
+        result = tally("gate", "power", "w", "--pilot", path)
+        assert result.code == 2 and len(result.err.strip().splitlines()) == 1, (name, result.err)
+        assert "Traceback" not in result.err
+    assert site.size() == size
