@@ -65,7 +65,7 @@ def _per_repeat(waves: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     for repeat in sorted({w["repeat"] for w in waves}):
         chosen = [w for w in waves if w["repeat"] == repeat]
         counters = [w.get("counters") or {} for w in chosen]
-        if sorted(w["family"] for w in chosen) != families or not w_complete(chosen, counters):
+        if sorted(w["family"] for w in chosen) != families or not _complete(chosen, counters):
             continue
         rate = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
                              [c["decode_s"] for c in counters], 0, [1.0], [0.0])["pooled_rate_tps"]
@@ -74,7 +74,7 @@ def _per_repeat(waves: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     return out
 
 
-def w_complete(waves: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]) -> bool:
+def _complete(waves: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]) -> bool:
     return all(w.get("complete", True) for w in waves) and all(
         isinstance(c.get(k), int | float) and not isinstance(c.get(k), bool) for c in counters
         for k in ("rounds", "accepted", "decode_s"))
@@ -138,10 +138,11 @@ def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, targ
                                "seqs": [e.seq for e in arch.used], "hashes": [e.hash for e in arch.used]}
         short = {c: arch.windows[c] for c in cells if arch.windows[c] < power.min_windows or spreads[c] is None}
     if short and arch is not None:
-        need = ", ".join(f"{c}: {arch.entries[c]} comparable entries, {w} window(s) with both control starts"
+        need = "; ".join(f"{c}: {arch.entries[c]} comparable entries, {w} window(s) with both control starts"
                          for c, w in short.items())
-        summary = (f"FAIL (closed): the archive is too thin ({need}); {power.min_windows} archived windows with "
-                   f"both control starts per decision cell ({2 * power.min_windows} entries) are needed")
+        windows = f"{power.min_windows} archived window{'s' if power.min_windows != 1 else ''}"
+        summary = (f"FAIL (closed): the archive is too thin ({need}); {windows} with both control starts per "
+                   f"decision cell ({2 * power.min_windows} entries) are needed")
         return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows,
                                                 needed_entries=2 * power.min_windows))
     design = design_of(plan)
