@@ -140,8 +140,8 @@ def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, targ
     if short and arch is not None:
         need = "; ".join(f"{c}: {arch.entries[c]} comparable entries, {w} window(s) with both control starts"
                          for c, w in short.items())
-        windows = f"{power.min_windows} archived window{'s' if power.min_windows != 1 else ''}"
-        summary = (f"FAIL (closed): the archive is too thin ({need}); {windows} with both control starts per "
+        wanted = f"{power.min_windows} archived window{'s' if power.min_windows != 1 else ''}"
+        summary = (f"FAIL (closed): the archive is too thin ({need}); {wanted} with both control starts per "
                    f"decision cell ({2 * power.min_windows} entries) are needed")
         return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows,
                                                 needed_entries=2 * power.min_windows))
