@@ -181,3 +181,16 @@ def test_a_bad_pilot_file_is_one_line_exit_2_and_nothing_appended(site: Site, tm
         assert result.code == 2 and len(result.err.strip().splitlines()) == 1, (name, result.err)
         assert "Traceback" not in result.err
     assert site.size() == size
+
+
+def test_replay_power_says_match_and_catches_an_edited_figure(site: Site) -> None:
+    _archive(site, 2)
+    _register(site, "w", 3)
+    event = power_gate(site.book, site.signer, "w").record.event
+    result = tally("replay", "power", "w", "--json")
+    assert result.code == 0 and json.loads(result.out)["verdict"] == "MATCH", result.out
+    forged = dict(event.payload, evidence=dict(event.payload["evidence"],
+                                               figures=dict(event.payload["evidence"]["figures"], power=0.99)))
+    site.book.append("window/w", "gate.result", forged, site.signer)  # a result whose figures were not computed
+    result = tally("replay", "power", "w")
+    assert result.code == 1 and "MISMATCH" in result.out and "evidence.figures.power" in result.out
