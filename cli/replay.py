@@ -65,18 +65,20 @@ def replay_power(window: Annotated[str, typer.Argument(help="Window id.")], json
     from runner.gates.power import replay_power_gate
 
     book = state.ledger()
-    results = [{"seq": e.seq, "verdict": e.payload.get("verdict"), "differences": replay_power_gate(book, e)}
-               for e in book.events(stream=f"window/{window}", types=["gate.result"]) if e.payload.get("gate") == "power"]
+    results = [(e, replay_power_gate(book, e)) for e in book.events(stream=f"window/{window}", types=["gate.result"])
+               if e.payload.get("gate") == "power"]
     if not results:
         raise FormatError(f"window {window} has no power gate result")
-    match = all(not r["differences"] for r in results)
+    match = all(not differences for _, differences in results)
     if json_out:
-        print_json({"window": window, "verdict": "MATCH" if match else "MISMATCH", "results": results})
+        print_json({"window": window, "verdict": "MATCH" if match else "MISMATCH",
+                    "results": [{"seq": e.seq, "verdict": e.payload.get("verdict"), "differences": d}
+                                for e, d in results]})
     else:
-        for r in results:
-            print(f"{'MATCH' if not r['differences'] else 'MISMATCH'}: window {window}, power gate seq {r['seq']} "
-                  f"({r['verdict']})")
-            for difference in r["differences"]:
+        for e, differences in results:
+            print(f"{'MATCH' if not differences else 'MISMATCH'}: window {window}, power gate seq {e.seq} "
+                  f"({e.payload.get('verdict')})")
+            for difference in differences:
                 print(f"  {difference}")
     if not match:
         raise typer.Exit(EXIT_FAILED)
