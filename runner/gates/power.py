@@ -129,8 +129,7 @@ def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, targ
         short: dict[str, int] = {}
     else:
         if plan.protocol != "win2-v1":
-            summary = ("FAIL (closed): pp3-v1 windows write no control archive; give a pilot file "
-                       "(--spread-from pilot --pilot FILE)")
+            summary = "FAIL (closed): pp3-v1 windows write no control archive; the spread needs a pilot file"
             return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows, entries={}))
         arch = archive_spreads(ledger, plan, until)
         spreads = dict(arch.spreads)
