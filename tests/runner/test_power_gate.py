@@ -194,3 +194,17 @@ def test_replay_power_says_match_and_catches_an_edited_figure(site: Site) -> Non
     site.book.append("window/w", "gate.result", forged, site.signer)  # a result whose figures were not computed
     result = tally("replay", "power", "w")
     assert result.code == 1 and "MISMATCH" in result.out and "evidence.figures.power" in result.out
+
+
+def test_a_pp3_plan_fails_closed_without_a_pilot_and_is_figured_with_one(site: Site) -> None:
+    loaded = read_plan_file(EXAMPLES / "seed003-abba.toml", overrides={"commit": COMMIT})
+    register_plan(site.book, site.signer, loaded)
+    window = loaded.plan.window_id
+    closed = check_power(site.book, loaded.plan, until=site.size())
+    assert closed.verdict == "FAIL" and "pp3-v1 windows write no control archive" in closed.summary
+    pilot = {"spread": {"start_sd": 0.005, "repeat_sd": 0.03, "windows": 3}}
+    figured = check_power(site.book, loaded.plan, pilot=pilot, effect=0.06, windows=2000, until=site.size())
+    f = figured.evidence["figures"]
+    assert f["rule"] == "pp3-v1" and f["design"]["pairs"] == 6 and f["design"]["bootstrap"] == 2000
+    assert set(f["outcomes"]["at_effect"]) == {"CANDIDATE", "NO_PROMOTION"} and f["needed"]["pairs"] is not None
+    assert "P(CANDIDATE)" in figured.summary and window == "pp3-abba"
