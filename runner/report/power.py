@@ -10,7 +10,7 @@ power seed: "NO_CHANGE; this window could detect >= 4.1 % with 80 % power".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..decide.power import design_of, power_figures
@@ -18,6 +18,8 @@ from ..decide.spread import Spread, estimate_spread
 from .document import Para, Section
 
 if TYPE_CHECKING:
+    from ledger.event import Event
+
     from ..plan.model import Plan
 
 __all__ = ["REPORT_WINDOWS", "in_window_mde", "power_head"]
@@ -66,14 +68,28 @@ def in_window_mde(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any]
                          analytic=False)
 
 
-def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any]) -> list[Section]:
-    """The section beside the decision: the MDE this window had."""
+def _before(events: Iterable[Event]) -> list[Para]:
+    """What the window's last power gate said before it ran (its MDE from the archive or a pilot)."""
+    gate = None
+    for event in events:
+        if event.type == "gate.result" and event.payload.get("gate") == "power":
+            gate = event
+    figures = None if gate is None else (gate.payload.get("evidence") or {}).get("figures")
+    if gate is None or not isinstance(figures, dict):
+        return []
+    return [Para(f"Before the window, its power gate (seq {gate.seq}) said {gate.payload.get('summary')}", "note")]
+
+
+def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any],
+               events: Iterable[Event] = ()) -> list[Section]:
+    """The section beside the decision: the MDE this window had (and what its power gate said before)."""
     decision = result.get("decision")
     figures = in_window_mde(plan, data, result)
+    before = _before(events)
     if figures is None:
         return [Section("Power this window had", (Para(
             f"{decision}; the window's own control spread cannot be estimated (its control starts lack matched "
-            "repeats or pairs), so no MDE is stated.", "note"),))]
+            "repeats or pairs), so no MDE is stated.", "note"), *before))]
     mde = figures["mde"]
     target = figures["target_power"]
     spreads = figures["spread"].values() if plan.protocol == "win2-v1" else [figures["spread"]]
@@ -85,4 +101,5 @@ def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any]) -
         Para(f"From its own control starts (start-to-start {worst['start_sd']:.2%}, repeat-to-repeat "
              f"{worst['repeat_sd']:.2%}, widest cell), {figures['windows']} simulated windows of the registered design "
              f"(seed {figures['seed']}); docs/power.md says how to read it.", "note"),
+        *before,
     ))]

@@ -56,3 +56,17 @@ def test_pp3_takes_its_spread_from_blocks_a1_and_a2() -> None:
     figures = in_window_mde(plan, {"requests": requests}, {"decision": "CANDIDATE"})
     assert figures is not None and figures["spread"]["source"] == "in-window" and figures["spread"]["windows"] == 1
     assert figures["spread"]["repeat_sd"] > 0
+
+
+class _Gate:
+    type = "gate.result"
+
+    def __init__(self, seq: int, payload: dict[str, Any]) -> None:
+        self.seq, self.payload = seq, payload
+
+
+def test_the_head_also_says_what_the_power_gate_said_before_the_window() -> None:
+    gate = _Gate(9, {"gate": "power", "verdict": "PASS", "summary": "PASS: P(WIN) 0.884 at a true +3.50%",
+                     "evidence": {"figures": {"mde": 0.0321}}})
+    text = _text(power_head(PLAN, {}, _result([100.0, 103.0, 98.5], [101.0, 99.0, 100.5]), [gate]))  # type: ignore[list-item]
+    assert "Before the window, its power gate (seq 9) said PASS: P(WIN) 0.884 at a true +3.50%" in text
