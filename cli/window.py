@@ -264,7 +264,9 @@ def _print_power(f: dict[str, Any]) -> None:
         mde = f["analytic"]["mde"]
         print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}")
     if "nominal_false_win_rate" in f:
-        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f})")
+        above = ("; ABOVE nominal: the start-to-start spread is shared by every repeat and the paired t cannot "
+                 "see it") if f.get("false_win_above_nominal") else ""
+        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}")
     spreads = f["spread"] if f["rule"] == "win2-v1" else {"pairs": f["spread"]}
     for cell, s in spreads.items():
         print(f"  spread {cell}: start-to-start {s['start_sd']:.2%}, repeat-to-repeat {s['repeat_sd']:.2%} "

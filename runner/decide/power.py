@@ -167,7 +167,11 @@ def power_figures(design: Win2Design | Pp3Design, spreads: Sequence[Spread], *, 
     }
     if isinstance(design, Win2Design):
         figures["spread"] = {cell: s.to_json() for cell, s in zip(design.cells, spreads, strict=True)}
-        figures["nominal_false_win_rate"] = (1 - design.params.confidence) / 2
+        nominal = (1 - design.params.confidence) / 2
+        figures["nominal_false_win_rate"] = nominal
+        # Above nominal beyond Monte Carlo error: start-to-start noise the paired t cannot see.
+        figures["false_win_above_nominal"] = figures["false_positive_rate"] > nominal + 3 * math.sqrt(
+            nominal * (1 - nominal) / windows)
         if analytic:
             figures["analytic"] = {
                 "at_effect": power_analytic.win2_outcomes(true, spreads, design.repeats, bar, design.params.confidence),
