@@ -13,12 +13,12 @@ from ledger.errors import FormatError
 from .common import EXIT_FAILED, JsonOpt, command, print_json
 from .window import print_verdict
 
-SCENARIOS = ("window", "chain", "pp3", "faults", "ledger")
+SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
 
 
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to leave everything.")] = Path("tally-demo"),
-    scenario: Annotated[str | None, typer.Option(help="window (default), chain, pp3, faults, or ledger.")] = None,
+    scenario: Annotated[str | None, typer.Option(help="window (default), chain, pp3, faults, power, or ledger.")] = None,
     plan_file: Annotated[Path | None, typer.Option("--plan", help="Your own plan (TOML), run end to end on a "
                                                    "simulated pair built from its arms.")] = None,
     sim_file: Annotated[Path | None, typer.Option("--sim", help="With --plan: simulator settings (TOML) laid "

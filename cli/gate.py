@@ -177,6 +177,21 @@ def gate_standard_spec(
     _gate_out(window, "standard_spec", result.verdict, result.summary, result.evidence, record, json_out)
 
 
+def gate_power(
+    window: WindowArg,
+    pilot: Annotated[Path | None, typer.Option(help="Pilot file (JSON, docs/power.md) instead of the archive; kept as a blob.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The plan's [power]: P(WIN) at the registered effect >= min_power; FAILs closed on a thin archive."""
+    from runner.gates.power import power_gate
+
+    book, signer = ledger_and_signer()
+    registered(book, window)
+    data = None if pilot is None else read_bounded(pilot, "--pilot")
+    out = power_gate(book, signer, window, pilot=data)
+    _gate_out(window, "power", out.verdict, out.summary, out.evidence, out.record, json_out)
+
+
 def rehearse(
     url: Annotated[str, typer.Option(help="Production serving URL, e.g. http://HEAD_IP:8000.")],
     eos: Annotated[int, typer.Option(help="The model's EOS token id.")],
@@ -302,5 +317,6 @@ def register(app: typer.Typer) -> None:
     command(gate, "rng")(gate_rng)
     command(gate, "budget")(gate_budget)
     command(gate, "standard-spec")(gate_standard_spec)
+    command(gate, "power")(gate_power)
     app.add_typer(gate, name="gate")
     command(app, "rehearse")(rehearse)

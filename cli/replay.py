@@ -60,9 +60,34 @@ def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], js
         raise typer.Exit(EXIT_FAILED)
 
 
+def replay_power(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
+    """Recompute every power gate result of the window from the ledger; MATCH exit 0, MISMATCH exit 1."""
+    from runner.gates.power import replay_power_gate
+
+    book = state.ledger()
+    results = [(e, replay_power_gate(book, e)) for e in book.events(stream=f"window/{window}", types=["gate.result"])
+               if e.payload.get("gate") == "power"]
+    if not results:
+        raise FormatError(f"window {window} has no power gate result")
+    match = all(not differences for _, differences in results)
+    if json_out:
+        print_json({"window": window, "verdict": "MATCH" if match else "MISMATCH",
+                    "results": [{"seq": e.seq, "verdict": e.payload.get("verdict"), "differences": d}
+                                for e, d in results]})
+    else:
+        for e, differences in results:
+            print(f"{'MATCH' if not differences else 'MISMATCH'}: window {window}, power gate seq {e.seq} "
+                  f"({e.payload.get('verdict')})")
+            for difference in differences:
+                print(f"  {difference}")
+    if not match:
+        raise typer.Exit(EXIT_FAILED)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     replay = typer.Typer(help="Derive state and verdicts by replaying the ledger.", no_args_is_help=True)
     command(replay, "state")(replay_state)
     command(replay, "verdict")(replay_verdict)
+    command(replay, "power")(replay_power)
     app.add_typer(replay, name="replay")

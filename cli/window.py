@@ -202,6 +202,79 @@ def window_report(
         print(f"wrote {paths['html']} and {paths['markdown']}")
 
 
+def window_power(
+    window: WindowArg,
+    effect: Annotated[float | None, typer.Option(help="The true effect (default: the plan's [power] effect, else the registered bar).")] = None,
+    spread_from: Annotated[str, typer.Option("--spread-from", help="archive (other windows' control starts) or pilot (--pilot FILE).")] = "archive",
+    pilot: Annotated[Path | None, typer.Option(help="Pilot file (JSON, docs/power.md) with --spread-from pilot.")] = None,
+    target: Annotated[float | None, typer.Option(help="The power the MDE is taken at (default: the plan's min_power, else 0.8).")] = None,
+    windows: Annotated[int | None, typer.Option(help="Simulated windows (default: the plan's, else 10000).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Their seed (default: the plan's, else 1).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What the registered rule and design can detect: outcome probabilities, MDE, repeats or pairs needed.
+
+    Appends nothing. Exit 1 when the spread cannot be estimated (too few comparable archive entries).
+    """
+    from ledger.strictjson import read_json
+    from runner.gates.power import check_power
+
+    from .common import read_bounded
+
+    if spread_from not in ("archive", "pilot"):
+        raise FormatError(f"--spread-from must be archive or pilot, got {spread_from[:40]!r}")
+    if (spread_from == "pilot") != (pilot is not None):
+        raise FormatError("--spread-from pilot needs --pilot FILE (and --pilot needs --spread-from pilot)")
+    if effect is not None and not 0 <= effect < 1:
+        raise FormatError("--effect must be in [0, 1)")
+    if target is not None and not 0 < target < 1:
+        raise FormatError("--target must be in (0, 1)")
+    if windows is not None and not 100 <= windows <= 1_000_000:
+        raise FormatError("--windows must be in 100..1000000")
+    if seed is not None and not 0 <= seed < 2**53:
+        raise FormatError("--seed must be in 0..2^53-1")
+    book = state.ledger()
+    reg = registered(book, window)
+    document = None if pilot is None else read_json(read_bounded(pilot, "--pilot"), f"pilot file {pilot}")
+    result = check_power(book, reg.plan, effect=effect, target=target, windows=windows, seed=seed, pilot=document,
+                         until=book.size())
+    figures = result.evidence.get("figures")
+    if json_out:
+        print_json({"window": window, "verdict": result.verdict, "summary": result.summary, **result.evidence})
+    elif figures is None:
+        print(result.summary.removeprefix("FAIL (closed): "))
+    else:
+        _print_power(figures)
+    if figures is None:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print_power(f: dict[str, Any]) -> None:
+    from runner.gates.power import describe
+
+    positive = "WIN" if f["rule"] == "win2-v1" else "CANDIDATE"
+    print(f"{f['rule']}: {describe(f)}")
+    for label, key, effect in (("at the effect", "at_effect", f["effect"]), ("at 0", "at_zero", 0.0)):
+        probs = ", ".join(f"{k} {v['p']:.3f}" for k, v in f["outcomes"][key].items())
+        extra = ""
+        if "analytic" in f:
+            extra = "; analytic " + ", ".join(f"{k} {v:.3f}" for k, v in f["analytic"][key].items())
+        print(f"  {label} ({effect:+.2%}): {probs} (MC error <= {max(v['mc_error'] for v in f['outcomes'][key].values()):.3f}){extra}")
+    if "analytic" in f:
+        mde = f["analytic"]["mde"]
+        print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}")
+    if "nominal_false_win_rate" in f:
+        above = ("; ABOVE nominal: the start-to-start spread is shared by every repeat and the paired t cannot "
+                 "see it") if f.get("false_win_above_nominal") else ""
+        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}")
+    spreads = f["spread"] if f["rule"] == "win2-v1" else {"pairs": f["spread"]}
+    for cell, s in spreads.items():
+        print(f"  spread {cell}: start-to-start {s['start_sd']:.2%}, repeat-to-repeat {s['repeat_sd']:.2%} "
+              f"({s['source']}: {s['entries']} entries, {s['windows']} windows with both controls)")
+    print(f"  noise model: {f['noise_model']}")
+    print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     window = typer.Typer(help="Register, run, resume, abort and report windows.", no_args_is_help=True)
@@ -211,4 +284,5 @@ def register(app: typer.Typer) -> None:
     command(window, "resume")(window_resume)
     command(window, "abort")(window_abort)
     command(window, "report")(window_report)
+    command(window, "power")(window_power)
     app.add_typer(window, name="window")

@@ -10,7 +10,7 @@ Packages, in layer order (a module imports only what is below it; ``docs/archite
     stack       events       the event catalogue: typed payloads, validators, WindowLog
                 plan         plans: model, parse, register
                 state        state by replay (the pure fold)
-                decide       the decision rules win2-v1 and pp3-v1, their inputs, verdict replay
+                decide       the decision rules win2-v1 and pp3-v1, their inputs, verdict replay, power figures
                 gates        the gates checked before any host contact, and admission
                 report       window and verdict reports
                 audit        protocol invariants and the full audit

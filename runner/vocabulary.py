@@ -64,7 +64,8 @@ __all__ = [
 ProtocolName = Literal["win2-v1", "pp3-v1"]
 ArmRole = Literal["A", "B", "P"]
 ChainMode = Literal["none", "chained", "last"]
-GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok", "start_config"]
+GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok", "start_config",
+                   "power"]
 StageKind = Literal["setup", "measure", "restore", "close"]
 WaveOrder = Literal["cell-major", "repeat-major"]
 

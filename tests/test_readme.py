@@ -116,3 +116,16 @@ def test_tally_demo_ledger_scenario(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "caught" in proc.stdout
+
+
+def test_demo_power_scenario_refuses_three_repeats_and_passes_with_the_repeats_it_names(tmp_path: Path) -> None:
+    lines: list[str] = []
+    summary = run_demo(tmp_path / "power", "power", say=lines.append, time_scale=0.01)
+    assert summary["ok"], summary
+    assert_same_shapes("power", tmp_path / "power" / "tally.db")
+    dry = [line for line in lines if line.startswith("  dry run | power gate: ")]
+    assert len(dry) == 2 and "FAIL (seq" in dry[0] and "PASS (seq" in dry[1]  # the dry run shows the gate
+    few, enough = summary["windows"]
+    assert (few["repeats"], few["power"], few["admitted"]) == (3, "FAIL", False)
+    assert few["figures"]["power"] < 0.8 and few["figures"]["needed"]["repeats"] == enough["repeats"] > 3
+    assert enough["power"] == "PASS" and enough["admitted"] and enough["figures"]["power"] >= 0.8

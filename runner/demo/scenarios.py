@@ -9,7 +9,9 @@ where everything is.
 
 Scenarios: ``window`` (seed 000's production-policy window), ``chain`` (two chained
 windows, then a restoring one), ``pp3`` (seed 003's ABBA window), ``faults`` (a stall, a
-5xx burst and a thermal dial-back: the verdict turns INCONCLUSIVE with reasons).
+5xx burst and a thermal dial-back: the verdict turns INCONCLUSIVE with reasons), ``power``
+(a plan requiring power for a +3.5 % effect: its power gate refuses three repeats, and a
+plan with the repeats the gate names passes; neither is executed).
 """
 
 from __future__ import annotations
@@ -164,7 +166,21 @@ def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[st
 # --------------------------------------------------------------------------- scenarios
 
 
+POWER_EFFECT = 0.035
+POWER_PILOT = {"spread": {"start_sd": 0.003, "repeat_sd": 0.012, "windows": 4}}
+"""The power scenario's pilot: the spread of four earlier control pairs on the pair (an example)."""
+
+
+def _power_overrides(repeats: int) -> dict[str, Any]:
+    return {"chain": "none", "power": {"effect": POWER_EFFECT, "min_power": 0.8, "min_windows": 1},
+            "gates": {"required": ["qualification", "rng", "budget", "rehearsal", "power"]},
+            "measurement": {"repeats": repeats, "order": "cell-major", "request_deadline_s": 120.0,
+                            "wave_deadline_s": 900.0}}
+
+
 def _windows(scenario: str) -> list[DemoWindow]:
+    if scenario == "power":
+        return [DemoWindow("seed000-production-policy.toml", "power-3-repeats", _power_overrides(3))]
     if scenario == "pp3":
         return [DemoWindow("seed003-abba.toml", "pp3-abba", {})]
     if scenario == "chain":
@@ -282,7 +298,6 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
 
     from ledger.errors import TallyError
 
-    from ..audit.full import run_audit
     from ..decide.inputs import replay_window
     from ..execution.window import WindowRunner
     from ..gates.admission import admit
@@ -313,8 +328,12 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             emit(f"  {note}")
     try:
         registrations = []
-        emit("\nstage gates: register, then every gate the plan requires, before any host contact")
-        for item in world.plans:  # every gate before any host contact (the rehearsal needs production up)
+        if scenario == "power":
+            _power_scenario(world, summary, emit)
+        plans = world.plans if scenario != "power" else []
+        if plans:
+            emit("\nstage gates: register, then every gate the plan requires, before any host contact")
+        for item in plans:  # every gate before any host contact (the rehearsal needs production up)
             reg = register_plan(book, root, item)
             registrations.append(reg)
             emit(f"\nregistered {reg.window} (plan {reg.plan_sha256[:16]}) at seq {reg.seq}")
@@ -367,7 +386,51 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
         world.driver.close()
     finally:
         world.sim.stop()
+    return _finish(world, summary, emit, began)
+
+
+def _power_scenario(world: World, summary: dict[str, Any], emit: Callable[[str], None]) -> None:
+    """Register, gate (power from a pilot) and dry-run a 3-repeat plan, then the plan with the repeats it needs."""
+    from ..execution.dryrun import dry_run_report
+    from ..gates.power import power_gate
+    from ..plan.parse import read_plan_file
+    from ..plan.register import register_plan
+
+    book, root = world.book, world.root
+    pilot = json.dumps(POWER_PILOT, indent=1).encode()
+    (world.directory / "pilot.json").write_bytes(pilot)
+    path = world.directory / "plans" / "power-3-repeats.toml"
+    repeats, loaded = 3, world.plans[0]
+    for _ in range(2):
+        reg = register_plan(book, root, loaded)
+        emit(f"\nregistered {reg.window} ({repeats} repeats, [power] effect {POWER_EFFECT:+.1%}) at seq {reg.seq}")
+        pass_gates(book, root, reg.window, repo=world.repo, qualified=world.qualified, admission=world.admission,
+                   rng=world.rng, sim_url=world.sim.url, out=world.directory, say=emit)
+        gate = power_gate(book, root, reg.window, pilot=pilot)
+        emit(f"  gate power: {gate.summary}")
+        for line in dry_run_report(book, reg.window, world.driver, world.time_scale)["lines"][2:7]:
+            emit(f"  dry run | {line}")
+        summary["windows"].append({"window": reg.window, "repeats": repeats, "power": gate.verdict,
+                                   "figures": gate.evidence.get("figures"),
+                                   "admitted": gate.record.admitted is not None})
+        needed = (gate.evidence.get("figures") or {}).get("needed", {}).get("repeats")
+        if gate.verdict == "PASS" or needed is None:
+            break
+        repeats = int(needed)
+        emit(f"  the gate names {repeats} repeats: register the plan again with them")
+        loaded = read_plan_file(path, overrides={"window_id": f"power-{repeats}-repeats", "commit": world.head,
+                                                 **_power_overrides(repeats)})
+    verdicts = [w["power"] for w in summary["windows"]]
+    summary["ok"] = verdicts == ["FAIL", "PASS"] and bool(summary["windows"][-1]["admitted"])
+
+
+def _finish(world: World, summary: dict[str, Any], emit: Callable[[str], None], began: float) -> dict[str, Any]:
+    """Checkpoint, verify, audit the ledger and its bundle; say where everything is."""
     from ledger.bundle import export_bundle
+
+    from ..audit.full import run_audit
+
+    book, root, directory = world.book, world.root, world.directory
     from ledger.signing import sign_checkpoint
     from ledger.stored import verify_ledger
 
@@ -392,7 +455,7 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
     emit(f"bundle {bundle}: offline audit {'PASS' if bundle_audit.ok else 'FAIL'}")
     emit(f"\nEverything is in {directory}/: tally.db (the ledger; try `tally --db {directory}/tally.db replay state`), "
          f"reports/ (report.html per window), bundle/ (audit it with `tally audit {bundle}`), "
-         f"{'' if plan is not None else 'plans/, '}repo/ and the receipts the gates read. {summary['seconds']} s.")
+         f"{'' if 'plan' in summary else 'plans/, '}repo/ and the receipts the gates read. {summary['seconds']} s.")
     book.close()
     return summary
 

@@ -77,6 +77,15 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     row = report.rows[0] if report.rows else None
     under_marker = state.marker is not None and state.marker.get("window") != window
     refusals = unfit(plan, driver, production_serves=not under_marker) if ws.ending is None and not ws.actions else []
+    power_line = None  # the power gate: its recorded result, else what the archive says now
+    if "power" in plan.required_gates:
+        recorded = ws.gates.get("power")
+        if recorded is not None:
+            power_line = f"power gate: {recorded.get('verdict')} (seq {recorded.get('seq')}): {recorded.get('summary')}"
+        else:
+            from ..gates.power import check_power
+
+            power_line = f"power gate would say: {check_power(ledger, plan, until=ledger.size(), search=False).summary}"
     steps, stops = planned_steps(plan, state, window, driver.hosts)
     actions = action_lines(plan, steps)
     if stops is not None:
@@ -98,6 +107,7 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
         f"{budget.hard_ceiling_min:g}" + (f"; estimated ({row.label}) total {row.to_json()['total']}, "
                                           f"measurement end {row.to_json()['measurement_end']}" if row else ""),
         f"budget gate would say: {report.verdict}: {report.summary}",
+        *([power_line] if power_line is not None else []),
         *(f"REFUSED: {reason}" for reason in refusals),
         "would execute:" if not refusals else "would refuse to execute; the steps it would take:",
         *(f"  {i + 1:>3}. {a}" for i, a in enumerate(actions)),
@@ -107,4 +117,5 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
             "lines": lines, "steps": [item.to_json() for item in steps],
             "host_actions": [call.to_json() for item in steps for call in item.calls], "stops": stops,
             "budget": {"verdict": report.verdict, "summary": report.summary,
-                       "rows": [r.to_json() for r in report.rows]}}
+                       "rows": [r.to_json() for r in report.rows]}} | (
+        {"power": power_line} if power_line is not None else {})

@@ -60,6 +60,7 @@ __all__ = [
     "Family",
     "Measurement",
     "Plan",
+    "Power",
     "Sampling",
     "Stage",
     "Start",
@@ -259,6 +260,21 @@ class Carry:
 
 
 @dataclass(frozen=True)
+class Power:
+    """The registered power requirement (``[power]``, ``docs/power.md``): checked by the ``power`` gate."""
+
+    effect: float                 # the true effect the window must be able to detect
+    min_power: float = 0.8        # P(WIN) / P(CANDIDATE) at that effect, at least
+    windows: int = 10_000         # simulated windows
+    seed: int = 1                 # their seed: the same figures, bit for bit
+    min_windows: int = 2          # archived windows with both control starts the spread must rest on
+
+    def to_json(self) -> dict[str, Any]:
+        return {"effect": self.effect, "min_power": self.min_power, "windows": self.windows, "seed": self.seed,
+                "min_windows": self.min_windows}
+
+
+@dataclass(frozen=True)
 class WaveSpec:
     """One planned wave: what ``wave.measured`` for (start, cell, wave) must say."""
 
@@ -301,6 +317,7 @@ class Plan:
     qualification: Carry = field(default_factory=Carry)
     description: str = ""
     rng_tests: tuple[str, ...] = ()  # the test ids every RNG receipt must list as passed (``docs/gates.md``)
+    power: Power | None = None  # registered only when declared, so plans without it keep their digest
 
     # ------------------------------------------------------------------ JSON
 
@@ -324,7 +341,7 @@ class Plan:
             "budget": self.budget.to_json(),
             "gates": self._gates_json(),
             "qualification": self.qualification.to_json(),
-        }
+        } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:
         # ``rng_tests`` only when registered: a plan without it keeps the digest it always had.

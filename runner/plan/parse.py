@@ -37,6 +37,7 @@ from .model import (
     Family,
     Measurement,
     Plan,
+    Power,
     Sampling,
     Stage,
     Start,
@@ -306,6 +307,24 @@ def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
     return Carry(files, prefixes, units)
 
 
+def _power(f: Fields, required: tuple[str, ...]) -> Power | None:
+    """``[power]``: required with the power gate, refused without it (a requirement nobody checks)."""
+    if "power" not in f.data:
+        if "power" in required:
+            raise f.fail("power", "the power gate is required: declare [power] effect (and min_power)")
+        return None
+    t = f.table("power")
+    if "power" not in required:
+        raise f.fail("power", "declared but the power gate is not in gates.required")
+    power = Power(effect=float(t.number("effect", low=0.0, low_open=True, high=1.0)),
+                  min_power=float(t.number("min_power", 0.8, low=0.0, high=1.0, low_open=True, high_open=True)),
+                  windows=int(t.integer("windows", 10_000, low=100, high=1_000_000)),
+                  seed=int(t.integer("seed", 1, low=0, high=2**53 - 1)),
+                  min_windows=int(t.integer("min_windows", 2, low=1, high=10_000)))
+    t.done()
+    return power
+
+
 def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     """Validate a plan document (parsed TOML or the registered JSON) into a ``Plan``."""
     f = Fields(data, path)
@@ -333,12 +352,14 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         raise gates.fail("rng_tests", "registers RNG tests but the rng gate is not required")
     gates.done()
     carry = _carry(f.table("qualification"), required)
+    power = _power(f, required)
     f.done()
     return Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
+        power=power,
     )
 
 

@@ -46,8 +46,11 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
         computed["reasons"] = list(result.get("reasons", [])) + computed.get("reasons", [])
         result = computed
     from .evidence import window_evidence
+    from .power import power_head
 
-    evidence = window_evidence(reg.plan, list(ledger.events(stream=f"window/{window}")))
+    events = list(ledger.events(stream=f"window/{window}"))
+    evidence = window_evidence(reg.plan, events)
     paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context,
-                         banners=evidence.head_sections(), appendix=evidence.sections())
+                         banners=[*power_head(reg.plan, payload["input"], result, events), *evidence.head_sections()],
+                         appendix=evidence.sections())
     return {**paths.to_json(), "decision": payload["result"].get("decision")}

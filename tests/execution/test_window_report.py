@@ -36,6 +36,7 @@ def test_the_report_shows_every_gate_and_a_banner_for_missing_counters(tmp_path:
         assert starts == {"A1", "B1", "B2", "A2"} and text.count("| start_config |") == 4
         assert "| repeats | 1 |" in text
         assert "Contention and exclusivity (per start, over its waves)" in text
+        assert "## Power this window had" in text  # the MDE beside the verdict, from its A1 and A2
         html = Path(paths["html"]).read_text()
         assert "FAILed: rehearsal" in html  # both renderings say the same
     finally:

@@ -1,0 +1,229 @@
+"""The ``power`` gate and ``tally window power``: what the registered design can detect, before any host contact.
+
+The spread comes from the control archive (``archive.control_start`` events of other
+windows, selected by ``comparable``) or from a pilot file (``docs/power.md``). For each
+comparable archive entry the archived window's own ``wave.measured`` events give the
+control start's per-repeat rates (pooled as the rule pools them), and two control starts
+of one window over the same repeats are one matched pair of the spread estimate
+(``runner.decide.spread``).
+
+The gate FAILs closed when a decision cell's spread rests on fewer archived windows with
+both control starts than the plan's ``[power] min_windows`` (the number needed is
+stated), and otherwise PASSes when P(WIN) (pp3-v1: P(CANDIDATE)) at the registered effect
+is at least ``min_power``. Its evidence holds every figure and the archive events it
+rests on, so ``replay_power_gate`` recomputes it from the ledger, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ledger.errors import PolicyError
+
+from ..decide.power import design_of, power_figures
+from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
+from ..decide.win2 import pooled_values
+from ..plan.model import Power
+from ..vocabulary import GateVerdict
+
+if TYPE_CHECKING:
+    from ledger.event import Event
+    from ledger.keys import Signer
+    from ledger.store import Ledger
+
+    from ..plan.model import Plan
+    from .record import GateOutcome
+
+__all__ = ["PowerCheck", "archive_spreads", "check_power", "comparable", "power_gate", "replay_power_gate"]
+
+
+def comparable(plan: Plan, entry: Mapping[str, Any]) -> bool:
+    """An archive entry (``archive.control_start`` payload) another window of this plan may compare with.
+
+    The one place the archive key is written: same decision cell, max_tokens and clock cap,
+    another window.
+    """
+    return (entry.get("window") != plan.window_id and entry.get("cell") in plan.decision_cells
+            and entry.get("max_tokens") == plan.sampling.max_tokens
+            and entry.get("clock_cap_mhz") == plan.production_clock_cap_mhz)
+
+
+@dataclass(frozen=True)
+class ArchiveSpreads:
+    spreads: dict[str, Spread | None]   # per decision cell; None: no matched pair
+    entries: dict[str, int]             # comparable archive entries per cell
+    windows: dict[str, int]             # archived windows with both control starts per cell
+    used: tuple[Event, ...]             # the archive events, seq order
+
+
+def _per_repeat(waves: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """Repeat -> pooled rate of one start and cell (repeats with a counted wave per family only)."""
+    families = sorted({w["family"] for w in waves})
+    out: dict[int, float] = {}
+    for repeat in sorted({w["repeat"] for w in waves}):
+        chosen = [w for w in waves if w["repeat"] == repeat]
+        counters = [w.get("counters") or {} for w in chosen]
+        if sorted(w["family"] for w in chosen) != families or not _complete(chosen, counters):
+            continue
+        rate = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
+                             [c["decode_s"] for c in counters], 0, [1.0], [0.0])["pooled_rate_tps"]
+        if rate is not None:
+            out[repeat] = rate
+    return out
+
+
+def _complete(waves: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]) -> bool:
+    return all(w.get("complete", True) for w in waves) and all(
+        isinstance(c.get(k), int | float) and not isinstance(c.get(k), bool) for c in counters
+        for k in ("rounds", "accepted", "decode_s"))
+
+
+def archive_spreads(ledger: Ledger, plan: Plan, until: int | None = None) -> ArchiveSpreads:
+    """The spread of every decision cell from the comparable archive entries recorded before ``until``."""
+    events = [e for e in ledger.events(stream="archive", types=["archive.control_start"], until=until)
+              if comparable(plan, e.payload)]
+    by_window: dict[str, list[Event]] = {}
+    for event in events:
+        by_window.setdefault(str(event.payload.get("window")), []).append(event)
+    pairs: dict[str, list[tuple[list[float], list[float]]]] = {c: [] for c in plan.decision_cells}
+    for window, archived in by_window.items():
+        waves = [e.payload for e in ledger.events(stream=f"window/{window}", types=["wave.measured"], until=until)]
+        for cell in plan.decision_cells:
+            starts = sorted({str(e.payload.get("start")) for e in archived if e.payload.get("cell") == cell})
+            if len(starts) < 2:
+                continue
+            first, second = (_per_repeat([w for w in waves if w.get("start") == s and w.get("cell") == cell])
+                             for s in starts[:2])
+            matched = sorted(set(first) & set(second))
+            if matched:
+                pairs[cell].append(([first[r] for r in matched], [second[r] for r in matched]))
+    entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
+    spreads = {c: estimate_spread(pairs[c], source="archive", entries=entries[c]) for c in plan.decision_cells}
+    return ArchiveSpreads(spreads, entries, {c: len(pairs[c]) for c in plan.decision_cells}, tuple(events))
+
+
+@dataclass(frozen=True)
+class PowerCheck:
+    verdict: GateVerdict
+    summary: str
+    evidence: dict[str, Any]
+
+
+def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, target: float | None = None,
+                windows: int | None = None, seed: int | None = None, pilot: Any = None,
+                until: int | None = None, search: bool = True) -> PowerCheck:
+    """The power figures of ``plan`` and the gate's verdict on them (``pilot``: a parsed pilot document)."""
+    power = plan.power or Power(effect=float(design_bar(plan)), min_windows=MIN_WINDOWS)
+    effect = power.effect if effect is None else effect
+    target = power.min_power if target is None else target
+    n = power.windows if windows is None else windows
+    seed = power.seed if seed is None else seed
+    cells = plan.decision_cells if plan.protocol == "win2-v1" else ("pairs",)
+    arch: ArchiveSpreads | None = None
+    evidence: dict[str, Any] = {"effect": effect, "min_power": target, "min_windows": power.min_windows,
+                                "spread_from": "pilot" if pilot is not None else "archive", "until_seq": until}
+    if pilot is not None:
+        spreads: dict[str, Spread | None] = dict(parse_pilot(pilot, cells))
+        short: dict[str, int] = {}
+    else:
+        if plan.protocol != "win2-v1":
+            summary = "FAIL (closed): pp3-v1 windows write no control archive; the spread needs a pilot file"
+            return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows, entries={}))
+        arch = archive_spreads(ledger, plan, until)
+        spreads = dict(arch.spreads)
+        evidence["archive"] = {"entries": arch.entries, "windows": arch.windows,
+                               "seqs": [e.seq for e in arch.used], "hashes": [e.hash for e in arch.used]}
+        short = {c: arch.windows[c] for c in cells if arch.windows[c] < power.min_windows or spreads[c] is None}
+    if short and arch is not None:
+        need = "; ".join(f"{c}: {arch.entries[c]} comparable entries, {w} window(s) with both control starts"
+                         for c, w in short.items())
+        wanted = f"{power.min_windows} archived window{'s' if power.min_windows != 1 else ''}"
+        summary = (f"FAIL (closed): the archive is too thin ({need}); {wanted} with both control starts per "
+                   f"decision cell ({2 * power.min_windows} entries) are needed")
+        return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows,
+                                                needed_entries=2 * power.min_windows))
+    design = design_of(plan)
+    chosen = [s for s in (spreads[c] for c in cells) if s is not None]
+    figures = power_figures(design, chosen, effect=effect, target=target, windows=n, seed=seed, search=search)
+    evidence["figures"] = figures
+    verdict: GateVerdict = "PASS" if figures["power"] >= target else "FAIL"
+    return PowerCheck(verdict, f"{verdict}: {describe(figures)}", evidence)
+
+
+def design_bar(plan: Plan) -> float:
+    key = "bar" if plan.protocol == "win2-v1" else "min_gain"
+    return float(plan.decision_params.get(key, 0.02 if key == "bar" else 0.05))
+
+
+def describe(figures: Mapping[str, Any]) -> str:
+    """One line: the power at the effect, the MDE, what is needed, what it rests on."""
+    positive = "WIN" if figures["rule"] == "win2-v1" else "CANDIDATE"
+    target = figures["target_power"]
+    mde = figures["mde"]
+    unit = "repeats" if figures["rule"] == "win2-v1" else "pairs"
+    have = figures["design"]["repeats" if unit == "repeats" else "pairs"]
+    line = (f"P({positive}) {figures['power']:.3f} at a true {figures['effect']:+.2%} "
+            f"({'>=' if figures['power'] >= target else '<'} {target:g}); MDE at {target:.0%} power "
+            + (f"{mde:.2%}" if mde is not None else "none up to +100%") + f" with {have} {unit}")
+    needed = figures.get("needed")
+    if needed is not None:
+        count = needed.get(unit)
+        line += (f"; {count} {unit} bring it to {figures['effect']:.2%}" if count is not None
+                 else f"; {needed.get('note')}")
+    spreads = list(figures["spread"].values()) if figures["rule"] == "win2-v1" else [figures["spread"]]
+    source = spreads[0]["source"]
+    rests = (f"{figures['entries']} archive entries" if source == "archive"
+             else f"a pilot ({min(s['windows'] for s in spreads)} windows)" if source == "pilot"
+             else "the window's own control starts")
+    line += f"; false-{positive} rate {figures['false_positive_rate']:.3f}; spread from {rests}"
+    return line
+
+
+def power_gate(ledger: Ledger, signer: Signer, window: str, *, pilot: bytes | None = None) -> GateOutcome:
+    """Check and record the power gate (a pilot file's bytes are kept as a blob of the gate result)."""
+    from ledger.store import Blob
+    from ledger.strictjson import read_json
+
+    from ..plan.register import registered_plan
+    from .admission import record_gate
+    from .record import GateOutcome
+
+    plan = registered_plan(ledger, window).plan
+    until = ledger.size()
+    document = None if pilot is None else read_json(pilot, "pilot file")
+    result = check_power(ledger, plan, pilot=document, until=until)
+    blobs = []
+    evidence = dict(result.evidence)
+    if pilot is not None:
+        blob = Blob(pilot, "application/json")
+        evidence["pilot"] = blob.ref()
+        blobs.append(blob)
+    record = record_gate(ledger, signer, window, "power", result.verdict, evidence, commit=plan.commit,
+                         summary=result.summary, blobs=blobs)
+    return GateOutcome("power", result.verdict, result.summary, evidence, record)
+
+
+def replay_power_gate(ledger: Ledger, event: Event) -> list[str]:
+    """Recompute a recorded power gate result from the ledger; the members that differ (empty: MATCH)."""
+    from ledger.strictjson import read_json
+
+    from ..decide.compare import diff
+    from ..plan.register import registered_plan
+
+    p = event.payload
+    plan = registered_plan(ledger, str(p.get("window"))).plan
+    evidence = p.get("evidence") or {}
+    pilot = None
+    if evidence.get("pilot"):
+        blob = ledger.blob(str(evidence["pilot"]["blob"]).removeprefix("sha256:"))
+        if blob is None:
+            raise PolicyError(f"gate.result at seq {event.seq}: its pilot blob is missing")
+        pilot = read_json(blob.data, "pilot blob")
+    again = check_power(ledger, plan, pilot=pilot, until=evidence.get("until_seq"))
+    recomputed = dict(again.evidence)
+    if "pilot" in evidence:
+        recomputed["pilot"] = evidence["pilot"]
+    return [str(d) for d in diff({"verdict": p.get("verdict"), "evidence": evidence},
+                                 {"verdict": again.verdict, "evidence": recomputed})]
