@@ -264,6 +264,7 @@ class ClientFigures:
     token_itl_ms: ChunkIntervals | None = None          # per-token intervals (docs/measure.md), p50/p95/p99
     tpot_ms: ChunkIntervals | None = None               # vllm bench serve's TPOT per ok request, p50/p95/p99
     token_count_sources: dict[str, int] | None = None   # how chunk tokens were counted: requests per way
+    bounded: int = 0                                    # requests cut by the plan's decode bound (written when > 0)
 
 
 @payload
@@ -355,8 +356,9 @@ class WaveMeasured(WindowPayload):
         c = p["client"]
         if c["requests"] != len(p["requests"]):
             problems.append(("client.requests", f"{c['requests']} but {len(p['requests'])} request records"))
-        if c["ok"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["censored"] != c["requests"]:
-            problems.append(("client", "ok + failed + timed_out + cancelled + censored != requests"))
+        if c["ok"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["censored"] + c.get("bounded", 0) \
+                != c["requests"]:
+            problems.append(("client", "ok + failed + timed_out + cancelled + censored + bounded != requests"))
         if p["ended_at"] < p["started_at"]:
             problems.append(("ended_at", "before started_at"))
         return problems

@@ -234,6 +234,7 @@ class StartSteps(Recorder):
         # Plan deadlines are in window seconds; the site's time scale makes them real ones.
         wave_deadline = self.plan.measurement.wave_deadline_s * self.clock.time_scale
         request_deadline = self.plan.measurement.request_deadline_s * self.clock.time_scale
+        bound = self.plan.measurement.decode_bound_s
         deadline = min(wave_deadline, cut_s) if cut_s > 0 else 0.001
         sampling = self.plan.sampling
         t0 = time.perf_counter()
@@ -247,6 +248,7 @@ class StartSteps(Recorder):
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
             counter_source=self.driver.counter_source,
             speculative=self.plan.arm(self.plan.start(step.start).role).speculates,
+            decode_bound_s=None if bound is None else bound * self.clock.time_scale,
         )
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0

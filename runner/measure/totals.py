@@ -22,7 +22,7 @@ from .spool import Entries, Samples, Spooled
 
 __all__ = ["MEASURED", "WaveTotals"]
 
-MEASURED = ("ok", "censored")  # requests whose chunks count as decode measurements
+MEASURED = ("ok", "censored", "bounded")  # requests whose chunks count as decode measurements
 
 _FINISH_REASONS_KEPT = 8
 
@@ -33,7 +33,7 @@ class WaveTotals:
     def __init__(self, spool: Path | None = None, keep: int = 1 << 18) -> None:
         self.spool = spool
         self._owned = False
-        self.counts = {status: 0 for status in ("ok", "failed", "timeout", "cancelled", "censored")}
+        self.counts = {status: 0 for status in ("ok", "failed", "timeout", "cancelled", "censored", "bounded")}
         self.requests = 0
         self.delivered_tokens = 0
         self.tokens_after_first = 0
@@ -103,7 +103,9 @@ class WaveTotals:
 
     def client(self) -> dict[str, Any]:
         """The ``client`` block of ``wave.measured`` (``docs/events.md``); ``ttft_s`` may be :class:`Spooled`."""
+        bounded = {"bounded": self.counts["bounded"]} if self.counts["bounded"] else {}  # written when there are
         return {
+            **bounded,
             "requests": self.requests,
             "ok": self.counts["ok"],
             "failed": self.counts["failed"],

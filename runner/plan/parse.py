@@ -196,9 +196,16 @@ def _measurement(f: Fields, protocol: str) -> Measurement:
         rotate_families=f.boolean("rotate_families", False),
         request_deadline_s=f.number("request_deadline_s", 120.0, low=0.0, low_open=True),
         wave_deadline_s=f.number("wave_deadline_s", 600.0, low=0.0, low_open=True),
+        decode_bound_s=f.number("decode_bound_s", None, low=0.0, low_open=True),
     )
     if m.wave_deadline_s < m.request_deadline_s:
         raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
+    if m.decode_bound_s is not None:
+        if protocol == "win2-v1":
+            raise f.fail("decode_bound_s", "win2-v1 forces the length (max_tokens with ignore_eos = true): "
+                                           "its runs are not bounded in time")
+        if m.wave_deadline_s < m.decode_bound_s:
+            raise f.fail("wave_deadline_s", f"shorter than decode_bound_s ({m.decode_bound_s:g} s)")
     f.done()
     return m
 

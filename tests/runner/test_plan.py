@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ledger.canonical import canonical
+from ledger.errors import FieldError
 from runner.plan import load_plan, parse_plan, plan_sha256
 from runner.plan.register import registered
 
@@ -351,3 +352,25 @@ def test_family_prompts_come_from_the_registered_blobs(site: Site) -> None:
     for wave in reg.plan.waves:
         for pid in wave.prompt_ids:
             assert prompts[wave.family][pid].text and prompts[wave.family][pid].kind == reg.plan.cell(wave.cell).context
+
+
+def test_decode_bound_is_registered_only_when_given(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 30.0"))
+    plan = load_plan(path)
+    assert plan.measurement.decode_bound_s == 30.0 and plan.to_json()["measurement"]["decode_bound_s"] == 30.0
+    assert parse_plan(json.loads(canonical(plan.to_json()))) == plan
+    assert "decode_bound_s" not in load_plan(EXAMPLES / ABBA).to_json()["measurement"]
+
+
+def test_decode_bound_longer_than_the_wave_deadline_is_refused(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 90.0"))
+    with pytest.raises(FieldError, match=r"plan\.measurement\.wave_deadline_s: shorter than decode_bound_s"):
+        load_plan(path)
+
+
+def test_decode_bound_in_win2_is_refused(tmp_path: Path) -> None:
+    text = (EXAMPLES / PP).read_text()
+    assert "[measurement]\n" in text
+    path = _edited(tmp_path, PP, ("[measurement]\n", "[measurement]\ndecode_bound_s = 30.0\n"))
+    with pytest.raises(FieldError, match=r"plan\.measurement\.decode_bound_s: win2-v1 forces the length"):
+        load_plan(path)
