@@ -19,7 +19,8 @@ Invariants (names are stable; docs/events.md explains each):
 ``measure-inside-hold``        starts and waves only inside the window's own HOLD, before
                                ``measurement.ended``
 ``stop-admitting-respected``   no wave begins after the registered stop-admitting time (measured from
-                               the window's first host action) or after a ``stop_admitting`` decision
+                               the window's first host action; with ``stop_admitting_if_overrun``, the
+                               restore point) or after a ``stop_admitting`` decision
 ``marker-set-by-chained-close``  the marker is set only by a ``chain = "chained"`` window after its
                                measurement ended, its HOLD closed, production down and placeholders
                                up; a ``chained`` ending needs that marker
@@ -324,13 +325,18 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     began = _time(p["started_at"])
     zero = ws.clock.get("first_action")
     if zero is not None:
+        # With stop_admitting_if_overrun the registered time stops only a window whose stage overran
+        # (the runner then records the stop_admitting decision, checked below); the restore point always does.
+        conditional = plan.budget.stop_admitting_if_overrun
+        limit_min = plan.budget.restore_by_min if conditional else plan.budget.stop_admitting_min
         if t.stop_limit is None:
-            t.stop_limit = _time(zero) + timedelta(minutes=plan.budget.stop_admitting_min)
+            t.stop_limit = _time(zero) + timedelta(minutes=limit_min)
         limit = t.stop_limit
         if began > limit:
             a.flag("stop-admitting-respected", e,
                    f"wave {start}/{cell}/{wave} began {(began - _time(zero)).total_seconds() / 60:.2f} min after the "
-                   f"first host action, past stop admitting at {plan.budget.stop_admitting_min:g} min", ws.id)
+                   f"first host action, past {'the restore point' if conditional else 'stop admitting'} at "
+                   f"{limit_min:g} min", ws.id)
     if t.stop_time is not None and began > t.stop_time:
         a.flag("stop-admitting-respected", e, f"wave {start}/{cell}/{wave} began after the stop_admitting decision",
                ws.id)

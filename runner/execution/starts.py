@@ -31,16 +31,23 @@ if TYPE_CHECKING:
     from ..state.fold import WindowState
     from .steps import Step, StepKind
 
-__all__ = ["HANDLERS", "StartSteps", "block_began", "wave_payload"]
+__all__ = ["HANDLERS", "StartSteps", "block_began", "block_ended", "wave_payload"]
 
 
 def block_began(ws: WindowState, start: str) -> datetime | None:
-    """When the start's engine came up (its start_arm, else its start.began)."""
+    """When the start's block began: its arm's start began (the start_arm action that started its
+    engine; ledgers older than the fold's ``started_time``: when it finished), else its start.began."""
     for item in ws.finished:
         if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
-            return parse_time(item["time"])
+            return parse_time(item.get("started_time") or item["time"])
     began = (ws.starts.get(start) or {}).get("began_time")
     return parse_time(began) if began else None
+
+
+def block_ended(ws: WindowState, start: str) -> datetime | None:
+    """When the start ended (its start.ended), ``None`` while it runs."""
+    ended = (ws.starts.get(start) or {}).get("ended_time")
+    return parse_time(ended) if ended else None
 
 
 def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveResult, records: Blob,

@@ -219,6 +219,12 @@ def _measuring(ctx: Context) -> Step:
               and not info.get("truncated")]
     if failed:
         return Step("measurement_end", reason=f"start {', '.join(failed)} failed", args={"why": "failed"})
+    if plan.budget.block_overrun == "truncate_experiment":
+        over = [b.get("start") for b in ws.budget if b.get("action") == "truncate_block"]
+        if over:  # seed 003: "Any block over 11 min: truncate the experiment, preserve raw partials"
+            return _stop_measuring(ctx, "truncated", f"block {over[0]} went over its "
+                                   f"{plan.budget.per_block_limit_min:g}-minute limit: the experiment is truncated "
+                                   "(the remaining blocks do not run; raw partials kept)")
     for start in plan.starts:
         info = ws.starts.get(start.id)
         if info is not None and info["status"] == "ended":

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from ledger.canonical import canonical
 
@@ -41,6 +41,7 @@ from ..vocabulary import (
 )
 
 __all__ = [
+    "BLOCK_OVERRUNS",
     "CHAIN_MODES",
     "CONTEXTS",
     "CONTEXT_TOKENS",
@@ -67,6 +68,8 @@ __all__ = [
     "plan_sha256",
 ]
 
+BlockOverrun = Literal["next_block", "truncate_experiment"]
+BLOCK_OVERRUNS: tuple[BlockOverrun, ...] = ("next_block", "truncate_experiment")
 MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-policy"), "pp3-v1": ("abba",)}
 CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
 ROLES = ARM_ROLES
@@ -236,9 +239,21 @@ class Budget:
     per_block_limit_min: float | None = None
     pair_reserve_s: float | None = None
     dry_bound_s: float | None = None
+    stop_admitting_if_overrun: bool = False   # seed 003: stop admitting at the time only if a stage has overrun
+    block_overrun: BlockOverrun = "next_block"  # a block over its limit: the next begins, or the experiment ends
+
+    @property
+    def restore_by_min(self) -> float:
+        """When whatever runs is cut and the restore begins: min(measurement end, hard ceiling - restore reserve)."""
+        return min(self.measurement_end_limit_min, self.hard_ceiling_min - self.restore_reserve_min)
+
+    def stage_minutes(self, kind: str | None = None, start: str | None = None) -> float:
+        """The registered minutes of the stages of ``kind`` (any kind: ``None``) counting toward ``start``."""
+        return sum(s.minutes or 0.0 for s in self.stages
+                   if (kind is None or s.kind == kind) and (start is None or s.start == start))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "hard_ceiling_min": self.hard_ceiling_min,
             "measurement_end_limit_min": self.measurement_end_limit_min,
             "stop_admitting_min": self.stop_admitting_min,
@@ -248,6 +263,12 @@ class Budget:
             "dry_bound_s": self.dry_bound_s,
             "stages": [stage.to_json() for stage in self.stages],
         }
+        # written only when given, so plans without them keep their digest
+        if self.stop_admitting_if_overrun:
+            data["stop_admitting_if_overrun"] = True
+        if self.block_overrun != "next_block":
+            data["block_overrun"] = self.block_overrun
+        return data
 
 
 @dataclass(frozen=True)

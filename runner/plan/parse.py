@@ -18,6 +18,7 @@ from ledger.errors import FormatError
 
 from ..fields import FieldError, Fields
 from .model import (
+    BLOCK_OVERRUNS,
     CHAIN_MODES,
     CONTEXTS,
     CONTROL_ROLE,
@@ -256,6 +257,10 @@ def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
     if stop > mend:
         raise f.fail("stop_admitting_min", f"after the measurement-end limit ({mend:g} min)")
     per_block = f.number("per_block_limit_min", None, low=0.0, low_open=True)
+    conditional = f.boolean("stop_admitting_if_overrun", False)
+    block_overrun = f.string("block_overrun", "next_block", choices=BLOCK_OVERRUNS)
+    if block_overrun != "next_block" and per_block is None:
+        raise f.fail("block_overrun", "needs per_block_limit_min (the limit a block overruns)")
     pair = f.number("pair_reserve_s", None, low=0.0)
     dry = f.number("dry_bound_s", None, low=0.0)
     if dry is not None and pair is None:
@@ -294,7 +299,8 @@ def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
     if pair is not None and not any(s.reserve for s in stages):
         raise f.fail("pair_reserve_s", "declared but no stage has reserve = true")
     f.done()
-    return Budget(tuple(stages), hard, mend, stop, reserve, per_block, pair, dry)
+    return Budget(tuple(stages), hard, mend, stop, reserve, per_block, pair, dry, conditional,
+                  cast(Any, block_overrun))
 
 
 def _carry(f: Fields, required: tuple[str, ...]) -> Carry:

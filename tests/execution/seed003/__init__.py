@@ -22,12 +22,17 @@ A_SIM = ("{ draft_depth = 5, accept_per_pos = [0.50, 0.30, 0.20, 0.10, 0.05], st
 def faithful_world(directory: Path, *, edit: Callable[[str], str] | None = None,
                    sim_config: dict[str, Any] | None = None, time_scale: float = TIME_SCALE) -> World:
     """A world running the seed-faithful plan (``edit`` changes its text first); EOS off, so runs reach their bound."""
+    copy_families(directory)
+    config = {"eos_probability": 0.0, **(sim_config or {})}
+    return world(directory, [window(str(PLAN), WINDOW, edit=edit)], time_scale=time_scale, sim_config=config)
+
+
+def copy_families(directory: Path) -> None:
+    """The plan's families where a world's plans go (so the examples' families are not copied in)."""
     families = directory / "plans" / "families"
     families.mkdir(parents=True, exist_ok=True)
     for name in ("opinions.jsonl", "filings.jsonl"):
-        shutil.copy(HERE / name, families / name)
-    config = {"eos_probability": 0.0, **(sim_config or {})}
-    return world(directory, [window(str(PLAN), WINDOW, edit=edit)], time_scale=time_scale, sim_config=config)
+        shutil.copy(HERE / "families" / name, families / name)
 
 
 def equal_arms(text: str) -> str:
