@@ -54,6 +54,8 @@ __all__ = [
     "HostLoad",
     "MeasurementEnded",
     "Placeholder",
+    "PrimingDone",
+    "PrimingRequest",
     "ProductionSnapshot",
     "ProductionState",
     "RequestSummary",
@@ -217,6 +219,33 @@ class WarmupDone(WindowPayload):
     cold_ttft_s: float | None
     warm_ttft_s: float | None
     requests: int = 0
+
+
+@payload
+class PrimingRequest:
+    """One priming request of a block: what its server said the prompt occupies, and its prefill time."""
+
+    cell: Name
+    family: Name
+    prompt_id: str
+    repeat: int                          # 1..priming.requests (identical requests, in order)
+    status: RequestStatus
+    prompt_tokens: int | None            # usage.prompt_tokens (null: the server reported none)
+    declared_tokens: int                 # the cell's declared context size
+    ttft_s: float | None                 # its time to first token: the (cold, then primed) prefill
+    reason: str | None = None
+
+
+@payload
+class PrimingDone(WindowPayload):
+    """A block's prefix priming (plan ``[priming]``): identical requests under the block's ``cache_salt``."""
+
+    start: Name
+    cache_salt: str
+    ok: bool                             # every request ok and every occupied count as declared
+    requests: list[PrimingRequest]
+    failures: list[str] = field(default_factory=list)   # what did not verify, one line each
+    records: BlobRef | None = None       # the priming requests' full records (application/x-ndjson)
 
 
 @payload

@@ -61,6 +61,7 @@ __all__ = [
     "Family",
     "Measurement",
     "Plan",
+    "Priming",
     "Sampling",
     "Stage",
     "Start",
@@ -213,6 +214,24 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class Priming:
+    """Prefix priming per block (seed 003): identical requests that put each prompt's prefix in the cache.
+
+    Each block sends every prompt of its waves ``requests`` times (``max_tokens`` each) under
+    one ``cache_salt`` of its own (fresh across blocks), checks the occupied token count its
+    server reports (``usage.prompt_tokens``) against the cell's declared context size (within
+    ``tolerance_tokens``), and its waves then run under the same salt.
+    """
+
+    requests: int = 1
+    max_tokens: int = 1
+    tolerance_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "max_tokens": self.max_tokens, "tolerance_tokens": self.tolerance_tokens}
+
+
+@dataclass(frozen=True)
 class Stage:
     """A budget stage. ``reserve`` stages take their length from the budget's pair reserve."""
 
@@ -325,6 +344,7 @@ class Plan:
     required_gates: tuple[GateName, ...]
     qualification: Carry = field(default_factory=Carry)
     description: str = ""
+    priming: Priming | None = None  # prefix priming per block (None: none registered)
 
     # ------------------------------------------------------------------ JSON
 
@@ -348,6 +368,8 @@ class Plan:
             "budget": self.budget.to_json(),
             "gates": {"required": list(self.required_gates)},
             "qualification": self.qualification.to_json(),
+            # written only when registered, so plans without it keep their digest
+            **({"priming": self.priming.to_json()} if self.priming is not None else {}),
         }
 
     @cached_property

@@ -38,6 +38,7 @@ from .model import (
     Family,
     Measurement,
     Plan,
+    Priming,
     Sampling,
     Stage,
     Start,
@@ -303,6 +304,17 @@ def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
                   cast(Any, block_overrun))
 
 
+def _priming(f: Fields, protocol: str) -> Priming:
+    if protocol != "pp3-v1":
+        raise FieldError(f.path, "prefix priming is registered for pp3-v1 blocks (win2-v1's waves run with "
+                                 "a fresh cache_salt per request)")
+    priming = Priming(requests=f.integer("requests", 1, low=1, high=16),
+                      max_tokens=f.integer("max_tokens", 1, low=1, high=1 << 20),
+                      tolerance_tokens=f.integer("tolerance_tokens", 0, low=0, high=100_000_000))
+    f.done()
+    return priming
+
+
 def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
     files = f.strings("files", ())
     for i, value in enumerate(files):
@@ -342,12 +354,13 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         raise gates.fail("required", "an empty list of required gates is refused (fail closed)")
     gates.done()
     carry = _carry(f.table("qualification"), required)
+    priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
     f.done()
     return Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
-        required_gates=cast(Any, required), qualification=carry, description=description,
+        required_gates=cast(Any, required), qualification=carry, description=description, priming=priming,
     )
 
 

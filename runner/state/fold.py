@@ -471,6 +471,12 @@ def _warmup(s: State, ws: WindowState, e: Event, p: pl.WarmupDone) -> None:
         info["warmup"] = {"cold_ttft_s": p.cold_ttft_s, "warm_ttft_s": p.warm_ttft_s, "seq": e.seq}
 
 
+def _priming(s: State, ws: WindowState, e: Event, p: pl.PrimingDone) -> None:
+    info = ws.starts.get(p.start)
+    if info is not None:
+        info["priming"] = {"cache_salt": p.cache_salt, "ok": p.ok, "seq": e.seq}
+
+
 def _start_ended(s: State, ws: WindowState, e: Event, p: pl.StartEnded) -> None:
     info = ws.starts.get(p.start)
     if info is not None:
@@ -584,6 +590,7 @@ _HANDLERS: dict[str, Handler] = {
     "host.action": _host_action,
     "start.began": _start_began,
     "warmup.done": _warmup,
+    "priming.done": _priming,
     "start.ended": _start_ended,
     "wave.measured": _wave,
     "thermal.event": _thermal,

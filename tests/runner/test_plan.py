@@ -374,3 +374,33 @@ def test_decode_bound_in_win2_is_refused(tmp_path: Path) -> None:
     path = _edited(tmp_path, PP, ("[measurement]\n", "[measurement]\ndecode_bound_s = 30.0\n"))
     with pytest.raises(FieldError, match=r"plan\.measurement\.decode_bound_s: win2-v1 forces the length"):
         load_plan(path)
+
+
+def test_priming_is_registered_only_when_given(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("[decision]", "[priming]\nrequests = 2\n\n[decision]"))
+    plan = load_plan(path)
+    assert plan.priming is not None and plan.priming.requests == 2 and plan.priming.max_tokens == 1
+    assert plan.to_json()["priming"] == {"requests": 2, "max_tokens": 1, "tolerance_tokens": 0}
+    assert parse_plan(json.loads(canonical(plan.to_json()))) == plan
+    assert "priming" not in load_plan(EXAMPLES / ABBA).to_json()
+
+
+def test_priming_in_win2_is_refused(tmp_path: Path) -> None:
+    path = _edited(tmp_path, PP, ("[measurement]\n", "[priming]\nrequests = 1\n\n[measurement]\n"))
+    with pytest.raises(FieldError, match=r"plan\.priming: prefix priming is registered for pp3-v1 blocks"):
+        load_plan(path)
+
+
+def test_seed003_budget_rules_are_registered_only_when_given(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("per_block_limit_min = 11.0", 'per_block_limit_min = 11.0\n'
+                                    'stop_admitting_if_overrun = true\nblock_overrun = "truncate_experiment"'))
+    budget = load_plan(path).to_json()["budget"]
+    assert budget["stop_admitting_if_overrun"] is True and budget["block_overrun"] == "truncate_experiment"
+    plain = load_plan(EXAMPLES / ABBA).to_json()["budget"]
+    assert "stop_admitting_if_overrun" not in plain and "block_overrun" not in plain
+
+
+def test_block_overrun_without_a_block_limit_is_refused(tmp_path: Path) -> None:
+    path = _edited(tmp_path, ABBA, ("per_block_limit_min = 11.0", 'block_overrun = "truncate_experiment"'))
+    with pytest.raises(FieldError, match=r"plan\.budget\.block_overrun: needs per_block_limit_min"):
+        load_plan(path)
