@@ -356,12 +356,27 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     carry = _carry(f.table("qualification"), required)
     priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
     f.done()
-    return Plan(
+    plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, priming=priming,
     )
+    _check_bounded_blocks(plan, path)
+    return plan
+
+
+def _check_bounded_blocks(plan: Plan, path: str) -> None:
+    """A block's bounded decode runs alone must fit its limit (knowable now, so refused now)."""
+    bound, limit = plan.measurement.decode_bound_s, plan.budget.per_block_limit_min
+    if bound is None or limit is None:
+        return
+    for start in plan.starts:
+        runs_s = sum(-(-len(w.prompt_ids) // w.concurrency) * bound for w in plan.waves_of(start.id))
+        if runs_s > limit * 60:
+            raise FieldError(f"{path}.measurement.decode_bound_s",
+                             f"block {start.id}'s bounded decode runs alone take {runs_s / 60:g} min, over the "
+                             f"{limit:g}-minute block limit")
 
 
 # ---------------------------------------------------------------------- files

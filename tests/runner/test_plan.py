@@ -404,3 +404,11 @@ def test_block_overrun_without_a_block_limit_is_refused(tmp_path: Path) -> None:
     path = _edited(tmp_path, ABBA, ("per_block_limit_min = 11.0", 'block_overrun = "truncate_experiment"'))
     with pytest.raises(FieldError, match=r"plan\.budget\.block_overrun: needs per_block_limit_min"):
         load_plan(path)
+
+
+def test_bounded_runs_over_the_block_limit_are_refused(tmp_path: Path) -> None:
+    """Six 30 s runs take 3 of the 11 minutes; six 120 s runs (12 min) cannot fit a block."""
+    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 200.0\ndecode_bound_s = 120.0"))
+    with pytest.raises(FieldError, match=r"plan\.measurement\.decode_bound_s: block A1's bounded decode runs alone "
+                                         r"take 12 min, over the 11-minute block limit"):
+        load_plan(path)
