@@ -8,6 +8,7 @@ from typing import Any
 
 from runner.audit.full import run_audit
 from runner.decide.inputs import replay_window
+from runner.report.window import window_report
 
 from ..worlds import close, gate_all, run
 from . import TIME_SCALE, WINDOW, faithful_world
@@ -52,6 +53,9 @@ def test_priming_verifies_occupied_tokens_and_the_waves_find_their_prefix_cached
         assert runs and all(r["ttft_s"] < cold_150k / 3 for r in runs)
         # (decode time: the bound, less at most one round of the slower arm, 1 s)
         assert all(r["status"] == "bounded" and r["decode_s"] >= (6.0 - 1.0) * TIME_SCALE * 0.95 for r in runs), runs
+        report = (Path(window_report(w.book, WINDOW, tmp_path / "report")["markdown"])).read_text()
+        assert "Cold start, prefill and decode (per start)" in report and "| verified |" in report
+        assert "6 bounded" in report
         assert replay_window(w.book, WINDOW).match
         assert run_audit(book=w.book).ok
     finally:
@@ -78,6 +82,8 @@ def test_an_occupied_token_count_mismatch_is_recorded_and_holds_the_promotion(tm
         assert "incomplete: priming in block A1: opinions/32k (op-32k-01) occupies 1024 tokens, the plan declares " \
                "1000" in outcome["reasons"], outcome["reasons"]
         assert len(decision["input"]["incomplete"]) == 8
+        report = (Path(window_report(w.book, WINDOW, tmp_path / "report")["markdown"])).read_text()
+        assert "priming of start B2 did not verify: filings/32k (fi-32k-01) occupies 1024 tokens" in report
         assert replay_window(w.book, WINDOW).match
     finally:
         close(w)
