@@ -36,6 +36,8 @@ Invariants (names are stable; docs/events.md explains each):
                                the planned order with the planned repeat, family, seed, max_tokens and
                                concurrency
 ``clock-cap-recorded``         every ``start.began`` records its clock cap (none when the plan has no clocks)
+``priming-before-waves``       a plan that registers prefix priming has each start's ``priming.done``
+                               before that start's first wave
 ``decision-recomputes``        the decision's rule is the plan's protocol, and (with a hook) the
                                recorded result recomputes from the window's events
 """
@@ -76,6 +78,7 @@ INVARIANTS: tuple[str, ...] = (
     "chain-ends-restored",
     "order-seeds-families-match-plan",
     "clock-cap-recorded",
+    "priming-before-waves",
     "decision-recomputes",
 )
 
@@ -339,6 +342,9 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
                    f"{limit_min:g} min", ws.id)
     if t.stop_time is not None and began > t.stop_time:
         a.flag("stop-admitting-respected", e, f"wave {start}/{cell}/{wave} began after the stop_admitting decision",
+               ws.id)
+    if plan.priming is not None and (ws.starts.get(start) or {}).get("priming") is None:
+        a.flag("priming-before-waves", e, f"wave {start}/{cell}/{wave} before start {start}'s registered priming",
                ws.id)
     spec = plan.wave_index.get((start, cell, wave))
     if spec is None:
