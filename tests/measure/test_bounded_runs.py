@@ -29,6 +29,7 @@ def test_the_bound_counts_from_the_first_token_not_the_send(server: SimHandle) -
     assert record.delivered_tokens > 50 and record.reason and "decode bound 0.2 s after the first token" in record.reason
     client = wave.summary()["client"]
     assert client["bounded"] == 1 and client["censored"] == 0 and wave.complete
+    assert client["ttft_s"] == [record.ttft_s]  # its TTFT is measured whole, apart from its decode
     assert wave.figures()["requests"]["bounded"] == 1
 
 
