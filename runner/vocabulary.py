@@ -86,7 +86,8 @@ Phase = Literal[
 Ending = Literal["restored", "chained", "aborted"]
 SnapshotSource = Literal["drain", "marker", "capture"]
 ThermalKind = Literal["dial_back", "recovered"]
-MeasurementEndReason = Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed"]
+MeasurementEndReason = Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed",
+                               "truncated"]
 BudgetAction = Literal["stop_admitting", "truncate_block", "begin_restore"]
 RestoreStatus = Literal["ok", "failed"]
 InterruptReason = Literal["signal", "crash", "abort", "error"]
@@ -101,10 +102,11 @@ INTERRUPT_REASONS: tuple[InterruptReason, ...] = get_args(InterruptReason)
 
 # ---------------------------------------------------------------------- measurement
 
-RequestStatus = Literal["ok", "failed", "timeout", "cancelled", "censored"]
+# ``bounded``: cut by the plan's decode bound (a registered observation), not by an unintended deadline.
+RequestStatus = Literal["ok", "failed", "timeout", "cancelled", "censored", "bounded"]
 REQUEST_STATUSES: tuple[RequestStatus, ...] = get_args(RequestStatus)
 # A decision input also knows requests the plan registered and nothing recorded.
-DecisionRequestStatus = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost"]
+DecisionRequestStatus = Literal["ok", "censored", "failed", "timeout", "cancelled", "lost", "bounded"]
 DECISION_REQUEST_STATUSES: tuple[DecisionRequestStatus, ...] = get_args(DecisionRequestStatus)
 # Where a site's server counters come from (a site endpoint's ``counter_source``).
 CounterSourceName = Literal["vllm", "llamacpp", "sglang", "none"]

@@ -19,7 +19,8 @@ Invariants (names are stable; docs/events.md explains each):
 ``measure-inside-hold``        starts and waves only inside the window's own HOLD, before
                                ``measurement.ended``
 ``stop-admitting-respected``   no wave begins after the registered stop-admitting time (measured from
-                               the window's first host action) or after a ``stop_admitting`` decision
+                               the window's first host action; with ``stop_admitting_if_overrun``, the
+                               restore point) or after a ``stop_admitting`` decision
 ``marker-set-by-chained-close``  the marker is set only by a ``chain = "chained"`` window after its
                                measurement ended, its HOLD closed, production down and placeholders
                                up; a ``chained`` ending needs that marker
@@ -35,6 +36,8 @@ Invariants (names are stable; docs/events.md explains each):
                                the planned order with the planned repeat, family, seed, max_tokens and
                                concurrency
 ``clock-cap-recorded``         every ``start.began`` records its clock cap (none when the plan has no clocks)
+``priming-before-waves``       a plan that registers prefix priming has each start's ``priming.done``
+                               before that start's first wave
 ``decision-recomputes``        the decision's rule is the plan's protocol, and (with a hook) the
                                recorded result recomputes from the window's events
 """
@@ -75,6 +78,7 @@ INVARIANTS: tuple[str, ...] = (
     "chain-ends-restored",
     "order-seeds-families-match-plan",
     "clock-cap-recorded",
+    "priming-before-waves",
     "decision-recomputes",
 )
 
@@ -324,15 +328,23 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     began = _time(p["started_at"])
     zero = ws.clock.get("first_action")
     if zero is not None:
+        # With stop_admitting_if_overrun the registered time stops only a window whose stage overran
+        # (the runner then records the stop_admitting decision, checked below); the restore point always does.
+        conditional = plan.budget.stop_admitting_if_overrun
+        limit_min = plan.budget.restore_by_min if conditional else plan.budget.stop_admitting_min
         if t.stop_limit is None:
-            t.stop_limit = _time(zero) + timedelta(minutes=plan.budget.stop_admitting_min)
+            t.stop_limit = _time(zero) + timedelta(minutes=limit_min)
         limit = t.stop_limit
         if began > limit:
             a.flag("stop-admitting-respected", e,
                    f"wave {start}/{cell}/{wave} began {(began - _time(zero)).total_seconds() / 60:.2f} min after the "
-                   f"first host action, past stop admitting at {plan.budget.stop_admitting_min:g} min", ws.id)
+                   f"first host action, past {'the restore point' if conditional else 'stop admitting'} at "
+                   f"{limit_min:g} min", ws.id)
     if t.stop_time is not None and began > t.stop_time:
         a.flag("stop-admitting-respected", e, f"wave {start}/{cell}/{wave} began after the stop_admitting decision",
+               ws.id)
+    if plan.priming is not None and (ws.starts.get(start) or {}).get("priming") is None:
+        a.flag("priming-before-waves", e, f"wave {start}/{cell}/{wave} before start {start}'s registered priming",
                ws.id)
     spec = plan.wave_index.get((start, cell, wave))
     if spec is None:

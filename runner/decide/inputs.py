@@ -42,9 +42,13 @@ __all__ = [
     "decision_for", "pp3_failures", "recorded_builder", "replay", "replay_window",
 ]
 
-INPUT_BUILDER = 2
-"""The builder new decisions use (recorded as ``decision.recorded.input_builder``)."""
-INPUT_BUILDERS = (1, 2)
+INPUT_BUILDER = 3
+"""The builder new decisions use (recorded as ``decision.recorded.input_builder``).
+
+1: the first; 2: pp3 keeps each prompt of a frozen order, win2 carries ``repeats``;
+3: pp3 carries ``clocks`` (the blocks' clock caps, dial-backs inside the HOLD) and
+``incomplete`` (priming that did not verify), as win2 reads clocks."""
+INPUT_BUILDERS = (1, 2, 3)
 
 
 def recorded_builder(decision: Event) -> int:
@@ -253,14 +257,46 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     failure_events = [e for e in events if e.type in ("restore.finished", "start.ended")]
     failures = pp3_failures(failure_events)
     used.extend(gate_events + [e for e in failure_events if pp3_failures([e])])
-    data = {
+    data: dict[str, Any] = {
         "rule": "pp3-v1",
         "params": _params(plan, builder),
         "gates_passed": bool(gate_events),
         "failures": failures,
         "requests": requests,
     }
-    return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
+    if builder >= 3:
+        data["clocks"], clock_events = _pp3_clocks(plan, events)
+        incomplete, priming_events = _pp3_priming(events)
+        used.extend(clock_events + priming_events)
+        if incomplete:
+            data["incomplete"] = incomplete
+    unique = {e.seq: e for e in used}  # a start.began used for its clock cap and its waves' roles once
+    return DecisionInput(data, tuple(unique[seq].hash for seq in sorted(unique)))
+
+
+def _pp3_clocks(plan: Plan, events: Sequence[Event]) -> tuple[dict[str, Any], list[Event]]:
+    """The blocks' recorded clock caps and the thermal dial-backs inside the HOLD (as win2-v1 reads them)."""
+    blocks: dict[str, int | None] = {start.id: None for start in plan.starts}
+    used: list[Event] = []
+    for event in events:
+        if event.type == "start.began" and event.payload.get("start") in blocks:
+            blocks[event.payload["start"]] = event.payload.get("clock_cap_mhz")
+            used.append(event)
+    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") == "dial_back"]
+    return ({"production_clock_cap_mhz": plan.production_clock_cap_mhz, "blocks": blocks,
+             "thermal_dialbacks_in_hold": len(thermal)}, used + thermal)
+
+
+def _pp3_priming(events: Sequence[Event]) -> tuple[list[str], list[Event]]:
+    """Priming that did not verify (``priming.done`` with ``ok`` false): the pairs were not measured as registered."""
+    reasons: list[str] = []
+    used: list[Event] = []
+    for event in events:
+        if event.type == "priming.done" and not event.payload.get("ok", True):
+            used.append(event)
+            failures = event.payload.get("failures") or ["priming failed"]
+            reasons += [f"priming in block {event.payload.get('start')}: {why}" for why in failures]
+    return reasons, used
 
 
 def abort_reasons(events: Sequence[Event]) -> list[str]:

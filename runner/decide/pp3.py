@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOCKS",
+    "OBSERVED",
     "RULE",
+    "Clocks",
     "FamilySums",
     "Pp3Input",
     "Pp3Params",
     "Request",
     "bootstrap_gains",
+    "clock_reasons",
     "decide",
     "family_sums",
     "pair_label",
@@ -44,6 +47,7 @@ RULE = "pp3-v1"
 BLOCKS = ("A1", "B1", "B2", "A2")
 ARM_BLOCKS = {"A": ("A1", "A2"), "B": ("B1", "B2")}
 STATUSES = DECISION_REQUEST_STATUSES
+OBSERVED = ("ok", "bounded")  # a bounded run (cut by the registered decode bound) is an observation
 CONTEXT_ORDER = {"short": 0, "32k": 1, "150k": 2}
 MAX_BOOTSTRAP = 1_000_000
 MAX_SEED = 2**53 - 1
@@ -97,11 +101,22 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Clocks:
+    """The blocks' recorded clock caps and the dial-backs inside the HOLD (input member ``clocks``)."""
+
+    production_clock_cap_mhz: int | None   # None: GPU clocks do not apply on the site
+    blocks: Mapping[str, int | None]
+    thermal_dialbacks_in_hold: int
+
+
+@dataclass(frozen=True)
 class Pp3Input:
     params: Pp3Params
     gates_passed: bool
     failures: tuple[str, ...]
     requests: tuple[Request, ...]
+    clocks: Clocks | None = None           # absent in inputs built before the rule read clocks
+    incomplete: tuple[str, ...] = ()       # recorded conditions not met as registered (priming)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -114,6 +129,8 @@ def parse(data: Any) -> Pp3Input:
     gates_passed = f.boolean("gates_passed")
     failures = f.strings("failures", nonempty=True, unique=False)
     requests = tuple(_request(r, i) for i, r in enumerate(f.tables("requests")))
+    clocks = _clocks(f.table("clocks")) if "clocks" in f.data else None
+    incomplete = f.strings("incomplete", (), nonempty=True, unique=False)
     f.done()
     seen: dict[tuple[str, str, str, str | None], int] = {}
     for r in requests:
@@ -122,7 +139,41 @@ def parse(data: Any) -> Pp3Input:
             raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
                                                      f"(block {r.block}, {pair_label(r.pair)})")
         seen[key] = r.index
-    return Pp3Input(params, gates_passed, tuple(failures), requests)
+    return Pp3Input(params, gates_passed, tuple(failures), requests, clocks, tuple(incomplete))
+
+
+def _clocks(f: Fields) -> Clocks:
+    production = f.integer("production_clock_cap_mhz", low=1, nullable=True)
+    blocks_t = f.table("blocks", required=True)
+    blocks = {b: blocks_t.integer(b, low=1, nullable=True) for b in BLOCKS}
+    blocks_t.done()
+    thermal = f.integer("thermal_dialbacks_in_hold", low=0)
+    f.done()
+    return Clocks(production, blocks, thermal)
+
+
+def clock_reasons(clocks: Clocks) -> list[str]:
+    """Why the blocks' clocks do not allow a CANDIDATE (win2-v1's clock conditions, per block)."""
+    caps = dict(clocks.blocks)
+    reasons: list[str] = []
+    if clocks.production_clock_cap_mhz is None:
+        capped = [b for b in BLOCKS if caps[b] is not None]
+        if capped:
+            reasons.append(f"clock cap recorded for {', '.join(capped)}, but clocks do not apply on this site")
+    else:
+        unknown = [b for b in BLOCKS if caps[b] is None]
+        if unknown:
+            reasons.append(f"clock cap not recorded for {', '.join(unknown)}")
+        known = {b: c for b, c in caps.items() if c is not None}
+        if len(set(known.values())) > 1:
+            reasons.append("blocks ran at different clock caps: " + ", ".join(f"{b} {c} MHz" for b, c in known.items()))
+        off = [b for b, c in known.items() if c != clocks.production_clock_cap_mhz]
+        if off:
+            reasons.append(", ".join(f"{b} ran at {known[b]} MHz" for b in off)
+                           + f"; production's configured clock cap is {clocks.production_clock_cap_mhz} MHz")
+    if clocks.thermal_dialbacks_in_hold > 0:
+        reasons.append(f"thermal dial-back inside the HOLD ({clocks.thermal_dialbacks_in_hold} event(s))")
+    return reasons
 
 
 def _params(f: Fields) -> Pp3Params:
@@ -181,11 +232,11 @@ def _table(requests: Sequence[Request]) -> dict[tuple[str, Pair], tuple[Request,
 
 
 def _usable(table: Table, pair: Pair) -> bool:
-    """Every block has the pair, as many requests as every other block, each ``ok`` with tokens and seconds."""
+    """Every block has the pair, as many requests as every other block, each observed with tokens and seconds."""
     counts = set()
     for block in BLOCKS:
         requests = table.get((block, pair), ())
-        if not requests or any(r.status != "ok" or r.delivered_tokens is None or r.decode_s is None
+        if not requests or any(r.status not in OBSERVED or r.delivered_tokens is None or r.decode_s is None
                                for r in requests):
             return False
         counts.add(len(requests))
@@ -280,7 +331,11 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     hold: list[str] = []
     if not inp.gates_passed:
         hold.append("not every gate passed")
-    hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered if r.status not in ("ok", "lost")]
+    if inp.clocks is not None:
+        hold += clock_reasons(inp.clocks)
+    hold += [f"incomplete: {what}" for what in inp.incomplete]
+    hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered
+             if r.status not in (*OBSERVED, "lost")]
     if not pairs:
         hold.append("incomplete: no requests")
     for pair in pairs:
@@ -289,7 +344,7 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
             hold.append(f"incomplete: pair {pair_label(pair)} missing in block {', '.join(absent)}")
         elif not _usable(table, pair):
             nulls = [f"{b} {what}" for b in BLOCKS for what in ("delivered_tokens", "decode_s")
-                     if any(r.status == "ok" and getattr(r, what) is None for r in table[(b, pair)])]
+                     if any(r.status in OBSERVED and getattr(r, what) is None for r in table[(b, pair)])]
             if nulls:
                 hold.append(f"incomplete: pair {pair_label(pair)} lacks {', '.join(nulls)}")
             counts = {b: len(table[(b, pair)]) for b in BLOCKS}

@@ -57,6 +57,7 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "host.action": p.HostAction,
     "start.began": p.StartBegan,
     "warmup.done": p.WarmupDone,
+    "priming.done": p.PrimingDone,
     "start.ended": p.StartEnded,
     "wave.measured": p.WaveMeasured,
     "thermal.event": p.ThermalEvent,

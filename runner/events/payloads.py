@@ -54,6 +54,8 @@ __all__ = [
     "HostLoad",
     "MeasurementEnded",
     "Placeholder",
+    "PrimingDone",
+    "PrimingRequest",
     "ProductionSnapshot",
     "ProductionState",
     "RequestSummary",
@@ -220,6 +222,33 @@ class WarmupDone(WindowPayload):
 
 
 @payload
+class PrimingRequest:
+    """One priming request of a block: what its server said the prompt occupies, and its prefill time."""
+
+    cell: Name
+    family: Name
+    prompt_id: str
+    repeat: int                          # 1..priming.requests (identical requests, in order)
+    status: RequestStatus
+    prompt_tokens: int | None            # usage.prompt_tokens (null: the server reported none)
+    declared_tokens: int                 # the cell's declared context size
+    ttft_s: float | None                 # its time to first token: the (cold, then primed) prefill
+    reason: str | None = None
+
+
+@payload
+class PrimingDone(WindowPayload):
+    """A block's prefix priming (plan ``[priming]``): identical requests under the block's ``cache_salt``."""
+
+    start: Name
+    cache_salt: str
+    ok: bool                             # every request ok and every occupied count as declared
+    requests: list[PrimingRequest]
+    failures: list[str] = field(default_factory=list)   # what did not verify, one line each
+    records: BlobRef | None = None       # the priming requests' full records (application/x-ndjson)
+
+
+@payload
 class StartEnded(WindowPayload):
     start: Name
     role: ArmRole
@@ -264,6 +293,7 @@ class ClientFigures:
     token_itl_ms: ChunkIntervals | None = None          # per-token intervals (docs/measure.md), p50/p95/p99
     tpot_ms: ChunkIntervals | None = None               # vllm bench serve's TPOT per ok request, p50/p95/p99
     token_count_sources: dict[str, int] | None = None   # how chunk tokens were counted: requests per way
+    bounded: int = 0                                    # requests cut by the plan's decode bound (written when > 0)
 
 
 @payload
@@ -355,8 +385,9 @@ class WaveMeasured(WindowPayload):
         c = p["client"]
         if c["requests"] != len(p["requests"]):
             problems.append(("client.requests", f"{c['requests']} but {len(p['requests'])} request records"))
-        if c["ok"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["censored"] != c["requests"]:
-            problems.append(("client", "ok + failed + timed_out + cancelled + censored != requests"))
+        if c["ok"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["censored"] + c.get("bounded", 0) \
+                != c["requests"]:
+            problems.append(("client", "ok + failed + timed_out + cancelled + censored + bounded != requests"))
         if p["ended_at"] < p["started_at"]:
             problems.append(("ended_at", "before started_at"))
         return problems

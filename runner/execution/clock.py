@@ -6,22 +6,27 @@ simulator at 0.01 runs a 75-minute window in 45 seconds, and its budget is enfor
 the same window minutes the plan registers. Pure: the caller passes ``now``.
 
 Limits (plan ``[budget]``):
-- ``stop_admitting_min``: no wave starts after it;
+- ``stop_admitting_min``: no wave starts after it (with ``stop_admitting_if_overrun``,
+  seed 003's rule: only if a stage has overrun its registered minutes by then; else the
+  window continues to the restore point);
 - ``restore_by`` = min(measurement-end limit, hard ceiling - restore reserve): whatever
   is running is cut there and the restore begins, so that it fits the hard ceiling;
 - ``per_block_limit_min``: a start running longer is truncated (its running wave is cut,
-  partial requests kept as censored) and the next start begins.
+  partial requests kept as censored) and the next start begins, or (``block_overrun =
+  "truncate_experiment"``, seed 003) the experiment ends there. A block's clock starts when
+  its arm's start begins (the ``start_arm`` action), so the engine's start counts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
 from ..plan.model import Budget
 
-__all__ = ["BudgetClock", "Limit", "parse_time"]
+__all__ = ["BudgetClock", "Limit", "StageClock", "parse_time"]
 
 LimitName = Literal["stop_admitting", "begin_restore", "truncate_block"]
 
@@ -38,14 +43,26 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class StageClock:
+    """How long the stages the runner times have run so far, in window minutes.
+
+    ``setup_min``: from the first host action to the first start's arm start (so far, while
+    none has begun); ``blocks_min``: each begun start's block clock (its arm start to its
+    end, or to now while it runs).
+    """
+
+    setup_min: float = 0.0
+    blocks_min: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BudgetClock:
     budget: Budget
     time_scale: float = 1.0
 
     @property
     def restore_by_min(self) -> float:
-        b = self.budget
-        return min(b.measurement_end_limit_min, b.hard_ceiling_min - b.restore_reserve_min)
+        return self.budget.restore_by_min
 
     def minutes(self, since: datetime | None, now: datetime) -> float:
         """Window minutes elapsed from ``since`` to ``now`` (0 before the clock starts)."""
@@ -56,8 +73,23 @@ class BudgetClock:
     def real_seconds(self, window_minutes: float) -> float:
         return max(0.0, window_minutes * 60.0 * self.time_scale)
 
-    def admitting(self, elapsed_min: float) -> Limit | None:
-        """The limit that forbids starting a new wave now, if any."""
+    def overrun(self, stages: StageClock) -> str | None:
+        """The first stage that has run longer than its registered minutes (``None``: none has)."""
+        setup = self.budget.stage_minutes("setup")
+        if setup > 0 and stages.setup_min > setup:
+            return f"the setup stages ran {stages.setup_min:.1f} min, over their {setup:g} min"
+        for start, minutes in stages.blocks_min.items():
+            planned = self.budget.stage_minutes(start=start)
+            if planned > 0 and minutes > planned:
+                return f"block {start} ran {minutes:.1f} min, over its {planned:g} min"
+        return None
+
+    def admitting(self, elapsed_min: float, stages: StageClock | None = None) -> Limit | None:
+        """The limit that forbids starting a new wave now, if any.
+
+        With ``stop_admitting_if_overrun`` the stop-admitting time stops only a window one
+        of whose ``stages`` has overrun (none given: none has).
+        """
         if elapsed_min >= self.restore_by_min:
             return Limit("begin_restore", self.restore_by_min,
                          f"elapsed {elapsed_min:.1f} min reached the restore point {self.restore_by_min:g} min "
@@ -65,9 +97,13 @@ class BudgetClock:
                          f"{self.budget.restore_reserve_min:g}, "
                          f"measurement end {self.budget.measurement_end_limit_min:g})")
         if elapsed_min >= self.budget.stop_admitting_min:
-            return Limit("stop_admitting", self.budget.stop_admitting_min,
-                         f"elapsed {elapsed_min:.1f} min reached stop-admitting at "
-                         f"{self.budget.stop_admitting_min:g} min")
+            reason = f"elapsed {elapsed_min:.1f} min reached stop-admitting at {self.budget.stop_admitting_min:g} min"
+            if self.budget.stop_admitting_if_overrun:
+                overran = self.overrun(stages or StageClock())
+                if overran is None:
+                    return None  # no stage has overrun: continue
+                reason += f" and {overran}"
+            return Limit("stop_admitting", self.budget.stop_admitting_min, reason)
         return None
 
     def block_over(self, block_min: float) -> Limit | None:

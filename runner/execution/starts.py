@@ -31,16 +31,23 @@ if TYPE_CHECKING:
     from ..state.fold import WindowState
     from .steps import Step, StepKind
 
-__all__ = ["HANDLERS", "StartSteps", "block_began", "wave_payload"]
+__all__ = ["HANDLERS", "StartSteps", "block_began", "block_ended", "wave_payload"]
 
 
 def block_began(ws: WindowState, start: str) -> datetime | None:
-    """When the start's engine came up (its start_arm, else its start.began)."""
+    """When the start's block began: its arm's start began (the start_arm action that started its
+    engine; ledgers older than the fold's ``started_time``: when it finished), else its start.began."""
     for item in ws.finished:
         if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
-            return parse_time(item["time"])
+            return parse_time(item.get("started_time") or item["time"])
     began = (ws.starts.get(start) or {}).get("began_time")
     return parse_time(began) if began else None
+
+
+def block_ended(ws: WindowState, start: str) -> datetime | None:
+    """When the start ended (its start.ended), ``None`` while it runs."""
+    ended = (ws.starts.get(start) or {}).get("ended_time")
+    return parse_time(ended) if ended else None
 
 
 def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveResult, records: Blob,
@@ -174,6 +181,60 @@ class StartSteps(Recorder):
                                          warm_ttft_s=res.facts.get("ttft_warm_s"),
                                          requests=int(res.facts.get("requests", 0) or 0)), ())])
 
+    def prime(self, step: Step, result: RunResult) -> None:
+        """Prefix priming (plan ``[priming]``): identical requests per prompt under the block's own cache_salt,
+        their occupied token counts checked against the cells' declared sizes (``priming.done``)."""
+        import uuid
+
+        from ..measure.wave import measure_wave
+
+        priming = self.plan.priming
+        assert step.start is not None and priming is not None
+        # every prompt of the block's waves once, in wave order (one wave per cell and family in pp3-v1)
+        order = list({(w.cell, w.family, pid): (w, pid) for w in self.plan.waves_of(step.start)
+                      for pid in w.prompt_ids}.values())
+        prompts = [self._prompts_for(w.family)[pid] for w, pid in order for _ in range(priming.requests)]
+        salt = f"tally-prime-{self.window}-{step.start}-{uuid.uuid4().hex[:16]}"  # fixed per block, fresh across
+        scale = self.clock.time_scale
+        sampling = self.plan.sampling
+        now = datetime.now(UTC)
+        began = block_began(self.ws, step.start)
+        cut_s, _cut = self.clock.wave_cut_s(self._elapsed_min(now), self.clock.minutes(began, now) if began else None)
+        t0 = time.perf_counter()
+        measured = measure_wave(  # cut, as a wave, where the budget cuts (the next step records the limit)
+            self.driver.serving_url, None, prompts, model=self._model_name(), max_tokens=priming.max_tokens,
+            seed=sampling.seed_base, deadline_s=self.plan.measurement.request_deadline_s * scale,
+            wave_deadline_s=max(min(self.plan.measurement.wave_deadline_s * scale * len(prompts), cut_s), 0.001),
+            ignore_eos=sampling.ignore_eos, priority=sampling.priority, temperature=sampling.temperature,
+            top_p=sampling.top_p, cancel=self.cancel, counter_source="none", extra_body={"cache_salt": salt})
+        result.measuring_s += time.perf_counter() - t0
+        entries: list[p.PrimingRequest] = []
+        failures: list[str] = []
+        for index, record in enumerate(measured.requests):
+            wave, pid = order[index // priming.requests]
+            declared = self.plan.cell(wave.cell).tokens
+            occupied = (record.usage or {}).get("prompt_tokens")
+            where = f"{wave.family}/{wave.cell} ({pid})"
+            if record.status != "ok":
+                failures.append(f"{where} priming request {index % priming.requests + 1} is {record.status}: "
+                                f"{record.reason}")
+            elif occupied is None:
+                failures.append(f"{where}: the server reported no usage.prompt_tokens")
+            elif abs(occupied - declared) > priming.tolerance_tokens:
+                failures.append(f"{where} occupies {occupied} tokens, the plan declares {declared}"
+                                + (f" (tolerance {priming.tolerance_tokens})" if priming.tolerance_tokens else ""))
+            entries.append(p.PrimingRequest(
+                cell=wave.cell, family=wave.family, prompt_id=pid, repeat=index % priming.requests + 1,
+                status=record.status, prompt_tokens=occupied, declared_tokens=declared, ttft_s=record.ttft_s,
+                reason=record.reason))
+        records = Blob(measured.records_jsonl(), "application/x-ndjson")
+        unique = list(dict.fromkeys(failures))
+        self.append([("priming.done", p.PrimingDone(start=step.start, cache_salt=salt, ok=not unique,
+                                                    requests=entries, failures=unique,
+                                                    records=p.BlobRef.of(records)), (records,))])
+        self.say(f"  priming {step.start}: {len(entries)} request(s), "
+                 + ("verified" if not unique else f"NOT verified: {'; '.join(unique)}"))
+
     def _prompts_for(self, family: str) -> dict[str, Prompt]:
         if self.prompts is None:
             self.prompts = family_prompts(self.ledger, self.registration)
@@ -244,6 +305,7 @@ class StartSteps(Recorder):
         # Plan deadlines are in window seconds; the site's time scale makes them real ones.
         wave_deadline = self.plan.measurement.wave_deadline_s * self.clock.time_scale
         request_deadline = self.plan.measurement.request_deadline_s * self.clock.time_scale
+        bound = self.plan.measurement.decode_bound_s
         deadline = min(wave_deadline, cut_s) if cut_s > 0 else 0.001
         sampling = self.plan.sampling
         t0 = time.perf_counter()
@@ -257,6 +319,8 @@ class StartSteps(Recorder):
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
             counter_source=self.driver.counter_source,
             speculative=self.plan.arm(self.plan.start(step.start).role).speculates,
+            decode_bound_s=None if bound is None else bound * self.clock.time_scale,
+            extra_body=self._block_salt(step.start),
         )
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0
@@ -279,6 +343,11 @@ class StartSteps(Recorder):
             self._engine_lost(step.start, after)
         if self.on_wave is not None:
             self.on_wave(self.ws.waves, len(self.plan.waves), f"{step.start} {wave.cell} wave {wave.wave}")
+
+    def _block_salt(self, start_id: str) -> dict[str, str] | None:
+        """The cache_salt a primed block's waves run under (``None``: a fresh salt per request)."""
+        primed = (self.ws.starts.get(start_id) or {}).get("priming")
+        return {"cache_salt": primed["cache_salt"]} if primed else None
 
     def budget(self, step: Step, _r: RunResult) -> None:
         limit = step.limit
@@ -372,6 +441,7 @@ HANDLERS: dict[StepKind, StepHandler] = {
     "config_gate": StartSteps.config_gate,
     "spec_gate": StartSteps.spec_gate,
     "warmup": StartSteps.warmup,
+    "prime": StartSteps.prime,
     "wave": StartSteps.wave,
     "budget": StartSteps.budget,
     "end_start": StartSteps.end_start,

@@ -9,7 +9,7 @@ a safe, recorded state. The order of steps is the reference sequence of ``docs/w
     preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
     quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,
     clock cap, start.began, start_config, standard_spec (speculative arms),
-    warm-up, waves, end of start -> measurement.ended -> ending -> decision
+    warm-up, prefix priming (a plan's ``[priming]``), waves, end of start -> measurement.ended -> ending -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
 cleared], production up, HOLD closed), ``chained`` (placeholders up before the first
@@ -35,7 +35,7 @@ STOPPING = ("signal", "error")  # interruptions that stop measuring at once
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
-    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "wave", "end_start", "measurement_end",
+    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "prime", "wave", "end_start", "measurement_end",
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
     "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
@@ -219,6 +219,12 @@ def _measuring(ctx: Context) -> Step:
               and not info.get("truncated")]
     if failed:
         return Step("measurement_end", reason=f"start {', '.join(failed)} failed", args={"why": "failed"})
+    if plan.budget.block_overrun == "truncate_experiment":
+        over = [b.get("start") for b in ws.budget if b.get("action") == "truncate_block"]
+        if over:  # seed 003: "Any block over 11 min: truncate the experiment, preserve raw partials"
+            return _stop_measuring(ctx, "truncated", f"block {over[0]} went over its "
+                                   f"{plan.budget.per_block_limit_min:g}-minute limit: the experiment is truncated "
+                                   "(the remaining blocks do not run; raw partials kept)")
     for start in plan.starts:
         info = ws.starts.get(start.id)
         if info is not None and info["status"] == "ended":
@@ -267,6 +273,8 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
         if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:
             return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})
         return Step("warmup", start=start_id)
+    if plan.priming is not None and info.get("priming") is None:
+        return Step("prime", start=start_id)
     done = info.get("waves") or {}
     for wave in plan.waves_of(start_id):
         if wave.wave not in done.get(wave.cell, []):

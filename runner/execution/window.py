@@ -26,11 +26,11 @@ from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers
 from ..state.replay import replay
 from . import endings, opening, starts
-from .clock import BudgetClock, parse_time
+from .clock import BudgetClock, StageClock, parse_time
 from .endings import EndingSteps
 from .opening import OpeningSteps
 from .recorder import CRASH_ENV, CrashHook, RunResult, StepHandler
-from .starts import StartSteps, block_began
+from .starts import StartSteps, block_began, block_ended
 from .steps import Context, Step, StepKind, next_step
 
 if TYPE_CHECKING:
@@ -216,13 +216,27 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         if first is not None and ws.measurement_ended is None:
             now = datetime.now(UTC)
             elapsed = self.clock.minutes(parse_time(first), now)
-            stop_limit = self.clock.admitting(elapsed)
+            stages = self._stage_clock(ws, parse_time(first), now) if self.plan.budget.stop_admitting_if_overrun \
+                else None
+            stop_limit = self.clock.admitting(elapsed, stages)
             current = ws.current_start
             if current is not None:
                 began = block_began(ws, current)
                 if began is not None:
                     block_limit = self.clock.block_over(self.clock.minutes(began, now))
         return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit)
+
+    def _stage_clock(self, ws: WindowState, first: datetime, now: datetime) -> StageClock:
+        """How long the setup and each begun block have run (window minutes), from the recorded times."""
+        blocks: dict[str, float] = {}
+        began_first: datetime | None = None
+        for start in self.plan.starts:
+            began = block_began(ws, start.id)
+            if began is None:
+                continue
+            began_first = began if began_first is None else min(began_first, began)
+            blocks[start.id] = self.clock.minutes(began, block_ended(ws, start.id) or now)
+        return StageClock(self.clock.minutes(first, began_first or now), blocks)
 
 
 def unhandled_step_kinds() -> set[str]:

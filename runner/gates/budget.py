@@ -196,8 +196,10 @@ def budget_report(budget: Budget, *, measured_reserve_s: float | None = None) ->
         if stage.start is not None:
             last_block_end = elapsed
     if last_block_end > stop:
+        admitted = ("are admitted only if no stage has overrun by then" if budget.stop_admitting_if_overrun
+                    else "would not be admitted")
         notes.append(f"the estimated blocks end at {minutes_display(last_block_end)} min, after stop admitting "
-                     f"at {budget.stop_admitting_min:g} min: requests due after it would not be admitted")
+                     f"at {budget.stop_admitting_min:g} min: requests due after it {admitted}")
     ok = all(check.ok for check in checks)
     verdict: Verdict = "PASS" if ok else "FAIL"
     first = rows[0]

@@ -6,8 +6,10 @@ request is written, and every token chunk's arrival is kept as an offset from it
 
 Status (``docs/events.md``): ``ok`` finished with ``[DONE]``; ``failed`` HTTP/transport
 error or an error frame; ``timeout`` no content before a deadline; ``censored`` cut
-by a deadline after delivering tokens (the partial is kept); ``cancelled`` stopped by
-the caller (interrupt, budget) or never sent because of it.
+by a deadline after delivering tokens (the partial is kept); ``bounded`` cut by the
+plan's decode bound (seconds after its first token): a registered observation of its
+delivered tokens over its decode time; ``cancelled`` stopped by the caller (interrupt,
+budget) or never sent because of it.
 
 Bounded: the strings a record keeps from the server are clipped (:func:`clip`, by their
 JSON-encoded size): ``reason`` to 300 bytes, ``finish_reason`` to 40, ``request_id`` and

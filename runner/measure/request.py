@@ -51,7 +51,7 @@ from .record import (
 )
 from .sse import SSEDecoder, SSEOverflow
 from .timing import count_chunk_tokens
-from .transport import deadline_guard, read_time
+from .transport import deadline_guard, move_deadline, read_time
 
 __all__ = ["Cutter", "Ticket", "run_request"]
 
@@ -128,6 +128,12 @@ class Cutter:
             self._cond.notify()
         return ticket
 
+    def move(self, ticket: Ticket, deadline: float | None) -> None:
+        """Give an in-flight request another deadline of its own (a decode bound from its first token)."""
+        with self._cond:
+            ticket.deadline = deadline
+            self._cond.notify()
+
     def release(self, ticket: Ticket) -> None:
         with self._cond:
             self._tickets.discard(ticket)
@@ -184,6 +190,7 @@ class _Progress:
     error: Any = None
     error_reason: str | None = None
     halt: bool = False               # stop reading: what follows is refused
+    on_first: Callable[[float], None] | None = None   # told the first content chunk's arrival (a decode bound)
 
     def refuse(self, reason: str) -> None:
         self.error_reason, self.halt = reason, True
@@ -258,6 +265,8 @@ class _Progress:
                             "(2 x max_tokens + 64): refused")
                 return
             self.chunk_t.append(arrived - self.send_t)
+            if len(self.chunk_t) == 1 and self.on_first is not None:
+                self.on_first(arrived)
             self.chunk_tokens.append(count)
             self.chunk_usage.append(frame_usage)
             if self.chunk_text is not None:
@@ -289,7 +298,7 @@ def _error_message(body: Any) -> str:
 
 def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index: int, prompt_id: str,
                 cutter: Cutter, deadline_s: float | None, read_timeout_s: float, chunks_are_steps: bool = True,
-                tokenizer: Callable[[str], int] | None = None) -> RequestRecord:
+                tokenizer: Callable[[str], int] | None = None, decode_bound_s: float | None = None) -> RequestRecord:
     """Send one streaming request and measure it; never raises for what the server does.
 
     The whole request (connect, headers, body) ends by ``deadline_s`` after the send
@@ -298,6 +307,12 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
     ``chunks_are_steps``: the server streams one chunk per engine step (its chunk
     intervals are round times); ``tokenizer`` counts the tokens of a chunk's text when
     the server sends no token ids (declared by the caller, never guessed).
+
+    ``decode_bound_s`` (a plan's bounded decode run): ``deadline_s`` then bounds the wait for
+    the first token only, and the request is cut ``decode_bound_s`` after its first token
+    arrived (never later than the wave deadline), so a long prefill does not eat the bound.
+    A run cut by its bound is ``bounded``: its delivered tokens over its decode time are
+    the observation.
     """
     seed = body.get("seed")
     max_tokens = int(body.get("max_tokens", 0))
@@ -308,6 +323,17 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
     ticket = cutter.register(own_deadline)
     overall = own_deadline if cutter.wave_deadline is None else min(own_deadline, cutter.wave_deadline)
     progress = _Progress(send_t, chunk_limit(max(max_tokens, 1)))
+    bound: list[float] = []        # the decode bound's deadline, once the first token arrived
+
+    def first_token(arrived: float) -> None:
+        assert decode_bound_s is not None
+        limit = arrived + decode_bound_s
+        bound.append(limit)
+        cutter.move(ticket, limit)
+        move_deadline(limit if cutter.wave_deadline is None else min(limit, cutter.wave_deadline))
+
+    if decode_bound_s is not None:
+        progress.on_first = first_token
     if tokenizer is not None:
         progress.chunk_text = []
     http_status: int | None = None
@@ -368,19 +394,25 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
         cutter.release(ticket)
     ended = time.perf_counter()
     cut = ticket.reason
+    if bound:
+        own_deadline = bound[0]
+        overall = own_deadline if cutter.wave_deadline is None else min(own_deadline, cutter.wave_deadline)
     if cut is None and exception is not None and exception[0] == "timeout" and ended >= overall:
         # the guard's deadline came before the cutter's
         cut = "wave_deadline" if cutter.wave_deadline is not None and ended >= cutter.wave_deadline \
             and cutter.wave_deadline < own_deadline else "deadline"
+    if bound and cut == "deadline":
+        cut = "decode_bound"
     return _finish(progress, index=index, prompt_id=prompt_id, sent_at=sent_at, ended_s=ended - send_t, seed=seed,
                    max_tokens=max_tokens, salt=salt, http_status=http_status, exception=exception,
-                   cut=cut, deadline_s=deadline_s, chunks_are_steps=chunks_are_steps, tokenizer=tokenizer)
+                   cut=cut, deadline_s=deadline_s, chunks_are_steps=chunks_are_steps, tokenizer=tokenizer,
+                   decode_bound_s=decode_bound_s)
 
 
 def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: float, seed: Any, max_tokens: int,
             salt: str, http_status: int | None, exception: tuple[str, str] | None, cut: str | None,
             deadline_s: float | None, chunks_are_steps: bool = True,
-            tokenizer: Callable[[str], int] | None = None) -> RequestRecord:
+            tokenizer: Callable[[str], int] | None = None, decode_bound_s: float | None = None) -> RequestRecord:
     counts, count_source = count_chunk_tokens(len(p.chunk_t), ids=p.chunk_tokens, ids_everywhere=p.ids_everywhere,
                                               usage=p.chunk_usage, texts=p.chunk_text, tokenizer=tokenizer)
     if sum(counts) > p.chunk_cap and p.error_reason is None:
@@ -409,8 +441,12 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         status, reason = "ok", "no [DONE] frame: the stream ended cleanly after its finish_reason"
     elif cut == "cancelled":
         status, reason = "cancelled", f"cancelled {chunks}"
+    elif cut == "decode_bound":
+        status, reason = "bounded", f"decode bound {decode_bound_s:g} s after the first token reached {chunks}, " \
+                                    f"{delivered} tokens delivered"
     elif cut in ("deadline", "wave_deadline") or (exception is not None and exception[0] == "timeout"):
-        own = f"request deadline {deadline_s:g} s" if deadline_s is not None else \
+        own = f"request deadline {deadline_s:g} s" + (" (to the first token)" if decode_bound_s is not None else "") \
+            if deadline_s is not None else \
             f"default request deadline {DEFAULT_REQUEST_DEADLINE_S:g} s"
         which = {"deadline": own,
                  "wave_deadline": "wave deadline"}.get(cut or "", f"read timeout ({exception[1] if exception else ''})")

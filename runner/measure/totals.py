@@ -22,7 +22,7 @@ from .spool import Entries, Samples, Spooled
 
 __all__ = ["MEASURED", "WaveTotals"]
 
-MEASURED = ("ok", "censored")  # requests whose chunks count as decode measurements
+MEASURED = ("ok", "censored", "bounded")  # requests whose chunks count as decode measurements
 
 _FINISH_REASONS_KEPT = 8
 
@@ -33,7 +33,7 @@ class WaveTotals:
     def __init__(self, spool: Path | None = None, keep: int = 1 << 18) -> None:
         self.spool = spool
         self._owned = False
-        self.counts = {status: 0 for status in ("ok", "failed", "timeout", "cancelled", "censored")}
+        self.counts = {status: 0 for status in ("ok", "failed", "timeout", "cancelled", "censored", "bounded")}
         self.requests = 0
         self.delivered_tokens = 0
         self.tokens_after_first = 0
@@ -45,7 +45,7 @@ class WaveTotals:
         self.token_count_sources: dict[str, int] = {}          # how chunk tokens were counted, over MEASURED
         self.early_finish_reasons: set[str] = set()
         self.more_finish_reasons = False
-        self.ttft_ok = Samples(spool, "ttft", keep)          # s, ok requests
+        self.ttft_ok = Samples(spool, "ttft", keep)          # s, ok and bounded requests (their first token came)
         self.intervals_ms = Samples(spool, "intervals", keep)  # ok and censored requests
         self.decode_tps = Samples(spool, "decode_tps", keep)   # ok and censored requests
         self.tpot_ms = Samples(spool, "tpot", keep)            # ok requests, bench's TPOT
@@ -88,8 +88,10 @@ class WaveTotals:
             self.chunk_tokens += sum(r.chunk_tokens) if r.chunk_tokens is not None else r.delivered_tokens
             if r.decode_tps is not None:
                 self.decode_tps.add(r.decode_tps)
-        if ok and r.chunk_t:
+        timed = ok or r.status == "bounded"  # a bounded run's TTFT is measured whole (its bound came after)
+        if timed and r.chunk_t:
             self.ttft_ok.add(r.chunk_t[0])
+        if ok and r.chunk_t:
             self.e2e_s.add(r.chunk_t[-1])
             if r.delivered_tokens > 1:
                 self.tpot_ms.add((r.chunk_t[-1] - r.chunk_t[0]) / (r.delivered_tokens - 1) * 1000.0)
@@ -99,11 +101,13 @@ class WaveTotals:
                 self.early_finish_reasons.add(str(r.finish_reason))
             elif str(r.finish_reason) not in self.early_finish_reasons:
                 self.more_finish_reasons = True
-        self.entries.add(r.index, r.summary_entry(), r.ttft_s if ok else None)
+        self.entries.add(r.index, r.summary_entry(), r.ttft_s if timed else None)
 
     def client(self) -> dict[str, Any]:
         """The ``client`` block of ``wave.measured`` (``docs/events.md``); ``ttft_s`` may be :class:`Spooled`."""
+        bounded = {"bounded": self.counts["bounded"]} if self.counts["bounded"] else {}  # written when there are
         return {
+            **bounded,
             "requests": self.requests,
             "ok": self.counts["ok"],
             "failed": self.counts["failed"],

@@ -33,7 +33,7 @@ from typing import Any
 import httpcore
 import httpx
 
-__all__ = ["StampingStream", "StampingTransport", "deadline_guard", "read_time"]
+__all__ = ["StampingStream", "StampingTransport", "deadline_guard", "move_deadline", "read_time"]
 
 
 @dataclass
@@ -61,6 +61,13 @@ _local = threading.local()
 
 def _guard() -> _Guard | None:
     return getattr(_local, "guard", None)
+
+
+def move_deadline(deadline: float | None) -> None:
+    """Move the calling thread's guard deadline (a decode bound counted from the first token)."""
+    guard = _guard()
+    if guard is not None:
+        guard.deadline = deadline
 
 
 @contextlib.contextmanager

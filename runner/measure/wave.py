@@ -259,7 +259,8 @@ class WaveResult:
         t = self.totals
         delivered = t.delivered_tokens
         return {
-            "requests": {k: client[k] for k in ("requests", "ok", "failed", "timed_out", "cancelled", "censored")},
+            "requests": {k: client.get(k, 0) for k in ("requests", "ok", "failed", "timed_out", "cancelled", "censored",
+                                                       "bounded")},
             "early_stops": t.early_stops,
             "ttft_ms": _scaled(t.ttft_ok.percentiles(), 1000.0),
             "decode_tps_per_request_p50": t.decode_tps.percentile(50),
@@ -349,6 +350,7 @@ def measure_wave(
     speculative: bool | None = None,
     tokenizer: Callable[[str], int] | None = None,
     continuous_usage: bool = False,
+    decode_bound_s: float | None = None,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -381,6 +383,9 @@ def measure_wave(
     chunk's tokens from its text when the server sends no token ids (declare one, or each
     chunk counts as one token, and the records say so); ``continuous_usage`` asks for
     ``stream_options.continuous_usage_stats`` (usage with every chunk, vLLM).
+    ``decode_bound_s`` makes every request a bounded decode run (:func:`.request.run_request`):
+    ``deadline_s`` then bounds the wait for its first token, and it is cut (``bounded``)
+    that long after its first token.
 
     Never raises for what the server does: failures are recorded; only bad arguments
     raise ``FormatError``.
@@ -392,7 +397,7 @@ def measure_wave(
     if max_tokens < 1:
         raise FormatError(f"max_tokens must be at least 1, got {max_tokens}")
     for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s),
-                        ("metrics_timeout_s", metrics_timeout_s)):
+                        ("metrics_timeout_s", metrics_timeout_s), ("decode_bound_s", decode_bound_s)):
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
     source = select_source(counter_source)
@@ -457,7 +462,8 @@ def measure_wave(
                                                  extra_body=extra_body, continuous_usage=continuous_usage)
                             record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
                                                  cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s,
-                                                 chunks_are_steps=source.chunks_are_steps, tokenizer=tokenizer)
+                                                 chunks_are_steps=source.chunks_are_steps, tokenizer=tokenizer,
+                                                 decode_bound_s=decode_bound_s)
                         with lock:
                             listed[0] += 1
                             collect = -1

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from ledger.canonical import canonical
 
@@ -41,6 +41,7 @@ from ..vocabulary import (
 )
 
 __all__ = [
+    "BLOCK_OVERRUNS",
     "CHAIN_MODES",
     "CONTEXTS",
     "CONTEXT_TOKENS",
@@ -61,6 +62,7 @@ __all__ = [
     "Measurement",
     "Plan",
     "Power",
+    "Priming",
     "Sampling",
     "Stage",
     "Start",
@@ -68,6 +70,8 @@ __all__ = [
     "plan_sha256",
 ]
 
+BlockOverrun = Literal["next_block", "truncate_experiment"]
+BLOCK_OVERRUNS: tuple[BlockOverrun, ...] = ("next_block", "truncate_experiment")
 MODES: Mapping[str, tuple[str, ...]] = {"win2-v1": ("controlled", "production-policy"), "pp3-v1": ("abba",)}
 CONTROL_ROLE: Mapping[str, str] = {"controlled": "A", "production-policy": "P", "abba": "A"}
 ROLES = ARM_ROLES
@@ -200,10 +204,32 @@ class Measurement:
     rotate_families: bool = False
     request_deadline_s: float = 120.0
     wave_deadline_s: float = 600.0
+    decode_bound_s: float | None = None  # bounded decode runs: cut this long after the first token
 
     def to_json(self) -> dict[str, Any]:
-        return {"repeats": self.repeats, "order": self.order, "rotate_families": self.rotate_families,
-                "request_deadline_s": self.request_deadline_s, "wave_deadline_s": self.wave_deadline_s}
+        data: dict[str, Any] = {"repeats": self.repeats, "order": self.order, "rotate_families": self.rotate_families,
+                                "request_deadline_s": self.request_deadline_s, "wave_deadline_s": self.wave_deadline_s}
+        if self.decode_bound_s is not None:  # written only when given, so older plans keep their digest
+            data["decode_bound_s"] = self.decode_bound_s
+        return data
+
+
+@dataclass(frozen=True)
+class Priming:
+    """Prefix priming per block (seed 003): identical requests that put each prompt's prefix in the cache.
+
+    Each block sends every prompt of its waves ``requests`` times (``max_tokens`` each) under
+    one ``cache_salt`` of its own (fresh across blocks), checks the occupied token count its
+    server reports (``usage.prompt_tokens``) against the cell's declared context size (within
+    ``tolerance_tokens``), and its waves then run under the same salt.
+    """
+
+    requests: int = 1
+    max_tokens: int = 1
+    tolerance_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "max_tokens": self.max_tokens, "tolerance_tokens": self.tolerance_tokens}
 
 
 @dataclass(frozen=True)
@@ -233,9 +259,21 @@ class Budget:
     per_block_limit_min: float | None = None
     pair_reserve_s: float | None = None
     dry_bound_s: float | None = None
+    stop_admitting_if_overrun: bool = False   # seed 003: stop admitting at the time only if a stage has overrun
+    block_overrun: BlockOverrun = "next_block"  # a block over its limit: the next begins, or the experiment ends
+
+    @property
+    def restore_by_min(self) -> float:
+        """When whatever runs is cut and the restore begins: min(measurement end, hard ceiling - restore reserve)."""
+        return min(self.measurement_end_limit_min, self.hard_ceiling_min - self.restore_reserve_min)
+
+    def stage_minutes(self, kind: str | None = None, start: str | None = None) -> float:
+        """The registered minutes of the stages of ``kind`` (any kind: ``None``) counting toward ``start``."""
+        return sum(s.minutes or 0.0 for s in self.stages
+                   if (kind is None or s.kind == kind) and (start is None or s.start == start))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "hard_ceiling_min": self.hard_ceiling_min,
             "measurement_end_limit_min": self.measurement_end_limit_min,
             "stop_admitting_min": self.stop_admitting_min,
@@ -245,6 +283,12 @@ class Budget:
             "dry_bound_s": self.dry_bound_s,
             "stages": [stage.to_json() for stage in self.stages],
         }
+        # written only when given, so plans without them keep their digest
+        if self.stop_admitting_if_overrun:
+            data["stop_admitting_if_overrun"] = True
+        if self.block_overrun != "next_block":
+            data["block_overrun"] = self.block_overrun
+        return data
 
 
 @dataclass(frozen=True)
@@ -318,6 +362,7 @@ class Plan:
     description: str = ""
     rng_tests: tuple[str, ...] = ()  # the test ids every RNG receipt must list as passed (``docs/gates.md``)
     power: Power | None = None  # registered only when declared, so plans without it keep their digest
+    priming: Priming | None = None  # prefix priming per block (None: none registered)
 
     # ------------------------------------------------------------------ JSON
 
@@ -341,6 +386,8 @@ class Plan:
             "budget": self.budget.to_json(),
             "gates": self._gates_json(),
             "qualification": self.qualification.to_json(),
+            # written only when registered, so plans without it keep their digest
+            **({"priming": self.priming.to_json()} if self.priming is not None else {}),
         } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:

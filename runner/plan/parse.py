@@ -18,6 +18,7 @@ from ledger.errors import FormatError
 
 from ..fields import FieldError, Fields
 from .model import (
+    BLOCK_OVERRUNS,
     CHAIN_MODES,
     CONTEXTS,
     CONTROL_ROLE,
@@ -38,6 +39,7 @@ from .model import (
     Measurement,
     Plan,
     Power,
+    Priming,
     Sampling,
     Stage,
     Start,
@@ -198,9 +200,16 @@ def _measurement(f: Fields, protocol: str) -> Measurement:
         rotate_families=f.boolean("rotate_families", False),
         request_deadline_s=f.number("request_deadline_s", 120.0, low=0.0, low_open=True),
         wave_deadline_s=f.number("wave_deadline_s", 600.0, low=0.0, low_open=True),
+        decode_bound_s=f.number("decode_bound_s", None, low=0.0, low_open=True),
     )
     if m.wave_deadline_s < m.request_deadline_s:
         raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
+    if m.decode_bound_s is not None:
+        if protocol == "win2-v1":
+            raise f.fail("decode_bound_s", "win2-v1 forces the length (max_tokens with ignore_eos = true): "
+                                           "its runs are not bounded in time")
+        if m.wave_deadline_s < m.decode_bound_s:
+            raise f.fail("wave_deadline_s", f"shorter than decode_bound_s ({m.decode_bound_s:g} s)")
     f.done()
     return m
 
@@ -251,6 +260,10 @@ def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
     if stop > mend:
         raise f.fail("stop_admitting_min", f"after the measurement-end limit ({mend:g} min)")
     per_block = f.number("per_block_limit_min", None, low=0.0, low_open=True)
+    conditional = f.boolean("stop_admitting_if_overrun", False)
+    block_overrun = f.string("block_overrun", "next_block", choices=BLOCK_OVERRUNS)
+    if block_overrun != "next_block" and per_block is None:
+        raise f.fail("block_overrun", "needs per_block_limit_min (the limit a block overruns)")
     pair = f.number("pair_reserve_s", None, low=0.0)
     dry = f.number("dry_bound_s", None, low=0.0)
     if dry is not None and pair is None:
@@ -289,7 +302,19 @@ def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:
     if pair is not None and not any(s.reserve for s in stages):
         raise f.fail("pair_reserve_s", "declared but no stage has reserve = true")
     f.done()
-    return Budget(tuple(stages), hard, mend, stop, reserve, per_block, pair, dry)
+    return Budget(tuple(stages), hard, mend, stop, reserve, per_block, pair, dry, conditional,
+                  cast(Any, block_overrun))
+
+
+def _priming(f: Fields, protocol: str) -> Priming:
+    if protocol != "pp3-v1":
+        raise FieldError(f.path, "prefix priming is registered for pp3-v1 blocks (win2-v1's waves run with "
+                                 "a fresh cache_salt per request)")
+    priming = Priming(requests=f.integer("requests", 1, low=1, high=16),
+                      max_tokens=f.integer("max_tokens", 1, low=1, high=1 << 20),
+                      tolerance_tokens=f.integer("tolerance_tokens", 0, low=0, high=100_000_000))
+    f.done()
+    return priming
 
 
 def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
@@ -353,14 +378,30 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     gates.done()
     carry = _carry(f.table("qualification"), required)
     power = _power(f, required)
+    priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
     f.done()
-    return Plan(
+    plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power,
+        power=power, priming=priming,
     )
+    _check_bounded_blocks(plan, path)
+    return plan
+
+
+def _check_bounded_blocks(plan: Plan, path: str) -> None:
+    """A block's bounded decode runs alone must fit its limit (knowable now, so refused now)."""
+    bound, limit = plan.measurement.decode_bound_s, plan.budget.per_block_limit_min
+    if bound is None or limit is None:
+        return
+    for start in plan.starts:
+        runs_s = sum(-(-len(w.prompt_ids) // w.concurrency) * bound for w in plan.waves_of(start.id))
+        if runs_s > limit * 60:
+            raise FieldError(f"{path}.measurement.decode_bound_s",
+                             f"block {start.id}'s bounded decode runs alone take {runs_s / 60:g} min, over the "
+                             f"{limit:g}-minute block limit")
 
 
 # ---------------------------------------------------------------------- files

@@ -10,7 +10,7 @@ registered repeats. Read from the events, never from a cache.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .document import Bullets, Para, Section, Table
@@ -29,6 +29,7 @@ class WindowEvidence:
     banners: tuple[str, ...]
     facts: tuple[tuple[str, str], ...]   # plan facts the rule's input does not carry
     contention: tuple[tuple[str, ...], ...] = ()  # per start: load and server gauges around its waves
+    phases: tuple[tuple[str, ...], ...] = ()      # per start: cold start, prefill (priming) and decode, apart
 
     def head_sections(self) -> list[Section]:
         """Banners, shown right under the decision."""
@@ -49,6 +50,15 @@ class WindowEvidence:
                 Para("Read before and after every wave: the runner host's load average and the server's own gauges. "
                      "On a drained host nothing else runs: requests already running before a wave, or a load above "
                      "the CPU count, are other work competing with the measurement.", "note"),
+            )))
+        if self.phases:
+            out.append(Section("Cold start, prefill and decode (per start)", (
+                Table(("start", "warm-up TTFT cold / warm s", "priming prefill cold / primed s", "priming",
+                       "decode runs", "run TTFT s (mean)", "run decode s (mean)"), self.phases),
+                Para("Reported apart: the engine's cold start (warm-up), the prefill of each context (the block's "
+                     "priming requests: the first cold, the repeats from the prefix cache), and the decode runs "
+                     "(their TTFT, then their decode time, which a decode bound counts from the first token).",
+                     "note"),
             )))
         if self.facts:
             out.append(Section("Registered plan", (Table(("plan field", "value"), self.facts),)))
@@ -142,10 +152,56 @@ def _contention(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[st
     return rows, banners
 
 
+def _mean(values: Sequence[float]) -> str:
+    return f"{sum(values) / len(values):.3g}" if values else "-"
+
+
+@dataclass
+class _Phase:
+    warmup: str = "-"
+    cold: list[float] = field(default_factory=list)      # priming prefill, first repeat
+    primed: list[float] = field(default_factory=list)    # priming prefill, later repeats (prefix cache)
+    priming: str = "none registered"
+    ttft: list[float] = field(default_factory=list)      # the decode runs' TTFT
+    decode: list[float] = field(default_factory=list)    # the decode runs' decode seconds
+    statuses: list[str] = field(default_factory=list)
+
+    def row(self, start: str) -> tuple[str, ...]:
+        counts = ", ".join(f"{self.statuses.count(s)} {s}" for s in sorted(set(self.statuses)))
+        prefill = f"{_mean(self.cold)} / {_mean(self.primed)}" if self.cold else "-"
+        return (start, self.warmup, prefill, self.priming, counts or "-", _mean(self.ttft), _mean(self.decode))
+
+
+def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """Per start: warm-up TTFTs, priming prefill (first repeat, later repeats), the decode runs' TTFT and decode."""
+    starts: dict[str, _Phase] = {}
+    banners: list[str] = []
+    for event in events:
+        if event.type not in ("warmup.done", "priming.done", "wave.measured"):
+            continue
+        p = event.payload
+        phase = starts.setdefault(str(p.get("start")), _Phase())
+        if event.type == "warmup.done":
+            phase.warmup = f"{p.get('cold_ttft_s')} / {p.get('warm_ttft_s')}"
+            continue
+        requests = [r for r in p.get("requests") or [] if isinstance(r, Mapping)]
+        if event.type == "priming.done":
+            phase.cold += _numbers(r.get("ttft_s") for r in requests if r.get("repeat") == 1)
+            phase.primed += _numbers(r.get("ttft_s") for r in requests if r.get("repeat") != 1)
+            phase.priming = "verified" if p.get("ok") else "NOT verified"
+            banners += [f"priming of start {p.get('start')} did not verify: {why}" for why in p.get("failures") or []]
+        else:
+            phase.ttft += _numbers(r.get("ttft_s") for r in requests)
+            phase.decode += _numbers(r.get("decode_s") for r in requests)
+            phase.statuses += [str(r.get("status")) for r in requests]
+    return [phase.row(start) for start, phase in starts.items()], banners
+
+
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     """The evidence section of ``plan``'s window from its events (``events``: the window's stream)."""
     gates = _gate_rows(plan, events)
     contention, busy = _contention(events)
+    phases, unprimed = _phases(events)
     facts: list[tuple[str, str]] = [
         ("repeats", str(plan.measurement.repeats)),
         ("production clock cap", "not applicable (no GPU clocks)" if plan.production_clock_cap_mhz is None
@@ -155,6 +211,11 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
         ("cells", ", ".join(f"{c.name} ({c.context}, {c.tokens} tokens, concurrency {c.concurrency})"
                             for c in plan.cells)),
     ]
-    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events) + busy), tuple(facts),
-                          tuple(contention))
+    if plan.measurement.decode_bound_s is not None:
+        facts.append(("decode bound", f"{plan.measurement.decode_bound_s:g} s after the first token (bounded runs)"))
+    if plan.priming is not None:
+        facts.append(("priming", f"{plan.priming.requests} identical request(s) per prompt and block, occupied "
+                                 f"tokens within {plan.priming.tolerance_tokens} of the declared size"))
+    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events) + busy + unprimed),
+                          tuple(facts), tuple(contention), tuple(phases))
 

@@ -26,6 +26,7 @@ from typing import Any
 from .config import ArmConfig, SimConfig
 from .exposition import SimMetrics, engine_metrics
 from .faults import FaultState
+from .prefix import PrefixCache
 from .truth import TruthLog
 
 __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
@@ -79,6 +80,7 @@ class EngineSession:
     stopped_at: str | None = None
     rotor: int = 0
     session: str = ""  # "<boot id>:<start number>": which engine this is, across host reboots
+    prefix: PrefixCache = field(default_factory=PrefixCache, repr=False)  # vLLM's prefix cache, per session
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ready(self, now: float) -> bool:

@@ -108,6 +108,7 @@ class Generation:
     start_factor: float = 1.0       # per-start timing multiplier (engine session jitter)
     step_jitter: float = 0.0        # relative sd of each step's time
     ttft_extra_ms: float = 0.0      # cold start etc. (model ms, added to the first step)
+    cached_tokens: int = 0          # prompt tokens found in the prefix cache: their prefill is skipped
     generated: int = 0
     finish_reason: str | None = None
     steps: int = 0
@@ -130,7 +131,8 @@ class Generation:
         if self.step_jitter > 0:
             jitter = max(0.2, 1.0 + self._rng.gauss(0.0, self.step_jitter))
         if index == 0:
-            base = self.arm.ttft_base_ms + self.arm.ttft_per_1k_tokens_ms * self.prompt_tokens / 1000.0
+            computed = self.prompt_tokens - self.cached_tokens
+            base = self.arm.ttft_base_ms + self.arm.ttft_per_1k_tokens_ms * computed / 1000.0
             duration = base * clock_factor * self.start_factor * jitter + self.ttft_extra_ms
             drafts, accepted = 0, 0
         else:

@@ -376,10 +376,12 @@ class _Handler(BaseHTTPRequestHandler):
         with engine._lock:
             cold = 0.0 if engine.warmed else config.cold_ttft_extra_ms
             engine.warmed = True
+        cached = engine.prefix.admit(request.cache_salt, request.prompt_ids)
         generation = Generation(
             arm=engine.arm, params=request.params, prompt_tokens=len(request.prompt_ids), seed_key=key,
             eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
+            cached_tokens=cached,
         )
         return generation, cold
 
@@ -395,6 +397,7 @@ class _Handler(BaseHTTPRequestHandler):
         truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
                                                         ("error_frame", error_frame)) if spec) or None
         generation, _cold = self._generation(request, engine)
+        truth.cached_tokens = generation.cached_tokens
         metrics = engine.metrics
         metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens)
         created = int(time.time())

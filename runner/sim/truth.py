@@ -34,6 +34,7 @@ class RequestTruth:
     seed: int | None = None
     priority: int = 0
     cache_salt: str | None = None
+    cached_tokens: int = 0              # prompt tokens the prefix cache held (their prefill skipped)
     status: str = "running"           # running | finished | aborted | rejected | failed
     http_status: int = 200
     error: dict[str, Any] | None = None
@@ -69,7 +70,8 @@ class RequestTruth:
             "seq": self.seq, "request_id": self.request_id, "kind": self.kind, "stream": self.stream,
             "arrival": self.arrival, "arrival_wall": self.arrival_wall, "start": self.start, "arm": self.arm,
             "engine": self.engine, "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
-            "seed": self.seed, "priority": self.priority, "cache_salt": self.cache_salt, "status": self.status,
+            "seed": self.seed, "priority": self.priority, "cache_salt": self.cache_salt,
+            "cached_tokens": self.cached_tokens, "status": self.status,
             "http_status": self.http_status, "error": self.error, "finish_reason": self.finish_reason,
             "completion_tokens": self.completion_tokens, "decode_s": self.decode_s, "observed": self.observed,
             "fault": self.fault,

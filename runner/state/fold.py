@@ -411,13 +411,13 @@ def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
         if p.action in CLOSING_ACTIONS:
             _closing(ws)
     else:
-        ws.open_actions.pop(p.action_id, None)
+        opened = ws.open_actions.pop(p.action_id, None)
         if p.probe_of is not None:  # a finished re-probe settles the unknown outcome it probed
             ws.open_actions.pop(p.probe_of, None)
         facts = p.detail
         ok = bool(p.ok)
         ws.finished.append({"action": p.action, "host": p.host, "ok": ok, "seq": e.seq, "time": e.time,
-                            "start": facts.get("start")})
+                            "start": facts.get("start"), "started_time": opened["time"] if opened else None})
         _engine(ws, p.action, ok, facts)
 
 
@@ -471,11 +471,18 @@ def _warmup(s: State, ws: WindowState, e: Event, p: pl.WarmupDone) -> None:
         info["warmup"] = {"cold_ttft_s": p.cold_ttft_s, "warm_ttft_s": p.warm_ttft_s, "seq": e.seq}
 
 
+def _priming(s: State, ws: WindowState, e: Event, p: pl.PrimingDone) -> None:
+    info = ws.starts.get(p.start)
+    if info is not None:
+        info["priming"] = {"cache_salt": p.cache_salt, "ok": p.ok, "seq": e.seq}
+
+
 def _start_ended(s: State, ws: WindowState, e: Event, p: pl.StartEnded) -> None:
     info = ws.starts.get(p.start)
     if info is not None:
         info["status"] = "ended"
         info["ended_seq"] = e.seq
+        info["ended_time"] = e.time
         info["truncated"] = p.truncated
         info["ok"] = p.ok
     if ws.current_start == p.start:
@@ -583,6 +590,7 @@ _HANDLERS: dict[str, Handler] = {
     "host.action": _host_action,
     "start.began": _start_began,
     "warmup.done": _warmup,
+    "priming.done": _priming,
     "start.ended": _start_ended,
     "wave.measured": _wave,
     "thermal.event": _thermal,

@@ -119,6 +119,18 @@ def win2(inp: dict[str, Any]) -> dict[str, Any]:
 
 
 BLOCKS = ("A1", "B1", "B2", "A2")
+OBSERVED = ("ok", "bounded")  # a bounded decode run counts as an observation
+
+
+def clock_hold(clocks: dict[str, Any] | None) -> bool:
+    """A clock condition of ``clocks`` holds the promotion (as win2-v1's, per block)."""
+    if clocks is None:
+        return False
+    caps = [clocks["blocks"][b] for b in BLOCKS]
+    production = clocks["production_clock_cap_mhz"]
+    # no clocks: a recorded cap is off; else a cap unrecorded, or unlike production's (or another block's), is
+    off = any(c is not None for c in caps) if production is None else any(c != production for c in caps)
+    return off or clocks["thermal_dialbacks_in_hold"] > 0
 
 
 def pp3(inp: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +145,7 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
     def usable(pair: tuple[str, str]) -> bool:
         rows = [table.get((b, *pair), []) for b in BLOCKS]
         return len({len(rs) for rs in rows}) == 1 and all(
-            rs and all(r["status"] == "ok" and r["delivered_tokens"] is not None and r["decode_s"] is not None
+            rs and all(r["status"] in OBSERVED and r["delivered_tokens"] is not None and r["decode_s"] is not None
                        for r in rs) for rs in rows)
 
     good = [p for p in pairs if usable(p)]
@@ -193,7 +205,8 @@ def pp3(inp: dict[str, Any]) -> dict[str, Any]:
 
     if inp["failures"] or any(r["status"] == "lost" for r in reqs):
         out["decision"] = "REJECT"
-    elif (not inp["gates_passed"] or any(r["status"] != "ok" for r in reqs) or len(good) != len(pairs) or not pairs
+    elif (not inp["gates_passed"] or clock_hold(inp.get("clocks")) or inp.get("incomplete")
+          or any(r["status"] not in OBSERVED for r in reqs) or len(good) != len(pairs) or not pairs
           or out["point"] is None or out["point"] < params["min_gain"] or out["lower"] <= 0 or regress):
         out["decision"] = "NO_PROMOTION"
     else:

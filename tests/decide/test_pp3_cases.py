@@ -16,7 +16,7 @@ import pytest
 
 from runner.decide import compute
 
-from .builders import CONTEXTS, find, pp3_input
+from .builders import CONTEXTS, find, pp3_input, pp3_request
 
 FAILURE_KINDS = ["q_target_law", "greedy_identity", "grammar", "stop", "lifecycle", "corruption", "recovery",
                  "target_policy_mismatch", "weight_mismatch"]
@@ -197,3 +197,76 @@ def test_round_guard_without_round_times_is_not_evaluable() -> None:
     assert result["decision"] == "NO_PROMOTION"
     assert "guard not evaluable: f1/short p95 round time missing" in result["reasons"]
     assert "guard" not in result["params"]  # the default is not written: old results stay byte-identical
+
+
+def _bounded_pair(a_tokens: int, a_decode: float, b_tokens: int, b_decode: float, status: str) -> dict[str, Any]:
+    requests = [pp3_request(block, "f1", "short", tokens=b_tokens if block[0] == "B" else a_tokens,
+                            decode_s=b_decode if block[0] == "B" else a_decode,
+                            ttft=1.2 if block[0] == "B" else 0.9, status=status)
+                for block in ("A1", "B1", "B2", "A2")]
+    data = pp3_input()
+    data["requests"] = requests
+    return data
+
+
+def test_bounded_runs_are_observations() -> None:
+    """docs/rules.md's worked example: runs cut by the registered decode bound count like ok runs."""
+    result = compute(_bounded_pair(300, 29.9, 360, 29.95, "bounded"))
+    assert result["point_gain"] == (720 / 59.9) / (600 / 59.8) - 1 == 0.19799666110183645
+    assert not any("not ok" in r or "not computable" in r for r in result["reasons"]), result["reasons"]
+    # TTFT is reported apart: B's longer prefill is a TTFT regression, not a shorter decode
+    assert result["per_pair"]["f1/short"]["ttft_change"] == pytest.approx(1.2 / 0.9 - 1)
+
+
+def test_censored_runs_are_not_observations() -> None:
+    result = compute(_bounded_pair(300, 29.9, 360, 29.95, "censored"))
+    assert result["decision"] == "NO_PROMOTION" and result["point_gain"] is None
+    assert "gain not computable: no pair has all four blocks ok" in result["reasons"]
+
+
+def _with_clocks(caps: dict[str, int | None], production: int | None = 2300, thermal: int = 0) -> dict[str, Any]:
+    data = candidate_input()
+    data["clocks"] = {"production_clock_cap_mhz": production, "blocks": caps, "thermal_dialbacks_in_hold": thermal}
+    return data
+
+
+SAME_CAPS = {"A1": 2300, "B1": 2300, "B2": 2300, "A2": 2300}
+
+
+def test_same_clock_caps_keep_the_candidate() -> None:
+    assert compute(_with_clocks(SAME_CAPS))["decision"] == "CANDIDATE"
+
+
+def test_different_clock_caps_are_not_candidate_with_the_reason_named() -> None:
+    result = compute(_with_clocks({**SAME_CAPS, "B1": 2150}))
+    assert result["decision"] == "NO_PROMOTION"
+    assert "blocks ran at different clock caps: A1 2300 MHz, B1 2150 MHz, B2 2300 MHz, A2 2300 MHz" \
+        in result["reasons"]
+    assert "B1 ran at 2150 MHz; production's configured clock cap is 2300 MHz" in result["reasons"]
+
+
+def test_unrecorded_clock_cap_is_not_candidate() -> None:
+    result = compute(_with_clocks({**SAME_CAPS, "A2": None}))
+    assert result["decision"] == "NO_PROMOTION" and "clock cap not recorded for A2" in result["reasons"]
+
+
+def test_a_dial_back_inside_the_hold_is_not_candidate() -> None:
+    result = compute(_with_clocks(SAME_CAPS, thermal=1))
+    assert result["decision"] == "NO_PROMOTION"
+    assert "thermal dial-back inside the HOLD (1 event(s))" in result["reasons"]
+
+
+def test_a_cap_recorded_where_clocks_do_not_apply_is_not_candidate() -> None:
+    result = compute(_with_clocks({"A1": None, "B1": 2300, "B2": None, "A2": None}, production=None))
+    assert result["decision"] == "NO_PROMOTION"
+    assert "clock cap recorded for B1, but clocks do not apply on this site" in result["reasons"]
+    assert compute(_with_clocks(dict.fromkeys(SAME_CAPS), production=None))["decision"] == "CANDIDATE"
+
+
+def test_incomplete_priming_is_not_candidate() -> None:
+    data = candidate_input()
+    data["incomplete"] = ["priming in block A1: opinions/32k occupies 1000 tokens, the plan declares 1024"]
+    result = compute(data)
+    assert result["decision"] == "NO_PROMOTION"
+    assert "incomplete: priming in block A1: opinions/32k occupies 1000 tokens, the plan declares 1024" \
+        in result["reasons"]

@@ -94,6 +94,8 @@ def random_pp3(rng: random.Random) -> dict[str, Any]:
                     status = "lost"
                 elif roll < 0.025:
                     status = rng.choice(["censored", "failed", "timeout", "cancelled"])
+                elif roll < 0.3:
+                    status = "bounded"  # a bounded decode run: observed like an ok one
                 if rng.random() < 0.005:
                     continue
                 requests.append({"block": block, "arm": block[0], "family": f, "context": c, "status": status,
@@ -102,8 +104,16 @@ def random_pp3(rng: random.Random) -> dict[str, Any]:
                                  "round_ms_p95": rng.uniform(28, 32)})
     rng.shuffle(requests)
     failures = [rng.choice(["grammar", "stop"])] if rng.random() < 0.03 else []
-    return {"rule": "pp3-v1", "params": params, "gates_passed": rng.random() > 0.03, "failures": failures,
+    data = {"rule": "pp3-v1", "params": params, "gates_passed": rng.random() > 0.03, "failures": failures,
             "requests": requests}
+    if rng.random() < 0.5:  # input builder 3: the blocks' clock caps and the dial-backs inside the HOLD
+        production = rng.choice([2300, 2300, 2300, None])
+        caps = {b: production for b in ("A1", "B1", "B2", "A2")}
+        if rng.random() < 0.1:
+            caps[rng.choice(list(caps))] = rng.choice([2150, None])
+        data["clocks"] = {"production_clock_cap_mhz": production, "blocks": caps,
+                          "thermal_dialbacks_in_hold": 1 if rng.random() < 0.05 else 0}
+    return data
 
 
 def test_win2_agrees_with_the_reference() -> None:

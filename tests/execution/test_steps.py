@@ -207,6 +207,11 @@ ROWS = [
         "gate.result", gate="start_config", verdict="FAIL", evidence={}, start="s1"), "end_start",
         {"args": {"truncated": True}}),
     Row("warmed up: the first planned wave", lambda: Story().held().warm("s1"), "wave", {"start": "s1"}),
+    Row("warmed up, priming registered: prime the block",
+        lambda: Story("seed003-abba", priming={"requests": 2}).held().warm("A1"), "prime", {"start": "A1"}),
+    Row("primed: the first planned wave", lambda: Story("seed003-abba", priming={"requests": 2}).held().warm(
+        "A1").event("priming.done", start="A1", cache_salt="tally-prime-A1", ok=True, requests=[]),
+        "wave", {"start": "A1"}),
     Row("every wave of s1 measured", lambda: Story().held().measured("s1"), "end_start",
         {"start": "s1", "reason": "every wave of the start was measured"}),
     Row("s1 ended: the next start", lambda: Story().held().ended("s1"), "start_arm", {"start": "s2"}),

@@ -148,6 +148,9 @@ class Script:
             self.label(f"{plan.window_id}:{start.id}:began")
             self.gate(plan, "standard_spec", start=start.id)
             self.add(plan, "warmup.done", {"start": start.id, "cold_ttft_s": 1.2, "warm_ttft_s": 0.3, "requests": 2})
+            if plan.priming is not None:  # the plan registers prefix priming: the block primes before its waves
+                self.add(plan, "priming.done", {"start": start.id, "cache_salt": f"tally-prime-{start.id}", "ok": True,
+                                                "requests": []})
             for spec in plan.waves_of(start.id):
                 t0 = self.now()
                 payload, blob = wave_payload(plan, spec.index, t0, t0, rate_b if start.role == "B" else 1.0)

@@ -342,3 +342,13 @@ def test_decision_by_another_rule() -> None:
     at = find(items, "decision.recorded")
     items[at] = edit(items[at], rule="pp3-v1")
     _expect(_audit(script, items), "decision-recomputes", at + 1)
+
+
+def test_waves_before_the_registered_priming() -> None:
+    script = Script()
+    script.restoring_window("seed003-abba", priming={"requests": 2})
+    assert not [v for v in _audit(script) if v.invariant == "priming-before-waves"]
+    items = list(script.items)
+    at = find(items, "priming.done", 1)  # block B1's priming left out: its first wave comes before any
+    del items[at]
+    _expect(_audit(script, items), "priming-before-waves", at + 1)
