@@ -73,3 +73,20 @@ def test_dry_run_order_equals_executed_order_in_a_chain(tmp_path: Path) -> None:
 
 def test_every_step_kind_has_a_dry_run_effect() -> None:
     assert set(get_args(StepKind)) - LOOP_KINDS == set(SUCCESS)
+
+
+def test_dry_run_order_equals_executed_order_with_priming(tmp_path: Path) -> None:
+    """Seed 003 as written (bounded runs, prefix priming): the priming step sends measurement traffic,
+    no host action, so the dry run's host actions still equal the executed ones."""
+    from .seed003 import WINDOW, faithful_world
+
+    w = faithful_world(tmp_path, edit=lambda t: t.replace("decode_bound_s = 30.0", "decode_bound_s = 3.0"))
+    try:
+        gate_all(w)
+        report = dry_run_report(w.book, WINDOW, w.driver, TIME_SCALE)
+        assert [s["step"] for s in report["steps"]].count("prime") == 4  # one per block
+        planned = _dry(w, WINDOW)
+        assert run(w, WINDOW).ending == "restored"
+        assert _executed(w, WINDOW) == planned
+    finally:
+        close(w)
