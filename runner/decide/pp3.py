@@ -102,6 +102,7 @@ class Pp3Input:
     gates_passed: bool
     failures: tuple[str, ...]
     requests: tuple[Request, ...]
+    smoke_missing: tuple[str, ...] = ()   # registered smoke probes that did not run (incomplete)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -114,6 +115,7 @@ def parse(data: Any) -> Pp3Input:
     gates_passed = f.boolean("gates_passed")
     failures = f.strings("failures", nonempty=True, unique=False)
     requests = tuple(_request(r, i) for i, r in enumerate(f.tables("requests")))
+    smoke_missing = f.strings("smoke_missing", (), nonempty=True, unique=False)
     f.done()
     seen: dict[tuple[str, str, str, str | None], int] = {}
     for r in requests:
@@ -122,7 +124,7 @@ def parse(data: Any) -> Pp3Input:
             raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
                                                      f"(block {r.block}, {pair_label(r.pair)})")
         seen[key] = r.index
-    return Pp3Input(params, gates_passed, tuple(failures), requests)
+    return Pp3Input(params, gates_passed, tuple(failures), requests, tuple(smoke_missing))
 
 
 def _params(f: Fields) -> Pp3Params:
@@ -280,6 +282,7 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     hold: list[str] = []
     if not inp.gates_passed:
         hold.append("not every gate passed")
+    hold += [f"incomplete: {m}" for m in inp.smoke_missing]
     hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered if r.status not in ("ok", "lost")]
     if not pairs:
         hold.append("incomplete: no requests")

@@ -59,6 +59,7 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "warmup.done": p.WarmupDone,
     "start.ended": p.StartEnded,
     "wave.measured": p.WaveMeasured,
+    "smoke.result": p.SmokeResult,
     "thermal.event": p.ThermalEvent,
     "measurement.ended": p.MeasurementEnded,
     "budget.decision": p.BudgetDecision,

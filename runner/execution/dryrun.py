@@ -8,7 +8,7 @@ from ..gates.budget import budget_report
 from ..plan.register import registered_plan
 from ..state.fold import admission_blockers
 from ..state.replay import replay
-from .fit import unfit
+from .fit import recorded_fields, unfit
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
@@ -28,7 +28,8 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     report = budget_report(plan.budget)
     row = report.rows[0] if report.rows else None
     under_marker = state.marker is not None and state.marker.get("window") != window
-    refusals = unfit(plan, driver, production_serves=not under_marker) if ws.ending is None and not ws.actions else []
+    refusals = unfit(plan, driver, production_serves=not under_marker, fields=recorded_fields(ledger, window)) \
+        if ws.ending is None and not ws.actions else []
     actions: list[str] = ["preflight (site)"]
     if under_marker:
         actions += [f"placeholder_proof {h}" for h in driver.hosts] + ["quiet_proof (site)"]
