@@ -127,8 +127,10 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
                                                 "another's prefix cache (cold prefill and TTFT)"))
     needs.append(Need("stream_options.include_usage", "honoured",
                       "delivered tokens come from the stream's final usage chunk"))
-    smoke = smoke_needs(plan)
-    return tuple(n for n in needs if n.field not in {m.field for m in smoke}) + smoke
+    smoke = {n.field: n for n in smoke_needs(plan)}
+    merged = [Need(n.field, "honoured", f"{n.reason}; and {smoke.pop(n.field).reason}") if n.field in smoke else n
+              for n in needs]
+    return tuple(merged) + tuple(smoke.values())
 
 
 def smoke_needs(plan: Plan) -> tuple[Need, ...]:
