@@ -213,3 +213,25 @@ def test_greedy_check_starts_run_the_greedy_identity_probe_in_a_win2_window(tmp_
         _checked(w, "smoke-win2")
     finally:
         close(w)
+
+
+def test_a_smoke_probe_on_a_field_the_server_ignores_is_refused_before_any_host_action(tmp_path: Path) -> None:
+    """The capability probe finds return_token_ids ignored: the rehearsal gate fails and fit refuses the window."""
+    from ledger.errors import PolicyError
+    from runner.execution.fit import recorded_fields, unfit
+
+    w = world(tmp_path, [window("seed003-abba.toml", "smoke-unfit", edit=_plan_with(_smoke(starts=["A1", "B1"])))],
+              sim_config={"ignore_fields": ["return_token_ids"]})
+    try:
+        gate_all(w)
+        gate = next(e.payload for e in w.book.events(stream="window/smoke-unfit", types=["gate.result"])
+                    if e.payload["gate"] == "rehearsal")
+        assert gate["verdict"] == "FAIL" and "return_token_ids" in gate["summary"]
+        plan = registered_plan(w.book, "smoke-unfit").plan
+        refusals = unfit(plan, w.driver, fields=recorded_fields(w.book, "smoke-unfit"))
+        assert any("smoke stage relies on return_token_ids" in r for r in refusals), refusals
+        with pytest.raises(PolicyError):
+            run(w, "smoke-unfit")
+        assert not any(e.type == "host.action" for e in w.book.events(stream="window/smoke-unfit"))
+    finally:
+        close(w)
