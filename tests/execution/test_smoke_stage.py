@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +159,19 @@ def test_every_probe_passes_on_equal_engines_and_leaves_its_evidence(tmp_path: P
         lifecycle = found[("B1", "lifecycle")]["checks"]
         assert lifecycle["cancel"]["cancelled"] and lifecycle["disconnect"]["sent"]
         assert all(lifecycle[c]["healthy_after"] for c in ("cancel", "disconnect", "deadline"))
+        assert lifecycle["deadline"]["timed_out"]  # the late reply was exercised, not beaten by a fast server
         stop = found[("B1", "stop")]["checks"]
         assert stop["stop_string"]["ok"] and stop["stop_token_ids"]["ok"]
         # the greedy reference's evidence keeps the emitted token ids (a blob, never in an event)
         ref = _evidence(w, found[("A1", "greedy_identity")])
         assert ref["emitted"]["basis"] == "token_ids" and len(ref["emitted"]["sequence"]) == 16
         assert "sequence" not in json.dumps(found[("A1", "greedy_identity")])
+        # exported, the evidence (like every blob) is readable by its owner only
+        from ledger.bundle import export_bundle
+
+        export_bundle(w.book, tmp_path / "bundle", signer=w.root)
+        sha = found[("A1", "greedy_identity")]["evidence"]["blob"].removeprefix("sha256:")
+        assert stat.S_IMODE((tmp_path / "bundle" / "blobs" / sha).stat().st_mode) == 0o600
         _checked(w, "smoke-pp3")
     finally:
         close(w)
@@ -171,7 +179,7 @@ def test_every_probe_passes_on_equal_engines_and_leaves_its_evidence(tmp_path: P
 
 def test_a_window_whose_registered_probe_did_not_run_cannot_be_decided(tmp_path: Path) -> None:
     """Without B1's greedy result the rule holds the decision, and a CANDIDATE recorded anyway fails the audit."""
-    w, result, events = _window(tmp_path, _smoke(starts=["A1", "B1"]))
+    w, _result, events = _window(tmp_path, _smoke(starts=["A1", "B1"]))
     try:
         plan = registered_plan(w.book, "smoke-pp3").plan
         assert not audit_protocol(events, {"smoke-pp3": plan})
