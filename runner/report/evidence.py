@@ -29,6 +29,7 @@ class WindowEvidence:
     banners: tuple[str, ...]
     facts: tuple[tuple[str, str], ...]   # plan facts the rule's input does not carry
     contention: tuple[tuple[str, ...], ...] = ()  # per start: load and server gauges around its waves
+    smoke: tuple[tuple[str, ...], ...] = ()  # start, probe, outcome, kind, position, margin, seq, summary
 
     def head_sections(self) -> list[Section]:
         """Banners, shown right under the decision."""
@@ -49,6 +50,13 @@ class WindowEvidence:
                 Para("Read before and after every wave: the runner host's load average and the server's own gauges. "
                      "On a drained host nothing else runs: requests already running before a wave, or a load above "
                      "the CPU count, are other work competing with the measurement.", "note"),
+            )))
+        if self.smoke:
+            out.append(Section("Smoke stage (T=0 probes on the smoke starts)", (
+                Table(("start", "probe", "outcome", "kind", "position", "top-2 margin", "seq", "summary"), self.smoke),
+                Para("Each probe's exchanges and emitted sequences are its smoke.result's evidence blob. A near tie "
+                     "is a greedy divergence within the registered margin: reported, not a failure unless "
+                     "registered to be.", "note"),
             )))
         if self.facts:
             out.append(Section("Registered plan", (Table(("plan field", "value"), self.facts),)))
@@ -142,6 +150,32 @@ def _contention(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[st
     return rows, banners
 
 
+def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The smoke stage's results, and banners for its failures, near ties and probes that did not run."""
+    rows: list[tuple[str, ...]] = []
+    ran: set[tuple[str, str]] = set()
+    banners: list[str] = []
+    for e in events:
+        if e.type != "smoke.result":
+            continue
+        p = e.payload
+        ran.add((str(p.get("start")), str(p.get("probe"))))
+        margin = p.get("margin")
+        rows.append((str(p.get("start")), str(p.get("probe")), str(p.get("outcome")), str(p.get("kind")),
+                     "-" if p.get("position") is None else str(p.get("position")),
+                     "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(e.seq),
+                     _clip(str(p.get("summary") or ""))))
+        if p.get("outcome") in ("fail", "near_tie"):
+            what = "near tie" if p.get("outcome") == "near_tie" else f"{p.get('kind')} failure"
+            banners.append(f"smoke {what}: {_clip(str(p.get('summary') or ''))}")
+    if plan.smoke is not None and (plan.smoke.declared or rows):
+        missing = [f"{probe} on {start}" for start in plan.smoke.starts for probe in plan.smoke.probes
+                   if (start, probe) not in ran]
+        if missing:
+            banners.append(f"registered smoke probes that did not run: {', '.join(missing)}")
+    return rows, banners
+
+
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     """The evidence section of ``plan``'s window from its events (``events``: the window's stream)."""
     gates = _gate_rows(plan, events)
@@ -155,6 +189,7 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
         ("cells", ", ".join(f"{c.name} ({c.context}, {c.tokens} tokens, concurrency {c.concurrency})"
                             for c in plan.cells)),
     ]
-    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events) + busy), tuple(facts),
-                          tuple(contention))
+    smoke, smoke_banners = _smoke(plan, events)
+    return WindowEvidence(gates, tuple(_gate_banners(gates) + smoke_banners + _counter_banners(events) + busy),
+                          tuple(facts), tuple(contention), tuple(smoke))
 

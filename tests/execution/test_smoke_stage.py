@@ -119,6 +119,12 @@ def test_a_near_tie_divergence_is_reported_and_rejects_only_when_registered_to(t
         else:
             assert result.decision != "REJECT", result.reasons
             assert not any("greedy-identity" in r for r in result.reasons)
+            # the window report shows it as such, in its banners and the smoke stage's table
+            from runner.report.window import window_report
+
+            window_report(w.book, "smoke-pp3", tmp_path / "report")
+            report = (tmp_path / "report" / "report.md").read_text()
+            assert "smoke near tie: B1 diverges from A1 at position 3" in report and "Smoke stage" in report
         _checked(w, "smoke-pp3")
     finally:
         close(w)
