@@ -2,7 +2,9 @@
 
 Each probe (``runner.gates.smoke``) becomes one ``smoke.result`` whose evidence blob holds
 its exchanges (requests, replies, the emitted tokens); all of a start's results are
-appended in one transaction, so a start has all of its probes recorded or none. Greedy
+appended in one transaction, so a start has all of its probes recorded or none; the start's
+engine is attested before and after (as around a wave), and probes another engine may have
+answered are not recorded (the start then ends lost). Greedy
 identity compares the start with the plan's reference start (the first smoke start),
 whose emitted sequence the runner reads back from that start's recorded evidence: the
 runner keeps nothing of its own between steps.
@@ -41,7 +43,14 @@ def _emitted(data: Any) -> Emitted | None:
 
 
 class SmokeSteps(Recorder):
-    def _model_name(self) -> str:  # the runner's (StartSteps'), which comes first in its bases
+    # The runner's (StartSteps'), which comes first in its bases.
+    def _model_name(self) -> str:
+        raise NotImplementedError
+
+    def attest(self, start_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def _reference(self) -> tuple[str, Emitted] | None:
@@ -71,6 +80,10 @@ class SmokeSteps(Recorder):
         smoke = self.plan.smoke
         assert smoke is not None and step.start is not None
         start = self.plan.start(step.start)
+        before = self.attest(start.id)  # the probes speak to this start's engine, or not at all
+        if not before["ok"]:
+            self._engine_lost(start.id, before)
+            return
         model = self._model_name()
         verdicts: list[ProbeVerdict] = []
         with SmokeSession(self.driver.serving_url, model, smoke) as session:
@@ -95,9 +108,15 @@ class SmokeSteps(Recorder):
                     verdicts.append(session.eos(start.id))
                 elif probe == "lifecycle":
                     verdicts.append(session.lifecycle(start.id))
+        after = self.attest(start.id)
+        if not after["ok"]:  # another engine answered some of them: nothing of this start to record
+            self._engine_lost(start.id, after)
+            return
+        engine = {"before": before, "after": after}
         items: list[Pending] = []
         for verdict in verdicts:
-            evidence = Blob(json.dumps({"probe": verdict.probe, "start": start.id, **verdict.evidence},
+            evidence = Blob(json.dumps({"probe": verdict.probe, "start": start.id, "engine": engine,
+                                        **verdict.evidence},
                                        sort_keys=True, default=str).encode(), EVIDENCE_MEDIA_TYPE)
             items.append(("smoke.result", p.SmokeResult(
                 start=start.id, role=start.role, probe=verdict.probe, outcome=verdict.outcome,

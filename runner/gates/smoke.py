@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["ProbeVerdict", "SmokeSession", "validate_schema"]
 
 LIFECYCLE_TOKENS = 64   # the long request a lifecycle probe cuts
+CANCEL_READ_BYTES = 64 << 10  # what the cancelled stream reads at most before it is closed
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class SmokeSession:
 
     # ------------------------------------------------------------------ requests
 
-    def completion(self, name: str, max_tokens: int | None = None, **extra: Any) -> dict[str, Any]:
+    def completion(self, max_tokens: int | None = None, **extra: Any) -> dict[str, Any]:
         s = self.smoke
         body: dict[str, Any] = {"model": self.model, "prompt": s.prompt, "max_tokens": max_tokens or s.max_tokens,
                                 "temperature": 0.0, "top_p": 1.0, "seed": s.seed, "stream": False}
@@ -167,7 +168,7 @@ class SmokeSession:
         except Exception as exc:
             listed = False
             exchanges.append({"probe": f"{tag}-models", "status": None, "error": f"{type(exc).__name__}: {exc}"})
-        control = self.send(f"{tag}-control", self.completion(f"{tag}-control", 2))
+        control = self.send(f"{tag}-control", self.completion(2))
         exchanges.append(_exchange(control))
         tokens = token_count(control.parts) or 0
         ok = listed and control.status == 200 and tokens >= 1
@@ -181,11 +182,11 @@ class SmokeSession:
         """The start's T=0 continuation; compared with the reference's when there is one."""
         s = self.smoke
         extra = {"logprobs": s.logprobs} if s.logprobs else {}
-        result = self.send("greedy", self.completion("greedy", **extra))
+        result = self.send("greedy", self.completion(**extra))
         exchanges = [_exchange(result)]
         if extra and result.status is not None and result.status != 200:
             # logprobs where the server exposes them: one that refuses them is asked again without
-            result = self.send("greedy-no-logprobs", self.completion("greedy-no-logprobs"))
+            result = self.send("greedy-no-logprobs", self.completion())
             exchanges.append(_exchange(result))
         self.greedy_elapsed_s = result.elapsed_s
         emitted = emitted_of(_body(result), s.compare) if result.status == 200 else None
@@ -219,9 +220,9 @@ class SmokeSession:
         schema = dict(SMOKE_SCHEMA)
         path = "/v1/completions"
         if s.structured_field == "structured_outputs":
-            body = self.completion("structured", 64, structured_outputs={"json": schema})
+            body = self.completion(64, structured_outputs={"json": schema})
         elif s.structured_field == "guided_json":
-            body = self.completion("structured", 64, guided_json=schema)
+            body = self.completion(64, guided_json=schema)
         else:  # llama-cpp-python's chat completions: response_format json_object with a schema
             path = "/v1/chat/completions"
             body = {"model": self.model, "messages": [{"role": "user", "content": s.prompt}], "max_tokens": 64,
@@ -249,7 +250,7 @@ class SmokeSession:
         s = self.smoke
         exchanges: list[dict[str, Any]] = []
         if baseline is None:
-            first = self.send("stop-baseline", self.completion("stop-baseline"))
+            first = self.send("stop-baseline", self.completion())
             exchanges.append(_exchange(first))
             baseline = emitted_of(_body(first), s.compare) if first.status == 200 else None
         words = baseline.text.split() if baseline is not None else []
@@ -260,7 +261,7 @@ class SmokeSession:
         failures: list[str] = []
         word = words[len(words) // 2]
         expected = baseline.text[: baseline.text.find(word)]
-        cut = self.send("stop-string", self.completion("stop-string", stop=[word]))
+        cut = self.send("stop-string", self.completion(stop=[word]))
         exchanges.append(_exchange(cut))
         got = cut.parts.get("text")
         checks["stop_string"] = {"stop": word, "expected_chars": len(expected), "finish_reason": cut.finish_reason,
@@ -271,7 +272,7 @@ class SmokeSession:
         if baseline.basis == "token_ids" and len(baseline.sequence) >= 3:
             token = baseline.sequence[len(baseline.sequence) // 2]
             at = baseline.sequence.index(token)
-            ids = self.send("stop-token-ids", self.completion("stop-token-ids", stop_token_ids=[token]))
+            ids = self.send("stop-token-ids", self.completion(stop_token_ids=[token]))
             exchanges.append(_exchange(ids))
             count = token_count(ids.parts)
             ok = ids.status == 200 and ids.finish_reason == "stop" and count in (at, at + 1)
@@ -292,10 +293,10 @@ class SmokeSession:
         eos = s.eos_token_id
         assert eos is not None  # the plan requires it with this probe
         exchanges = []
-        once = self.send("eos-once", self.completion("eos-once", 4, allowed_token_ids=[eos], ignore_eos=False))
+        once = self.send("eos-once", self.completion(4, allowed_token_ids=[eos], ignore_eos=False))
         exchanges.append(_exchange(once))
         count = token_count(once.parts)
-        held = self.send("eos-min-tokens", self.completion("eos-min-tokens", 6, allowed_token_ids=[eos],
+        held = self.send("eos-min-tokens", self.completion(6, allowed_token_ids=[eos],
                                                            min_tokens=3, ignore_eos=False))
         exchanges.append(_exchange(held))
         held_count = token_count(held.parts)
@@ -334,7 +335,7 @@ class SmokeSession:
                             checks, evidence)
 
     def _long(self, stream: bool) -> dict[str, Any]:
-        return self.completion("lifecycle", LIFECYCLE_TOKENS, stream=stream, ignore_eos=True)
+        return self.completion(LIFECYCLE_TOKENS, stream=stream, ignore_eos=True)
 
     def _cancel_mid_stream(self) -> dict[str, Any]:
         """A stream read until its first data, then closed."""
