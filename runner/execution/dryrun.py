@@ -45,6 +45,8 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
                     *([f"standard_spec gate {start.id}"] if plan.arm(start.role).speculates else []), "warmup",
                     f"{len(waves)} waves: " + ", ".join(f"{w.cell}/w{w.wave}/{w.family}/seed {w.seed}"
                                                         for w in waves[:4]) + (" ..." if len(waves) > 4 else ""),
+                    *([f"smoke {start.id}: " + ", ".join(plan.smoke.probes) + " -> smoke.result"]
+                      if plan.smoke is not None and start.id in plan.smoke.starts else []),
                     *(["read_clock_cap (thermal check)"] if clocks else []), f"stop_arm {start.label}"]
     actions.append("measurement.ended")
     if plan.chain == "chained":

@@ -249,3 +249,23 @@ def test_a_smoke_probe_on_a_field_the_server_ignores_is_refused_before_any_host_
         assert not any(e.type == "host.action" for e in w.book.events(stream="window/smoke-unfit"))
     finally:
         close(w)
+
+
+def test_a_win2_plan_can_register_smoke_failures_as_inconclusive(tmp_path: Path) -> None:
+    from .worlds import small
+
+    def edit(text: str) -> str:
+        return small(text) + "\n" + _smoke(starts=["s1", "s2"], win2_effect="inconclusive")
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "smoke-win2i", chain="none", edit=edit)],
+              sim_config={"faults": {"greedy_diverge": {"arm": "fixed5-sampled", "position": 4}}})
+    try:
+        gate_all(w)
+        result = run(w, "smoke-win2i")
+        assert result.decision == "INCONCLUSIVE"
+        assert any(r.startswith("smoke: greedy-identity: s2 diverges from s1 at position 4") for r in result.reasons)
+        decision = next(w.book.events(stream="window/smoke-win2i", types=["decision.recorded"]))
+        assert decision.payload["input"]["smoke_failures"][0].startswith("greedy-identity: s2")
+        _checked(w, "smoke-win2i")
+    finally:
+        close(w)
