@@ -127,6 +127,8 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
                                                 "another's prefix cache (cold prefill and TTFT)"))
     needs.append(Need("stream_options.include_usage", "honoured",
                       "delivered tokens come from the stream's final usage chunk"))
+    needs.append(Need("return_token_ids", "accepted",
+                      "tally's waves send it (tokens per chunk); a refusal would fail every request"))
     smoke = {n.field: n for n in smoke_needs(plan)}
     merged = [Need(n.field, "honoured", f"{n.reason}; and {smoke.pop(n.field).reason}") if n.field in smoke else n
               for n in needs]
@@ -134,9 +136,9 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
 
 
 def smoke_needs(plan: Plan) -> tuple[Need, ...]:
-    """The fields the plan's smoke probes rely on (``docs/smoke.md``)."""
+    """The fields the plan's declared smoke probes rely on (``docs/smoke.md``)."""
     smoke = plan.smoke
-    if smoke is None:
+    if smoke is None or not smoke.declared:  # the stage greedy_check implies is reported, never a gate
         return ()
     needs: list[Need] = []
     if smoke.compare == "token_ids" and ("greedy_identity" in smoke.probes or "stop" in smoke.probes):

@@ -190,6 +190,8 @@ class SmokeSession:
             exchanges.append(_exchange(result))
         self.greedy_elapsed_s = result.elapsed_s
         emitted = emitted_of(_body(result), s.compare) if result.status == 200 else None
+        if emitted is None and result.status == 200 and not s.declared:
+            emitted = emitted_of(_body(result), "text")  # greedy_check's stage: text where no ids come
         evidence: dict[str, Any] = {"exchanges": exchanges,
                                     "emitted": emitted.to_json() if emitted is not None else None}
         if emitted is None:
