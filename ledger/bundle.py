@@ -163,6 +163,13 @@ def _blob_refs_to_write(event: Event) -> set[str]:
     return referenced_blobs(event)
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """A blob file, mode 0600: blobs hold prompts, replies and emitted tokens (never world-readable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
 def _write(book: Any, tmp: Path, size: int, head: str, stream: str | None, signer: Signer | None,
            with_streams: tuple[str, ...]) -> dict[str, Any]:
     from .receipt import write_bundle_proofs
@@ -189,7 +196,7 @@ def _write(book: Any, tmp: Path, size: int, head: str, stream: str | None, signe
             if hashlib.sha256(blob.data).hexdigest() != sha:
                 raise VerificationError(f"blob {sha[:16]} in the ledger does not match its digest; nothing exported",
                                         seq=blobs[sha], rule="blob")
-            (tmp / "blobs" / sha).write_bytes(blob.data)
+            _write_private(tmp / "blobs" / sha, blob.data)
             files[f"blobs/{sha}"] = sha
     proofs = write_bundle_proofs(book, tmp, size, stream, signer, seqs)
     checkpoint_size = proofs.pop("checkpoint_size")

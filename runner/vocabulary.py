@@ -28,8 +28,11 @@ __all__ = [
     "PP3_DECISIONS",
     "PROTOCOLS",
     "REQUEST_STATUSES",
+    "SMOKE_OUTCOMES",
+    "SMOKE_PROBES",
     "SNAPSHOT_SOURCES",
     "STAGE_KINDS",
+    "STRUCTURED_FIELDS",
     "TOKEN_COUNT_SOURCES",
     "WAVE_ORDERS",
     "WIN2_DECISIONS",
@@ -51,8 +54,11 @@ __all__ = [
     "ProtocolName",
     "RequestStatus",
     "RestoreStatus",
+    "SmokeOutcome",
+    "SmokeProbe",
     "SnapshotSource",
     "StageKind",
+    "StructuredField",
     "ThermalKind",
     "TokenCountSource",
     "WaveOrder",
@@ -125,3 +131,13 @@ MetricRole = Literal["primary", "guard", "reported"]
 
 WIN2_DECISIONS: tuple[Win2Decision, ...] = get_args(Win2Decision)
 PP3_DECISIONS: tuple[Pp3Decision, ...] = get_args(Pp3Decision)
+
+# ---------------------------------------------------------------------- the smoke stage
+
+SmokeProbe = Literal["greedy_identity", "structured", "stop", "eos", "lifecycle"]
+SmokeOutcome = Literal["pass", "fail", "near_tie", "recorded"]
+StructuredField = Literal["structured_outputs", "guided_json", "response_format"]
+
+SMOKE_PROBES: tuple[SmokeProbe, ...] = get_args(SmokeProbe)
+SMOKE_OUTCOMES: tuple[SmokeOutcome, ...] = get_args(SmokeOutcome)
+STRUCTURED_FIELDS: tuple[StructuredField, ...] = get_args(StructuredField)

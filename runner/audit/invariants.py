@@ -40,6 +40,9 @@ Invariants (names are stable; docs/events.md explains each):
                                before that start's first wave
 ``decision-recomputes``        the decision's rule is the plan's protocol, and (with a hook) the
                                recorded result recomputes from the window's events
+``smoke-before-decision``      a decision that depends on the smoke stage (pp3-v1; win2-v1 when the
+                               plan registers smoke failures as INCONCLUSIVE) is CANDIDATE or WIN
+                               only after every registered probe ran on every smoke start, none failed
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ INVARIANTS: tuple[str, ...] = (
     "clock-cap-recorded",
     "priming-before-waves",
     "decision-recomputes",
+    "smoke-before-decision",
 )
 
 RecomputeHook = Callable[[Plan, Sequence["Event"], "Event"], Mapping[str, Any] | None]
@@ -429,6 +433,7 @@ def _check_decision(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t
     if p["rule"] != plan.protocol:
         a.flag("decision-recomputes", e, f"rule {p['rule']} is not the plan's protocol {plan.protocol}", ws.id)
         return
+    _check_smoke(a, e, p, ws, t)
     if a.recompute is None:
         return
     try:
@@ -444,6 +449,29 @@ def _check_decision(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t
         a.flag("decision-recomputes", e,
                f"recorded result differs from the recomputation in {', '.join(keys)} "
                f"(recorded {recorded.get('decision')}, recomputed {computed.get('decision')})", ws.id)
+
+
+def _check_smoke(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
+    plan = t.plan
+    smoke = None if plan is None else plan.smoke
+    if plan is None or smoke is None or (plan.protocol == "win2-v1" and smoke.win2_effect != "inconclusive"):
+        return
+    results = [x for x in t.events if x.type == "smoke.result"]
+    if not smoke.declared and not results:
+        return  # a stage implied by greedy_check in a window recorded before the stage ran
+    if (p.get("result") or {}).get("decision") not in ("CANDIDATE", "WIN"):
+        return
+    missing = [f"{probe} on {start}" for start in smoke.starts for probe in smoke.probes
+               if probe not in ((ws.starts.get(start) or {}).get("smoke") or ())]
+    if missing:
+        a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} depends on smoke "
+               f"probes that did not run: {', '.join(missing)}", ws.id)
+    failed = [f"{x.payload.get('probe')} on {x.payload.get('start')}" for x in results
+              if x.payload.get("outcome") == "fail"
+              or (x.payload.get("outcome") == "near_tie" and smoke.near_tie_rejects)]
+    if failed:
+        a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} despite failed "
+               f"smoke probes: {', '.join(failed)}", ws.id)
 
 
 Check = Callable[[_Auditor, "Event", dict[str, Any], WindowState, _Track], None]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INPUT_BUILDER", "INPUT_BUILDERS", "DecisionInput", "ReplayResult", "abort_reasons", "build_input",
-    "decision_for", "pp3_failures", "recorded_builder", "replay", "replay_window",
+    "decision_for", "pp3_failures", "recorded_builder", "replay", "replay_window", "smoke_findings",
 ]
 
 INPUT_BUILDER = 3
@@ -135,6 +135,34 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
     return failures
 
 
+def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list[str]]:
+    """The smoke stage's failures (named by kind) and its registered probes that did not run.
+
+    A near tie is a failure only when the plan registers ``near_tie_rejects``.
+    """
+    smoke = plan.smoke
+    if smoke is None:
+        return [], []
+    failures: list[str] = []
+    ran: set[tuple[str, str]] = set()
+    for event in events:
+        if event.type != "smoke.result":
+            continue
+        p = event.payload
+        ran.add((str(p.get("start")), str(p.get("probe"))))
+        if p.get("outcome") == "fail" or (p.get("outcome") == "near_tie" and smoke.near_tie_rejects):
+            failures.append(f"{p.get('kind')}: {p.get('summary')}")
+    missing = [f"smoke probe {probe} did not run on {start}" for start in smoke.starts for probe in smoke.probes
+               if (start, probe) not in ran]
+    return failures, missing
+
+
+def _smoke_counts(plan: Plan, events: Sequence[Event]) -> bool:
+    """Does the smoke stage enter the decision input? (A declared stage, or one that recorded results:
+    windows recorded before the stage existed rebuild to their own input.)"""
+    return plan.smoke is not None and (plan.smoke.declared or any(e.type == "smoke.result" for e in events))
+
+
 def build_input(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),
                 before: int | None = None, builder: int = INPUT_BUILDER) -> DecisionInput:
     """The rule input of ``plan``'s window from its events (those with seq < ``before``)."""
@@ -203,6 +231,11 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     }
     if incomplete:
         data["excluded_waves"] = incomplete
+    if plan.smoke is not None and plan.smoke.win2_effect == "inconclusive" and _smoke_counts(plan, events):
+        failures, missing = smoke_findings(plan, events)
+        used.extend(e for e in events if e.type == "smoke.result")
+        if failures or missing:
+            data["smoke_failures"] = failures + [f"incomplete: {m}" for m in missing]
     return DecisionInput(data, tuple(e.hash for e in sorted(used, key=lambda e: e.seq)))
 
 
@@ -270,6 +303,12 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
         used.extend(clock_events + priming_events)
         if incomplete:
             data["incomplete"] = incomplete
+    if _smoke_counts(plan, events):
+        smoke_failed, smoke_missing = smoke_findings(plan, events)
+        failures.extend(smoke_failed)
+        used.extend(e for e in events if e.type == "smoke.result")
+        if smoke_missing:
+            data["smoke_missing"] = smoke_missing
     unique = {e.seq: e for e in used}  # a start.began used for its clock cap and its waves' roles once
     return DecisionInput(data, tuple(unique[seq].hash for seq in sorted(unique)))
 

@@ -117,6 +117,7 @@ class Pp3Input:
     requests: tuple[Request, ...]
     clocks: Clocks | None = None           # absent in inputs built before the rule read clocks
     incomplete: tuple[str, ...] = ()       # recorded conditions not met as registered (priming)
+    smoke_missing: tuple[str, ...] = ()   # registered smoke probes that did not run (incomplete)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -131,6 +132,7 @@ def parse(data: Any) -> Pp3Input:
     requests = tuple(_request(r, i) for i, r in enumerate(f.tables("requests")))
     clocks = _clocks(f.table("clocks")) if "clocks" in f.data else None
     incomplete = f.strings("incomplete", (), nonempty=True, unique=False)
+    smoke_missing = f.strings("smoke_missing", (), nonempty=True, unique=False)
     f.done()
     seen: dict[tuple[str, str, str, str | None], int] = {}
     for r in requests:
@@ -139,7 +141,7 @@ def parse(data: Any) -> Pp3Input:
             raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
                                                      f"(block {r.block}, {pair_label(r.pair)})")
         seen[key] = r.index
-    return Pp3Input(params, gates_passed, tuple(failures), requests, clocks, tuple(incomplete))
+    return Pp3Input(params, gates_passed, tuple(failures), requests, clocks, tuple(incomplete), tuple(smoke_missing))
 
 
 def _clocks(f: Fields) -> Clocks:
@@ -334,6 +336,7 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     if inp.clocks is not None:
         hold += clock_reasons(inp.clocks)
     hold += [f"incomplete: {what}" for what in inp.incomplete]
+    hold += [f"incomplete: {m}" for m in inp.smoke_missing]
     hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered
              if r.status not in (*OBSERVED, "lost")]
     if not pairs:

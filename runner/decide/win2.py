@@ -112,6 +112,7 @@ class Win2Input:
     waves: tuple[Wave, ...]
     archive: tuple[ArchiveEntry, ...]
     excluded: tuple[str, ...] = ()
+    smoke: tuple[str, ...] = ()   # smoke failures a plan registers as making the decision INCONCLUSIVE
 
 
 CLOCKS_NOT_APPLICABLE = "not applicable: the site has no GPU clocks, so the clock-cap reasons do not apply"
@@ -133,8 +134,10 @@ def parse(data: Any) -> Win2Input:
     _check_duplicates(waves)
     archive = tuple(_archive_entry(e, production_cap) for e in f.tables("archive", required=False))
     excluded = f.strings("excluded_waves", (), nonempty=True, unique=False)
+    smoke = f.strings("smoke_failures", (), nonempty=True, unique=False)
     f.done()
-    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, tuple(excluded))
+    return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, tuple(excluded),
+                     tuple(smoke))
 
 
 def _params(f: Fields) -> Win2Params:
@@ -285,6 +288,7 @@ def decide(inp: Win2Input) -> dict[str, Any]:
 
     inconclusive: list[str] = _clock_reasons(inp)
     inconclusive.extend(f"missing data: wave not counted ({why})" for why in inp.excluded)
+    inconclusive.extend(f"smoke: {why}" for why in inp.smoke)
     if inp.thermal_dialbacks_in_hold > 0:
         inconclusive.append(f"thermal dial-back inside the HOLD ({inp.thermal_dialbacks_in_hold} event(s))")
     if len(families) != FAMILIES_PER_REPEAT:

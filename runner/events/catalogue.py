@@ -60,6 +60,7 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "priming.done": p.PrimingDone,
     "start.ended": p.StartEnded,
     "wave.measured": p.WaveMeasured,
+    "smoke.result": p.SmokeResult,
     "thermal.event": p.ThermalEvent,
     "measurement.ended": p.MeasurementEnded,
     "budget.decision": p.BudgetDecision,

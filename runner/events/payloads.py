@@ -26,6 +26,8 @@ from ..vocabulary import (
     ProtocolName,
     RequestStatus,
     RestoreStatus,
+    SmokeOutcome,
+    SmokeProbe,
     SnapshotSource,
     ThermalKind,
     TokenCountSource,
@@ -61,6 +63,7 @@ __all__ = [
     "RequestSummary",
     "RestoreFinished",
     "ServerGauges",
+    "SmokeResult",
     "StartBegan",
     "StartEnded",
     "ThermalEvent",
@@ -391,6 +394,28 @@ class WaveMeasured(WindowPayload):
         if p["ended_at"] < p["started_at"]:
             problems.append(("ended_at", "before started_at"))
         return problems
+
+
+@payload
+class SmokeResult(WindowPayload):
+    """One probe of the smoke stage on one start (``docs/smoke.md``); its exchanges travel as ``evidence``.
+
+    ``outcome``: ``pass``, ``fail`` (named by ``kind``: greedy-identity, grammar, stop,
+    lifecycle), ``near_tie`` (a greedy divergence within the registered margin) or
+    ``recorded`` (the greedy reference start: nothing to compare with yet).
+    """
+
+    start: Name
+    role: ArmRole
+    probe: SmokeProbe
+    outcome: SmokeOutcome
+    kind: str
+    summary: str
+    checks: dict[str, Any] = field(default_factory=dict)
+    reference: Name | None = None      # greedy identity: the start compared with
+    position: int | None = None        # greedy identity: the first divergent position (0-based)
+    margin: float | None = None        # the top-2 logprob margin there (nats), where the server gives logprobs
+    evidence: BlobRef | None = None
 
 
 @payload

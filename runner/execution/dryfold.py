@@ -168,6 +168,14 @@ def _prime(f: _Fold, s: Step) -> None:
     f.add("priming.done", p.PrimingDone(window=f.window, start=s.start, cache_salt="dry-run", ok=True, requests=[]))
 
 
+def _smoke(f: _Fold, s: Step) -> None:
+    assert s.start is not None and f.plan.smoke is not None  # probes are requests to the engine, no host action
+    role = f.plan.start(s.start).role
+    for probe in f.plan.smoke.probes:
+        f.add("smoke.result", p.SmokeResult(window=f.window, start=s.start, role=role, probe=probe, outcome="pass",
+                                            kind=probe, summary="dry run"))
+
+
 def _wave(f: _Fold, s: Step) -> None:
     assert s.start is not None and s.wave is not None
     f.add("wave.measured", WaveKeys(f.window, s.start, s.wave.cell, s.wave.wave))
@@ -266,7 +274,8 @@ SUCCESS: dict[StepKind, Callable[[_Fold, Step], None]] = {
     "probe": _probe, "preflight": _preflight, "placeholder_proof": _host_step, "quiet_proof": _host_step,
     "drain": _drain, "hold_open": _hold_open, "snapshot": _snapshot,
     "start_arm": _start_arm, "start_began": _start_began, "config_gate": _gate("start_config"),
-    "spec_gate": _gate("standard_spec"), "warmup": _warmup, "prime": _prime, "wave": _wave, "budget": _budget,
+    "spec_gate": _gate("standard_spec"), "warmup": _warmup, "prime": _prime, "wave": _wave, "smoke": _smoke,
+    "budget": _budget,
     "end_start": _end_start, "measurement_end": _measurement_end,
     "chain_abort": _chain_abort, "restore": _restore, "restore_failed": _restore_failed, "watch": _watch,
     "placeholder_down": _placeholder, "marker_clear": _marker_clear, "restore_close": _restore_close,

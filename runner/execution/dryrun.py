@@ -13,7 +13,7 @@ from ..plan.register import registered_plan
 from ..state.fold import admission_blockers
 from ..state.replay import replay
 from .dryfold import DryStep, planned_steps
-from .fit import unfit
+from .fit import recorded_fields, unfit
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
@@ -76,7 +76,8 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     report = budget_report(plan.budget)
     row = report.rows[0] if report.rows else None
     under_marker = state.marker is not None and state.marker.get("window") != window
-    refusals = unfit(plan, driver, production_serves=not under_marker) if ws.ending is None and not ws.actions else []
+    refusals = unfit(plan, driver, production_serves=not under_marker, fields=recorded_fields(ledger, window)) \
+        if ws.ending is None and not ws.actions else []
     power_line = None  # the power gate: its recorded result, else what the archive says now
     if "power" in plan.required_gates:
         recorded = ws.gates.get("power")

@@ -18,10 +18,15 @@ import httpx
 from ledger.errors import PolicyError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from ledger.store import Ledger
+
     from ..drivers.base import HostDriver
     from ..plan.model import Plan
 
-__all__ = ["PROBE_TIMEOUT_S", "probe_refusals", "refuse_unfit", "site_refusals", "unfit"]
+__all__ = ["PROBE_TIMEOUT_S", "probe_refusals", "recorded_fields", "refuse_unfit", "site_refusals", "unfit"]
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -73,17 +78,33 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     return refusals
 
 
-def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True) -> list[str]:
+def recorded_fields(ledger: Ledger, window: str) -> dict[str, Any] | None:
+    """What the window's last recorded capability probe (the rehearsal gate) found of each field."""
+    fields = None
+    for event in ledger.events(stream=f"window/{window}", types=["gate.result"]):
+        if event.payload.get("gate") == "rehearsal":
+            found = (event.payload.get("evidence") or {}).get("fields")
+            fields = dict(found) if isinstance(found, dict) else fields
+    return fields
+
+
+def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
+          fields: Mapping[str, Any] | None = None) -> list[str]:
     """Every reason the window cannot run on this site (static checks first; probes only when those pass).
 
     Production is probed only when it serves: under another window's chain marker it is
-    down, and the static checks are all there is to know.
+    down, and the static checks are all there is to know. ``fields`` (the recorded
+    capability probe's finding per request field) refuses smoke probes the server cannot run.
     """
-    return site_refusals(plan, driver) or (probe_refusals(plan, driver) if production_serves else [])
+    from ..gates.capability import smoke_refusals
+
+    static = site_refusals(plan, driver) + smoke_refusals(plan, fields)
+    return static or (probe_refusals(plan, driver) if production_serves else [])
 
 
-def refuse_unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True) -> None:
+def refuse_unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
+                 fields: Mapping[str, Any] | None = None) -> None:
     """Raise ``PolicyError`` (one line) when the window cannot run on this site."""
-    reasons = unfit(plan, driver, production_serves=production_serves)
+    reasons = unfit(plan, driver, production_serves=production_serves, fields=fields)
     if reasons:
         raise PolicyError(f"window {plan.window_id} refused before any host action: " + "; ".join(reasons))

@@ -9,7 +9,8 @@ a safe, recorded state. The order of steps is the reference sequence of ``docs/w
     preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
     quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,
     clock cap, start.began, start_config, standard_spec (speculative arms),
-    warm-up, prefix priming (a plan's ``[priming]``), waves, end of start -> measurement.ended -> ending -> decision
+    warm-up, prefix priming (a plan's ``[priming]``), waves, the smoke stage's probes (smoke starts), end of start
+    -> measurement.ended -> ending -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
 cleared], production up, HOLD closed), ``chained`` (placeholders up before the first
@@ -35,7 +36,8 @@ STOPPING = ("signal", "error")  # interruptions that stop measuring at once
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
-    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "prime", "wave", "end_start", "measurement_end",
+    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "prime", "wave", "smoke", "end_start",
+    "measurement_end",
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
     "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
@@ -279,6 +281,8 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
     for wave in plan.waves_of(start_id):
         if wave.wave not in done.get(wave.cell, []):
             return Step("wave", start=start_id, wave=wave)
+    if plan.smoke is not None and start_id in plan.smoke.starts and not info.get("smoke"):
+        return Step("smoke", start=start_id, reason="the smoke stage's probes, after the start's waves")
     return Step("end_start", start=start_id, reason="every wave of the start was measured")
 
 

@@ -25,11 +25,12 @@ from ..events import payloads as p
 from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers
 from ..state.replay import replay
-from . import endings, opening, starts
+from . import endings, opening, smoke, starts
 from .clock import BudgetClock, StageClock, parse_time
 from .endings import EndingSteps
 from .opening import OpeningSteps
 from .recorder import CRASH_ENV, CrashHook, RunResult, StepHandler
+from .smoke import SmokeSteps
 from .starts import StartSteps, block_began, block_ended
 from .steps import Context, Step, StepKind, next_step
 
@@ -48,10 +49,11 @@ MAX_CONSECUTIVE_ERRORS = 3
 OPENING_WAIT_S = 120.0  # how long an opening step waits for another window's opening step
 LOOP_KINDS = frozenset({"done", "blocked"})  # what the loop itself answers; every other kind has a handler
 
-STEP_HANDLERS: dict[StepKind, StepHandler] = {**opening.HANDLERS, **starts.HANDLERS, **endings.HANDLERS}
+STEP_HANDLERS: dict[StepKind, StepHandler] = {**opening.HANDLERS, **starts.HANDLERS, **endings.HANDLERS,
+                                              **smoke.HANDLERS}
 
 
-class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
+class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
     """Runs one registered, admitted window against a site (a ``HostDriver``)."""
 
     def __init__(
@@ -101,11 +103,12 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         if hold is not None and hold.get("owner") != self.owner and ws.ending is None:
             raise PolicyError(f"the HOLD is owned by {hold.get('owner')} (seq {hold.get('seq')}); refusing to run")
         if ws.ending is None and not ws.actions and not abort:  # nothing done yet: does the site fit?
-            from .fit import refuse_unfit
+            from .fit import recorded_fields, refuse_unfit
 
             marker = self.state.marker
             serving = marker is None or marker.get("window") == self.window
-            refuse_unfit(self.plan, self.driver, production_serves=serving)
+            refuse_unfit(self.plan, self.driver, production_serves=serving,
+                         fields=recorded_fields(self.ledger, self.window))
         if abort and ws.ending is None:
             self.append([("window.interrupted", p.WindowInterrupted(reason="abort", phase=ws.phase, detail={
                 "found_on": "abort", "open_actions": len(ws.open_actions)}), ())])

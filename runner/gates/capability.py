@@ -69,6 +69,8 @@ __all__ = [
     "forced_probes",
     "judge_answered",
     "plan_needs",
+    "smoke_needs",
+    "smoke_refusals",
     "vllm_needs",
 ]
 
@@ -127,7 +129,36 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
                       "delivered tokens come from the stream's final usage chunk"))
     needs.append(Need("return_token_ids", "accepted",
                       "tally's waves send it (tokens per chunk); a refusal would fail every request"))
+    smoke = {n.field: n for n in smoke_needs(plan)}
+    merged = [Need(n.field, "honoured", f"{n.reason}; and {smoke.pop(n.field).reason}") if n.field in smoke else n
+              for n in needs]
+    return tuple(merged) + tuple(smoke.values())
+
+
+def smoke_needs(plan: Plan) -> tuple[Need, ...]:
+    """The fields the plan's declared smoke probes rely on (``docs/smoke.md``)."""
+    smoke = plan.smoke
+    if smoke is None or not smoke.declared:  # the stage greedy_check implies is reported, never a gate
+        return ()
+    needs: list[Need] = []
+    if smoke.compare == "token_ids" and ("greedy_identity" in smoke.probes or "stop" in smoke.probes):
+        needs.append(Need("return_token_ids", "honoured", "the smoke stage compares emitted token ids "
+                                                          '(declare compare = "text" on a server that gives none)'))
+    if "stop" in smoke.probes and smoke.compare == "token_ids":
+        needs.append(Need("stop_token_ids", "honoured", "the smoke stage's stop probe ends a stream on a token id"))
+    if "eos" in smoke.probes:
+        needs.append(Need("allowed_token_ids", "honoured", "the smoke stage's eos probe forces EOS with "
+                                                           "allowed_token_ids"))
     return tuple(needs)
+
+
+def smoke_refusals(plan: Plan, fields: Mapping[str, Any] | None) -> list[str]:
+    """Smoke probes the recorded capability probe (``fields``: field -> status) shows this server cannot run."""
+    if not fields:
+        return []
+    return [f"the smoke stage relies on {need.field} ({need.reason}), and the capability probe found it "
+            f"{fields[need.field]} on this server: drop the probe or register what the server honours"
+            for need in smoke_needs(plan) if fields.get(need.field) in ("ignored", "refused")]
 
 
 def vllm_needs() -> tuple[Need, ...]:

@@ -30,13 +30,17 @@ from ..vocabulary import (
     CHAIN_MODES,
     GATES,
     PROTOCOLS,
+    SMOKE_PROBES,
     STAGE_KINDS,
+    STRUCTURED_FIELDS,
     WAVE_ORDERS,
     ArmRole,
     ChainMode,
     GateName,
     ProtocolName,
+    SmokeProbe,
     StageKind,
+    StructuredField,
     WaveOrder,
 )
 
@@ -50,8 +54,13 @@ __all__ = [
     "MODES",
     "PP3_DEFAULTS",
     "PROTOCOLS",
+    "SMOKE_FAILURE_KIND",
+    "SMOKE_PROBES",
+    "SMOKE_PROMPT",
+    "SMOKE_SCHEMA",
     "SPEC_OFF",
     "STAGE_KINDS",
+    "STRUCTURED_FIELDS",
     "WAVE_ORDERS",
     "WIN2_DEFAULTS",
     "Arm",
@@ -64,6 +73,7 @@ __all__ = [
     "Power",
     "Priming",
     "Sampling",
+    "Smoke",
     "Stage",
     "Start",
     "WaveSpec",
@@ -84,6 +94,15 @@ SPEC_OFF = "none"
 WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
 PP3_DEFAULTS: Mapping[str, float | int] = {
     "min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
+}
+
+SMOKE_FAILURE_KIND: Mapping[str, str] = {"greedy_identity": "greedy-identity", "structured": "grammar",
+                                         "stop": "stop", "eos": "stop", "lifecycle": "lifecycle"}
+"""The failure kind each smoke probe's failure is named by (the REJECT reasons of pp3-v1)."""
+SMOKE_PROMPT = "Write the numbers from one to forty in words, separated by commas:"
+SMOKE_SCHEMA: Mapping[str, Any] = {
+    "type": "object", "properties": {"name": {"type": "string"}, "count": {"type": "integer"}},
+    "required": ["name", "count"],
 }
 
 
@@ -248,6 +267,48 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class Smoke:
+    """The smoke stage: probes run at the end of each of ``starts`` (after its waves), T=0.
+
+    ``declared`` is false for the stage a plan implies by ``greedy_check = true`` on a start
+    without a ``[smoke]`` table (greedy identity only; not written to the registered plan,
+    which is re-derived from the starts). Greedy identity compares every later smoke start
+    with the first, a control start (the reference).
+    """
+
+    starts: tuple[str, ...]
+    probes: tuple[SmokeProbe, ...] = ("greedy_identity",)
+    compare: str = "token_ids"                 # or "text": the server gives no token ids
+    max_tokens: int = 16
+    seed: int = 7
+    temperature: float = 0.0
+    prompt: str = SMOKE_PROMPT
+    logprobs: int = 0                          # top logprobs asked per position (0: none)
+    near_tie_margin: float | None = None       # top-2 logprob margin (nats): a divergence within it is a near tie
+    near_tie_rejects: bool = False
+    structured_field: StructuredField = "structured_outputs"
+    eos_token_id: int | None = None
+    win2_effect: str = "report"                # win2-v1: "report" (recorded only) or "inconclusive"
+    timeout_s: float = 30.0
+    declared: bool = True
+
+    @property
+    def reference(self) -> str:
+        return self.starts[0]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "starts": list(self.starts), "probes": list(self.probes), "compare": self.compare,
+            "max_tokens": self.max_tokens, "seed": self.seed, "temperature": self.temperature, "prompt": self.prompt,
+            "logprobs": self.logprobs, "near_tie_margin": self.near_tie_margin,
+            "near_tie_rejects": self.near_tie_rejects, "structured_field": self.structured_field,
+            "eos_token_id": self.eos_token_id,
+            "win2_effect": self.win2_effect, "timeout_s": self.timeout_s,
+        }
+        return data
+
+
+@dataclass(frozen=True)
 class Budget:
     """The registered time budget; minutes are elapsed from the window's first host action."""
 
@@ -363,6 +424,7 @@ class Plan:
     rng_tests: tuple[str, ...] = ()  # the test ids every RNG receipt must list as passed (``docs/gates.md``)
     power: Power | None = None  # registered only when declared, so plans without it keep their digest
     priming: Priming | None = None  # prefix priming per block (None: none registered)
+    smoke: Smoke | None = None  # the smoke stage ([smoke], or implied by greedy_check starts)
 
     # ------------------------------------------------------------------ JSON
 
@@ -388,6 +450,7 @@ class Plan:
             "qualification": self.qualification.to_json(),
             # written only when registered, so plans without it keep their digest
             **({"priming": self.priming.to_json()} if self.priming is not None else {}),
+            **({"smoke": self.smoke.to_json()} if self.smoke is not None and self.smoke.declared else {}),
         } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:

@@ -27,8 +27,11 @@ from .model import (
     PP3_DEFAULTS,
     PROTOCOLS,
     ROLES,
+    SMOKE_PROBES,
+    SMOKE_PROMPT,
     SPEC_OFF,
     STAGE_KINDS,
+    STRUCTURED_FIELDS,
     WAVE_ORDERS,
     WIN2_DEFAULTS,
     Arm,
@@ -41,6 +44,7 @@ from .model import (
     Power,
     Priming,
     Sampling,
+    Smoke,
     Stage,
     Start,
 )
@@ -317,6 +321,59 @@ def _priming(f: Fields, protocol: str) -> Priming:
     return priming
 
 
+def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], protocol: str) -> Smoke | None:
+    """The smoke stage: the ``[smoke]`` table, or the greedy identity check ``greedy_check`` starts imply."""
+    control = CONTROL_ROLE[mode]
+    flagged = [s.id for s in starts if s.greedy_check]
+    if not present:
+        if not flagged:
+            return None
+        if starts[[s.id for s in starts].index(flagged[0])].role != control:  # the reference: the first control start
+            flagged.insert(0, next(s.id for s in starts if s.role == control))
+        return Smoke(starts=tuple(flagged), declared=False)
+    ids = [s.id for s in starts]
+    chosen = f.strings("starts", tuple(flagged), choices=ids) or ()
+    if len(chosen) < 2 and "greedy_identity" in f.data.get("probes", ("greedy_identity",)):
+        raise f.fail("starts", "greedy identity compares starts: name at least two (the first a control start), "
+                               "or set greedy_check = true on them")
+    if not chosen:
+        raise f.fail("starts", "the smoke stage runs on named starts: list them (or set greedy_check = true)")
+    ordered = tuple(sorted(chosen, key=ids.index))
+    if tuple(chosen) != ordered:
+        raise f.fail("starts", f"list the starts in registered order ({', '.join(ordered)})")
+    if starts[ids.index(chosen[0])].role != control:
+        raise f.fail("starts", f"the first smoke start is the greedy reference and must be a control ({control}) "
+                               f"start, got {chosen[0]}")
+    probes = f.strings("probes", ("greedy_identity",), choices=SMOKE_PROBES, nonempty=True)
+    if not probes:
+        raise f.fail("probes", "an empty list of probes is refused (fail closed)")
+    compare = f.string("compare", "token_ids", choices=("token_ids", "text"))
+    temperature = f.number("temperature", 0.0, low=0.0)
+    if temperature != 0.0 and "greedy_identity" in probes:
+        raise f.fail("temperature", f"greedy identity is a T=0 check (got {temperature:g})")
+    margin = f.number("near_tie_margin", None, low=0.0)
+    logprobs = f.integer("logprobs", 2 if margin is not None else 0, low=0, high=20)
+    if margin is not None and logprobs < 2:
+        raise f.fail("logprobs", "a near-tie margin needs the top-2 logprobs (logprobs >= 2)")
+    eos = f.integer("eos_token_id", None, low=0, high=10_000_000)
+    if eos is None and "eos" in probes:
+        raise f.fail("eos_token_id", "required by the eos probe (the model's EOS token id)")
+    effect = f.string("win2_effect", "report", choices=("report", "inconclusive"))
+    if protocol != "win2-v1" and effect != "report":
+        raise f.fail("win2_effect", "pp3-v1 rejects on any smoke failure (a win2-v1 setting)")
+    smoke = Smoke(
+        starts=tuple(chosen), probes=probes, compare=compare,
+        max_tokens=f.integer("max_tokens", 16, low=2, high=256), seed=f.integer("seed", 7, low=0, high=2**31),
+        temperature=temperature, prompt=f.string("prompt", SMOKE_PROMPT, nonempty=True), logprobs=logprobs,
+        near_tie_margin=margin, near_tie_rejects=f.boolean("near_tie_rejects", False),
+        structured_field=f.string("structured_field", "structured_outputs", choices=STRUCTURED_FIELDS),
+        eos_token_id=eos, win2_effect=effect,
+        timeout_s=f.number("timeout_s", 30.0, low=0.0, low_open=True, high=600.0),
+    )
+    f.done()
+    return smoke
+
+
 def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
     files = f.strings("files", ())
     for i, value in enumerate(files):
@@ -379,13 +436,14 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     carry = _carry(f.table("qualification"), required)
     power = _power(f, required)
     priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
+    smoke = _smoke(f.table("smoke"), f.has("smoke"), mode, starts, protocol)
     f.done()
     plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power, priming=priming,
+        power=power, priming=priming, smoke=smoke,
     )
     _check_bounded_blocks(plan, path)
     return plan

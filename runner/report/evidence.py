@@ -30,6 +30,7 @@ class WindowEvidence:
     facts: tuple[tuple[str, str], ...]   # plan facts the rule's input does not carry
     contention: tuple[tuple[str, ...], ...] = ()  # per start: load and server gauges around its waves
     phases: tuple[tuple[str, ...], ...] = ()      # per start: cold start, prefill (priming) and decode, apart
+    smoke: tuple[tuple[str, ...], ...] = ()  # start, probe, outcome, kind, position, margin, seq, summary
 
     def head_sections(self) -> list[Section]:
         """Banners, shown right under the decision."""
@@ -59,6 +60,13 @@ class WindowEvidence:
                      "priming requests: the first cold, the repeats from the prefix cache), and the decode runs "
                      "(their TTFT, then their decode time, which a decode bound counts from the first token).",
                      "note"),
+            )))
+        if self.smoke:
+            out.append(Section("Smoke stage (T=0 probes on the smoke starts)", (
+                Table(("start", "probe", "outcome", "kind", "position", "top-2 margin", "seq", "summary"), self.smoke),
+                Para("Each probe's exchanges and emitted sequences are its smoke.result's evidence blob. A near tie "
+                     "is a greedy divergence within the registered margin: reported, not a failure unless "
+                     "registered to be.", "note"),
             )))
         if self.facts:
             out.append(Section("Registered plan", (Table(("plan field", "value"), self.facts),)))
@@ -195,6 +203,30 @@ def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
             phase.decode += _numbers(r.get("decode_s") for r in requests)
             phase.statuses += [str(r.get("status")) for r in requests]
     return [phase.row(start) for start, phase in starts.items()], banners
+def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The smoke stage's results, and banners for its failures, near ties and probes that did not run."""
+    rows: list[tuple[str, ...]] = []
+    ran: set[tuple[str, str]] = set()
+    banners: list[str] = []
+    for e in events:
+        if e.type != "smoke.result":
+            continue
+        p = e.payload
+        ran.add((str(p.get("start")), str(p.get("probe"))))
+        margin = p.get("margin")
+        rows.append((str(p.get("start")), str(p.get("probe")), str(p.get("outcome")), str(p.get("kind")),
+                     "-" if p.get("position") is None else str(p.get("position")),
+                     "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(e.seq),
+                     _clip(str(p.get("summary") or ""))))
+        if p.get("outcome") in ("fail", "near_tie"):
+            what = "near tie" if p.get("outcome") == "near_tie" else f"{p.get('kind')} failure"
+            banners.append(f"smoke {what}: {_clip(str(p.get('summary') or ''))}")
+    if plan.smoke is not None and (plan.smoke.declared or rows):
+        missing = [f"{probe} on {start}" for start in plan.smoke.starts for probe in plan.smoke.probes
+                   if (start, probe) not in ran]
+        if missing:
+            banners.append(f"registered smoke probes that did not run: {', '.join(missing)}")
+    return rows, banners
 
 
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
@@ -216,6 +248,7 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     if plan.priming is not None:
         facts.append(("priming", f"{plan.priming.requests} identical request(s) per prompt and block, occupied "
                                  f"tokens within {plan.priming.tolerance_tokens} of the declared size"))
-    return WindowEvidence(gates, tuple(_gate_banners(gates) + _counter_banners(events) + busy + unprimed),
-                          tuple(facts), tuple(contention), tuple(phases))
+    smoke, smoke_banners = _smoke(plan, events)
+    return WindowEvidence(gates, tuple(_gate_banners(gates) + smoke_banners + _counter_banners(events) + busy
+                                       + unprimed), tuple(facts), tuple(contention), tuple(phases), tuple(smoke))
 

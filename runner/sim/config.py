@@ -54,7 +54,7 @@ STREAM_MODES = ("step", "token")
 # What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
 METRICS_FORMATS = ("vllm", "llamacpp", "none")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
-               "clock_cap_mismatch")
+               "clock_cap_mismatch", "greedy_diverge", "ignore_schema", "ignore_stop", "hang_after_cancel")
 
 
 @dataclass(frozen=True)

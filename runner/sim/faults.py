@@ -16,6 +16,14 @@ fault                  shape                                               effec
 ``metrics_down``       ``true`` / ``false``                                ``/metrics`` answers 503
 ``action_fail``        ``{action, count=1, status=500}``                   the named host action fails
 ``clock_cap_mismatch`` ``{cap_mhz, count=1}``                              the next start runs (and logs) this cap
+``greedy_diverge``     ``{arm, position, near_tie=false, count=1}``        the next T=0 requests on ``arm`` take
+                                                                           the runner-up token at ``position``
+                                                                           (a near tie: top-2 margin 0.01 there)
+``ignore_schema``      ``{arm="", count=1}``                               structured output answered as free
+                                                                           text (``arm`` "": any arm)
+``ignore_stop``        ``{arm="", count=1}``                               stop strings not honoured
+``hang_after_cancel``  ``{seconds, count=1}``                              after a client leaves a stream, every
+                                                                           request waits ``seconds`` (real)
 =====================  ==================================================  =====================================
 """
 
@@ -40,6 +48,11 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
                     "message": ("str", "simulated engine failure")},
     "action_fail": {"action": ("str", None), "count": ("int", 1), "status": ("status", 500)},
     "clock_cap_mismatch": {"cap_mhz": ("int", None), "count": ("int", 1)},
+    "greedy_diverge": {"arm": ("str", None), "position": ("int0", None), "near_tie": ("bool", False),
+                       "count": ("int", 1)},
+    "ignore_schema": {"arm": ("arm", ""), "count": ("int", 1)},
+    "ignore_stop": {"arm": ("arm", ""), "count": ("int", 1)},
+    "hang_after_cancel": {"seconds": ("float", None), "count": ("int", 1)},
 }
 
 
@@ -53,6 +66,10 @@ def _field(f: Fields, name: str, kind: str, default: Any) -> Any:
         return f.integer(name, required, low=500, high=599)
     if kind == "float":
         return f.number(name, required, low=0)
+    if kind == "bool":
+        return f.boolean(name, default)
+    if kind == "arm":  # an arm name, or "" for any arm
+        return f.string(name, default)
     return f.string(name, required, nonempty=True)
 
 
@@ -117,6 +134,17 @@ class FaultState:
         with self._lock:
             spec = self._faults.get(kind)
             if not isinstance(spec, dict):
+                return None
+            spec["count"] -= 1
+            if spec["count"] <= 0:
+                del self._faults[kind]
+            return dict(spec)
+
+    def take_for(self, kind: str, arm: str) -> dict[str, Any] | None:
+        """One use of an armed fault of ``kind`` aimed at ``arm`` (or at any arm: ``arm`` "")."""
+        with self._lock:
+            spec = self._faults.get(kind)
+            if not isinstance(spec, dict) or spec.get("arm") not in ("", arm):
                 return None
             spec["count"] -= 1
             if spec["count"] <= 0:

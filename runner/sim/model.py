@@ -74,6 +74,7 @@ class SamplingParams:
     """The request fields that change what is generated."""
 
     max_tokens: int
+    greedy: bool = False             # temperature 0: tokens depend on the prompt alone, never on the arm
     min_tokens: int = 0
     ignore_eos: bool = False
     allowed_token_ids: tuple[int, ...] | None = None
@@ -109,13 +110,30 @@ class Generation:
     step_jitter: float = 0.0        # relative sd of each step's time
     ttft_extra_ms: float = 0.0      # cold start etc. (model ms, added to the first step)
     cached_tokens: int = 0          # prompt tokens found in the prefix cache: their prefill is skipped
+    greedy_key: str = ""            # T=0: the key of the token stream (the prompt's), the same on every arm
+    diverge: tuple[int, bool] | None = None  # T=0 fault: (position, near tie) where this arm takes the runner-up
     generated: int = 0
     finish_reason: str | None = None
     steps: int = 0
     _rng: random.Random = field(init=False, repr=False)
+    _tokens: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed_key)
+        # At T=0 the tokens come from their own stream, so that drafts and acceptance (which
+        # differ by arm) never change what is emitted: every arm emits the same tokens.
+        self._tokens = random.Random(self.greedy_key) if self.params.greedy else self._rng
+
+    def runner_up(self, position: int) -> int:
+        """T=0: the second most likely token at ``position`` (an ordinary token, never the emitted one)."""
+        rng = random.Random(f"{self.greedy_key}|runner-up|{position}")
+        return rng.randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
+
+    def margin(self, position: int) -> float:
+        """T=0: the top-2 logprob margin (nats) at ``position``; a near-tie fault makes it tiny there."""
+        if self.diverge is not None and self.diverge[0] == position and self.diverge[1]:
+            return 0.01
+        return 0.5 + 3.0 * random.Random(f"{self.greedy_key}|margin|{position}").random()
 
     @property
     def done(self) -> bool:
@@ -164,21 +182,26 @@ class Generation:
         return Step(index, tuple(tokens), drafts, accepted, duration, self.finish_reason, stop_reason)
 
     def _sample(self) -> int:
+        if self.params.greedy and self.diverge is not None and self.generated == self.diverge[0]:
+            # this arm takes the runner-up here, and goes its own way from then on
+            self._tokens = random.Random(f"{self.greedy_key}|diverged")
+            return self.runner_up(self.generated)
         eos = self.eos_token_id
         eos_masked = self.generated < self.params.min_tokens
         allowed = self.params.allowed_token_ids
         bias = {t: b for t, b in self.params.logit_bias if not (eos_masked and t == eos)}
         if allowed:
-            pool = [t for t in allowed if not (eos_masked and t == eos)] or list(allowed)
+            # every allowed token masked (EOS held back by min_tokens): the argmax of all -inf, id 0
+            pool = [t for t in allowed if not (eos_masked and t == eos)] or [0]
             if bias:
                 return self._weighted(pool, [_weight(bias.get(t, 0.0)) for t in pool])
-            return pool[self._rng.randrange(len(pool))]
+            return pool[self._tokens.randrange(len(pool))]
         if bias:
             return self._biased(bias)
         return self._free()
 
     def _weighted(self, tokens: Sequence[int], weights: Sequence[float]) -> int:
-        point = self._rng.random() * sum(weights)
+        point = self._tokens.random() * sum(weights)
         for token, weight in zip(tokens, weights, strict=True):
             point -= weight
             if point < 0:
@@ -194,7 +217,7 @@ class Generation:
         tokens = sorted(bias)
         weights = [_weight(bias[t]) for t in tokens]
         rest = float(self.vocab_size - len(tokens))
-        if self._rng.random() * (sum(weights) + rest) < sum(weights):
+        if self._tokens.random() * (sum(weights) + rest) < sum(weights):
             return self._weighted(tokens, weights)
         while True:
             token = self._free()
@@ -205,9 +228,9 @@ class Generation:
         eos = self.eos_token_id
         eos_masked = self.generated < self.params.min_tokens
         free_eos = not self.params.ignore_eos and not eos_masked
-        if free_eos and self.eos_probability > 0 and self._rng.random() < self.eos_probability:
+        if free_eos and self.eos_probability > 0 and self._tokens.random() < self.eos_probability:
             return eos
         while True:
-            token = self._rng.randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
+            token = self._tokens.randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
             if token != eos:
                 return token

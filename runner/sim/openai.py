@@ -79,6 +79,9 @@ class ApiRequest:
     logit_bias: Mapping[str, float] | None
     min_p: float
     request_id: str | None
+    stop: tuple[str, ...] = ()            # stop strings
+    logprobs: int = 0                     # top logprobs per position (completions' ``logprobs``)
+    schema: Mapping[str, Any] | None = None  # a JSON schema the output must follow (structured outputs)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -185,6 +188,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
     if request_id is not None and not isinstance(request_id, str):
         raise _bad("request_id must be a string", "request_id")
     params = SamplingParams(
+        greedy=body.get("temperature") == 0,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_bool(body, "ignore_eos", False),
@@ -196,8 +200,42 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         kind=kind, model=model, prompt_ids=tuple(prompt_ids), stream=stream, include_usage=include_usage,
         continuous_usage=continuous, params=params, seed=seed, priority=priority, cache_salt=salt,
         return_token_ids=_bool(body, "return_token_ids", False), logit_bias=bias or None, min_p=min_p,
-        request_id=request_id,
+        request_id=request_id, stop=_stops(body), logprobs=_logprobs(kind, body), schema=_schema(body),
     )
+
+
+def _stops(body: Mapping[str, Any]) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise _bad("stop must be a string or a list of non-empty strings", "stop")
+    return tuple(values)
+
+
+def _logprobs(kind: Kind, body: Mapping[str, Any]) -> int:
+    if kind == "chat":
+        return (_int(body, "top_logprobs", 0, 0) or 0) if _bool(body, "logprobs", False) else 0
+    return _int(body, "logprobs", 0, 0) or 0
+
+
+def _schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The JSON schema of a structured-output request: vLLM's ``structured_outputs.json`` or
+    (before v0.12) ``guided_json``, or ``response_format`` ``json_schema``."""
+    outputs = body.get("structured_outputs")
+    schema: Any = outputs.get("json") if isinstance(outputs, dict) else None
+    if schema is None:
+        schema = body.get("guided_json")
+    fmt = body.get("response_format")
+    if schema is None and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        inner = fmt.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise _bad("the JSON schema must be an object", "structured_outputs")
+    return schema
 
 
 def _carries(body: Mapping[str, Any], name: str) -> bool:

@@ -46,6 +46,7 @@ from .openai import (
     usage_chunk,
     usage_of,
 )
+from .semantics import completion_logprobs, cut_at_stop, schema_text
 from .truth import RequestTruth, TruthLog
 
 __all__ = ["SimServer"]
@@ -71,6 +72,7 @@ class SimServer(ThreadingHTTPServer):
         self.truth = TruthLog()
         self.host = Host(config, self.faults, self.truth)
         self.stopping = threading.Event()
+        self.hung_until = 0.0  # a hang_after_cancel fault: requests wait until then
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -325,6 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(truth, ApiError(503, admitted, "ServiceUnavailableError", None), status="failed")
             return
         engine, engine_index = admitted
+        if server.hung_until > time.perf_counter():  # the engine hangs after a cancel (a fault)
+            server.sleep_until(server.hung_until, engine)
         try:
             truth.start, truth.arm, truth.engine = engine.number, engine.arm.name, engine_index
             problem = engine_check(request, engine.arm, config.vocab_size)
@@ -364,8 +368,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _generation(self, request: ApiRequest, engine: EngineSession) -> tuple[Generation, float]:
         config = self.server.config
+        fingerprint = hashlib.sha256(repr(request.prompt_ids).encode()).hexdigest()[:16]
+        diverge: tuple[int, bool] | None = None
+        if request.params.greedy:
+            fault = self.server.faults.take_for("greedy_diverge", engine.arm.name)
+            diverge = None if fault is None else (fault["position"], fault["near_tie"])
         if request.seed is not None:
-            fingerprint = hashlib.sha256(repr(request.prompt_ids).encode()).hexdigest()[:16]
             # Common random numbers: the same request draws the same uniforms on every arm, so
             # arms differ only by what they do with them (an identical arm gives identical steps).
             key = f"{config.seed}|seed={request.seed}|{fingerprint}|{request.params.max_tokens}"
@@ -382,6 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
             eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
             cached_tokens=cached,
+            greedy_key=f"{config.seed}|greedy|{fingerprint}", diverge=diverge,
         )
         return generation, cold
 
@@ -394,6 +403,9 @@ class _Handler(BaseHTTPRequestHandler):
         stall = faults.take("stall")
         drop = faults.take("drop")
         error_frame = faults.take("error_frame") if request.stream else None
+        arm = engine.arm.name
+        stops = request.stop if request.stop and not faults.take_for("ignore_stop", arm) else ()
+        schema = request.schema if request.schema is not None and not faults.take_for("ignore_schema", arm) else None
         truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
                                                         ("error_frame", error_frame)) if spec) or None
         generation, _cold = self._generation(request, engine)
@@ -415,6 +427,11 @@ class _Handler(BaseHTTPRequestHandler):
                 step = generation.next_step(server.host.clock_factor())
                 if step is None:
                     break
+                text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
+                if stops:
+                    step, text, stopped = cut_at_stop(step, stops, "".join(text_parts), config.eos_token_id)
+                    if stopped:
+                        generation.finish_reason = "stop"
                 chunk_index = len(truth.planned)
                 delay = step.duration_ms * scale
                 if step.index == 0 and slow:
@@ -438,7 +455,6 @@ class _Handler(BaseHTTPRequestHandler):
                 truth.drafts.append(step.drafts)
                 truth.accepted.append(step.accepted)
                 completion_tokens += len(step.tokens)
-                text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if step.finish_reason is not None:
                     finish_reason, stop_reason = step.finish_reason, step.stop_reason
                     self._observe_finish(truth, metrics, engine_index, finish_reason, planned, completion_tokens)
@@ -451,13 +467,17 @@ class _Handler(BaseHTTPRequestHandler):
                     self._write_frames(*frames)
                 else:
                     sent = time.perf_counter()
-                    text_parts.append(text)
                     token_ids.extend(step.tokens)
+                if not request.stream or stops:
+                    text_parts.append(text)
                 truth.planned.append(planned)
                 truth.sent.append(sent)
                 truth.completion_tokens = completion_tokens
         except (_Aborted, OSError):
             outcome = "aborted"
+            hang = faults.take("hang_after_cancel")
+            if hang is not None:
+                server.hung_until = time.perf_counter() + hang["seconds"]
         truth.finish_reason = finish_reason
         if outcome != "finished":
             truth.status = "failed" if outcome == "error_frame" else "aborted"
@@ -481,8 +501,15 @@ class _Handler(BaseHTTPRequestHandler):
             tail.append(b"[DONE]")
             self._safe(self._write_frames, *tail, end=True)
             return
-        self._json(200, self._full_response(request, truth.request_id, created, "".join(text_parts), finish_reason,
-                                            stop_reason, usage, token_ids))
+        text = "".join(text_parts)
+        if schema is not None:  # structured output: an instance of the schema
+            text, finish_reason = schema_text(schema, len(request.prompt_ids)), "stop"
+        answer = self._full_response(request, truth.request_id, created, text, finish_reason, stop_reason, usage,
+                                     token_ids)
+        if request.logprobs and request.kind == "completion" and generation.params.greedy:
+            answer["choices"][0]["logprobs"] = completion_logprobs(generation, token_ids, config.eos_token_id,
+                                                                   request.logprobs)
+        self._json(200, answer)
 
     def _safe(self, action: Callable[..., object], *args: Any, end: bool = False) -> None:
         """Write (or shut down) and tolerate a client that already left."""

@@ -496,6 +496,12 @@ def _wave(s: State, ws: WindowState, e: Event, p: WaveKeys | pl.WaveMeasured) ->
         info["waves"].setdefault(p.cell, []).append(p.wave)
 
 
+def _smoke(s: State, ws: WindowState, e: Event, p: pl.SmokeResult) -> None:
+    info = ws.starts.get(p.start)
+    if info is not None:  # a tuple: clones share it safely
+        info["smoke"] = (*info.get("smoke", ()), p.probe)
+
+
 def _thermal(s: State, ws: WindowState, e: Event, p: pl.ThermalEvent) -> None:
     ws.thermal.append({"host": p.host, "kind": p.kind, "seq": e.seq,
                        "inside_hold": s.hold is not None and s.hold.get("owner") == ws.id})
@@ -593,6 +599,7 @@ _HANDLERS: dict[str, Handler] = {
     "priming.done": _priming,
     "start.ended": _start_ended,
     "wave.measured": _wave,
+    "smoke.result": _smoke,
     "thermal.event": _thermal,
     "measurement.ended": _measurement_ended,
     "budget.decision": _budget,

@@ -212,8 +212,14 @@ ROWS = [
     Row("primed: the first planned wave", lambda: Story("seed003-abba", priming={"requests": 2}).held().warm(
         "A1").event("priming.done", start="A1", cache_salt="tally-prime-A1", ok=True, requests=[]),
         "wave", {"start": "A1"}),
-    Row("every wave of s1 measured", lambda: Story().held().measured("s1"), "end_start",
+    Row("every wave of s1 measured: its smoke probes (greedy_check)", lambda: Story().held().measured("s1"),
+        "smoke", {"start": "s1"}),
+    Row("every wave of s1 measured, its smoke probes recorded", lambda: Story().held().measured("s1").event(
+        "smoke.result", start="s1", role="P", probe="greedy_identity", outcome="recorded", kind="greedy-identity",
+        summary="s1: the greedy reference"), "end_start",
         {"start": "s1", "reason": "every wave of the start was measured"}),
+    Row("every wave of a start outside the smoke stage measured", lambda: Story("seed003-abba").held().measured(
+        "A1"), "end_start", {"start": "A1", "reason": "every wave of the start was measured"}),
     Row("s1 ended: the next start", lambda: Story().held().ended("s1"), "start_arm", {"start": "s2"}),
     Row("began, and the engine is gone (crash and host restart)", lambda: Story().held().began("s1").act(
         "probe", serving="up", arm="production", engine="ready"), "end_start",

@@ -1,0 +1,80 @@
+"""The ``[smoke]`` plan section: what it registers, what it refuses, what greedy_check implies, and fit refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.errors import FieldError
+from ledger.stricttoml import read_toml
+from runner.gates.capability import plan_needs, smoke_refusals
+from runner.plan import load_plan, parse_plan
+
+from .script import EXAMPLES
+
+SMOKE = (Path(__file__).resolve().parents[1] / "fixtures" / "smoke" / "seed003-smoke.toml").read_text()
+
+
+def _plan(extra: str, name: str = "seed003-abba.toml") -> Any:
+    return parse_plan(read_toml(((EXAMPLES / name).read_text() + "\n" + extra).encode(), "plan"))
+
+
+def test_the_example_plans_register_no_smoke_member_and_keep_their_digests() -> None:
+    """New fields are written only when given: the example plans' registered JSON (and digest) is unchanged."""
+    digests = {"seed000-controlled.toml": "29590c678ccde51be68b8e734a47a56299f79ab596253671826a1591c49e8fe0",
+               "seed000-production-policy.toml": "7574cd76fcae364bfb153882666ace41edb16a3f177b8701ddf0438ec1a96c0a",
+               "seed003-abba.toml": "e6c3a00385d53b131a0dd8f8d2977ee4eef098cb07aecce810fcf3053d428809"}
+    for name, digest in digests.items():
+        plan = load_plan(EXAMPLES / name)
+        assert "smoke" not in plan.to_json() and plan.sha256 == digest
+
+
+def test_greedy_check_starts_imply_a_greedy_identity_stage_with_a_control_reference() -> None:
+    controlled = load_plan(EXAMPLES / "seed000-controlled.toml")  # greedy_check on s2-B only
+    assert controlled.smoke is not None and not controlled.smoke.declared
+    assert controlled.smoke.starts == ("s1", "s2") and controlled.smoke.probes == ("greedy_identity",)
+    policy = load_plan(EXAMPLES / "seed000-production-policy.toml")  # on s1-P and s2-B
+    assert policy.smoke is not None and policy.smoke.starts == ("s1", "s2")
+    assert load_plan(EXAMPLES / "seed003-abba.toml").smoke is None
+
+
+def test_a_declared_stage_round_trips_through_its_registered_json() -> None:
+    plan = _plan(SMOKE)
+    assert plan.smoke is not None and plan.smoke.declared and plan.smoke.temperature == 0.0
+    assert parse_plan(plan.to_json()) == plan
+    assert plan.to_json()["smoke"]["probes"] == ["greedy_identity", "structured", "stop", "eos", "lifecycle"]
+    assert plan.sampling.temperature == 1.0  # the waves keep their registered sampling
+
+
+@pytest.mark.parametrize(("extra", "field", "words"), [
+    ('[smoke]\nstarts = ["B1", "A2"]', "plan.smoke.starts", "must be a control (A) start"),
+    ('[smoke]\nstarts = ["A1"]', "plan.smoke.starts", "at least two"),
+    ('[smoke]\nstarts = ["B1", "A1"]', "plan.smoke.starts", "registered order"),
+    ('[smoke]\nstarts = ["A1", "B1"]\ntemperature = 0.7', "plan.smoke.temperature", "T=0"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nprobes = ["eos"]', "plan.smoke.eos_token_id", "required by the eos probe"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nnear_tie_margin = 0.1\nlogprobs = 1', "plan.smoke.logprobs", "top-2"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nprobes = ["fuzz"]', "plan.smoke.probes[0]", "expected one of"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nwin2_effect = "inconclusive"', "plan.smoke.win2_effect", "pp3-v1 rejects"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nstructured_field = "grammar"', "plan.smoke.structured_field",
+     "expected one of"),
+    ('[smoke]\nstarts = ["A1", "B1"]\nprobe = ["stop"]', "plan.smoke", "probe"),
+])
+def test_a_broken_smoke_table_is_refused_naming_the_field(extra: str, field: str, words: str) -> None:
+    with pytest.raises(FieldError) as caught:
+        _plan(extra)
+    assert caught.value.path.startswith(field) and words in str(caught.value), str(caught.value)
+
+
+def test_smoke_probes_the_capability_probe_found_ignored_are_refused_before_any_host_action() -> None:
+    plan = _plan(SMOKE)
+    needs = {n.field: n.want for n in plan_needs(plan)}
+    assert needs["return_token_ids"] == needs["stop_token_ids"] == needs["allowed_token_ids"] == "honoured"
+    refusals = smoke_refusals(plan, {"return_token_ids": "ignored", "stop_token_ids": "honoured",
+                                     "allowed_token_ids": "honoured"})
+    assert len(refusals) == 1 and "return_token_ids" in refusals[0] and 'compare = "text"' in refusals[0]
+    assert smoke_refusals(plan, {"return_token_ids": "honoured", "stop_token_ids": "honoured",
+                                 "allowed_token_ids": "honoured"}) == []
+    text = _plan('[smoke]\nstarts = ["A1", "B1"]\ncompare = "text"')  # a server that gives no ids
+    assert smoke_refusals(text, {"return_token_ids": "ignored"}) == []
