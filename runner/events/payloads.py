@@ -347,6 +347,8 @@ class WaveMeasured(WindowPayload):
     counter_source: CounterSourceInfo | None = None   # absent in older ledgers: vLLM's series
     gauges: WaveGauges | None = None
     host_load: HostLoad | None = None
+    # two metrics URLs or more (engines, hosts): each one's own deltas ({url, series, problems}); counters is their sum
+    counters_by_url: list[dict[str, Any]] | None = None
 
     @staticmethod
     def check(p: dict[str, Any]) -> list[tuple[str, str]]:

@@ -71,7 +71,8 @@ def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveRe
                                **client),
         requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records),
         counter_source=p.CounterSourceInfo(**s["counter_source"]), gauges=_gauges(s["gauges"]),
-        host_load=p.HostLoad(**s["host_load"]), **attested)
+        host_load=p.HostLoad(**s["host_load"]), **attested,
+        counters_by_url=[u.to_json() for u in measured.per_url] or None)
 
 
 def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
@@ -240,7 +241,7 @@ class StartSteps(Recorder):
         if self.last_wave_end is not None:
             result.wave_gaps_s.append(t0 - self.last_wave_end)
         measured = measure_wave(
-            self.driver.serving_url, self.driver.metrics_urls[0] if self.driver.metrics_urls else None, prompts,
+            self.driver.serving_url, self.driver.metrics_urls or None, prompts,
             model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
             deadline_s=request_deadline, wave_deadline_s=deadline,
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
