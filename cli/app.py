@@ -44,6 +44,7 @@ def _global(
 
 def _register() -> None:
     from . import (
+        archive,
         audit,
         blob,
         chain,
@@ -64,7 +65,7 @@ def _register() -> None:
     )
 
     for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, measure, sim, verdict,
-                   window, gate, chain, replay, demo):
+                   window, gate, chain, archive, replay, demo):
         module.register(app)
 
 

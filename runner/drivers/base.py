@@ -29,6 +29,7 @@ __all__ = [
     "ACTIONS",
     "CHAIN_ACTIONS",
     "DEFAULT_TIMEOUTS_S",
+    "OPTIONAL_ACTIONS",
     "PER_HOST_ACTIONS",
     "SERVING_STATES",
     "ActionResult",
@@ -39,7 +40,7 @@ __all__ = [
 
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
            "quiet_proof", "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof",
-           "restore", "watch", "read_clock_cap", "probe")
+           "restore", "watch", "read_clock_cap", "probe", "read_thermal")
 
 # Run once per host (host given); every other action is run once, site-wide (host None).
 PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "placeholder_proof"})
@@ -48,12 +49,16 @@ PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "pl
 CHAIN_ACTIONS = frozenset({"fence", "experiment_stop", "quiet_proof", "placeholder_up", "placeholder_down",
                            "placeholder_proof"})
 
+# A site may offer them; the runner uses them when it does (docs/site.md, "Optional actions").
+OPTIONAL_ACTIONS = frozenset({"read_thermal"})
+
 # Seconds an action may take when the site file does not say (docs/site.md).
 DEFAULT_TIMEOUTS_S: Mapping[str, float] = {
     "preflight": 60.0, "drain": 900.0, "snapshot": 120.0, "start_arm": 1800.0, "stop_arm": 300.0,
     "warmup": 600.0, "fence": 120.0, "experiment_stop": 300.0, "quiet_proof": 120.0,
     "production_down_proof": 120.0, "placeholder_up": 120.0, "placeholder_down": 120.0,
     "placeholder_proof": 60.0, "restore": 1800.0, "watch": 900.0, "read_clock_cap": 60.0, "probe": 60.0,
+    "read_thermal": 60.0,
 }
 
 SERVING_STATES = ("up", "down", "draining")
@@ -195,7 +200,8 @@ def _fact_problem(name: str, value: Any) -> str | None:
         return f"{name} must be a list of host names, got {value!r}"
     if name == "quiet" and not isinstance(value, bool):
         return f"quiet must be true or false, got {value!r}"
-    if name in ("arm", "role", "engine", "log_line") and value is not None and not isinstance(value, str):
+    if name in ("arm", "role", "engine", "log_line", "worker_identity", "markov_identity", "experiment_commit",
+                "worker_tree") and value is not None and not isinstance(value, str):
         return f"{name} must be a string or null, got {value!r}"
     return None
 

@@ -37,6 +37,7 @@ _ROUTES: Mapping[str, str | None] = {
 
 
 _CONNECT_TIMEOUT_S = 10.0
+_HOST_IDENTITIES = ("worker_identity", "markov_identity", "experiment_commit", "worker_tree")   # as the plan's
 
 
 def _roles(hosts: tuple[str, ...]) -> dict[str, str]:
@@ -253,6 +254,7 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
                       "config_digest": answer.get("config_digest"), "identity": answer.get("identity"),
                       "speculative_config": answer.get("speculative_config"), "session": answer.get("session")})
+        facts.update({k: answer[k] for k in _HOST_IDENTITIES if k in answer})
     elif action in ("stop_arm", "experiment_stop"):
         facts["arm"] = answer.get("arm")
         facts["engine"] = None
@@ -277,4 +279,9 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
     elif action == "read_clock_cap":
         facts.update({"clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": answer.get("log_line"),
                       "current_clock_mhz": answer.get("current_clock_mhz")})
+        if isinstance(answer.get("hosts"), dict):
+            facts["hosts"] = answer["hosts"]
+    elif action == "read_thermal":
+        facts.update({"current_clock_mhz": answer.get("current_clock_mhz"),
+                      "dial_backs": answer.get("dial_backs") if isinstance(answer.get("dial_backs"), list) else []})
     return facts

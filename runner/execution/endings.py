@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..decide.inputs import INPUT_BUILDER, decision_for
 from ..events import payloads as p
+from ..state.archive import ARCHIVE_TYPES
 from ..vocabulary import Ending
 from .opening import OpeningSteps
 from .recorder import Pending, Recorder, RunResult, StepHandler, plain
@@ -109,7 +110,7 @@ class EndingSteps(Recorder):
 
     def decide(self, _s: Step, _r: RunResult) -> None:
         events = list(self.ledger.events(stream=f"window/{self.window}"))
-        archive = list(self.ledger.events(stream="archive", types=["archive.control_start"]))
+        archive = list(self.ledger.events(stream="archive", types=list(ARCHIVE_TYPES)))
         built, outcome = decision_for(self.plan, events, archive)  # archive bounded by window.closed
         self.append([("decision.recorded", p.DecisionRecorded(
             rule=self.plan.protocol, params=built.input["params"], inputs_digest=built.digest, input=built.input,

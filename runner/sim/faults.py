@@ -16,6 +16,13 @@ fault                  shape                                               effec
 ``metrics_down``       ``true`` / ``false``                                ``/metrics`` answers 503
 ``action_fail``        ``{action, count=1, status=500}``                   the named host action fails
 ``clock_cap_mismatch`` ``{cap_mhz, count=1}``                              the next start runs (and logs) this cap
+``host_clock_cap``     ``{host, cap_mhz, count=1}``                        at the next start, ``host`` alone logs
+                                                                           (and runs) this cap: the hosts disagree
+``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
+                                                                           host identity ``member`` (worker_identity...)
+``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
+                                                                           to ``cap_mhz`` and it recovers as the
+                                                                           request ends (a THERMAL-WATCH pair)
 =====================  ==================================================  =====================================
 """
 
@@ -40,6 +47,9 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
                     "message": ("str", "simulated engine failure")},
     "action_fail": {"action": ("str", None), "count": ("int", 1), "status": ("status", 500)},
     "clock_cap_mismatch": {"cap_mhz": ("int", None), "count": ("int", 1)},
+    "host_clock_cap": {"host": ("str", None), "cap_mhz": ("int", None), "count": ("int", 1)},
+    "thermal_blip": {"cap_mhz": ("int", None), "count": ("int", 1)},
+    "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
 }
 
 

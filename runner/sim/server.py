@@ -392,6 +392,9 @@ class _Handler(BaseHTTPRequestHandler):
         stall = faults.take("stall")
         drop = faults.take("drop")
         error_frame = faults.take("error_frame") if request.stream else None
+        blip = faults.take("thermal_blip")
+        if blip is not None:
+            server.host.blip(blip["cap_mhz"])
         truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
                                                         ("error_frame", error_frame)) if spec) or None
         generation, _cold = self._generation(request, engine)
