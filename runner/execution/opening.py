@@ -14,12 +14,15 @@ from ..events import payloads as p
 from .recorder import Recorder, RunResult, StepHandler, plain
 
 if TYPE_CHECKING:
+    from .capture import Capture
     from .steps import Step, StepKind
 
 __all__ = ["HANDLERS", "HOST_STEP_ACTIONS", "OpeningSteps"]
 
 
 class OpeningSteps(Recorder):
+    capture: Capture | None   # a production capture for a window opened under a marker (--chain-production)
+
     def probe(self, step: Step, _r: RunResult) -> None:
         self.say(f"re-probing: {step.reason}")
         self.action("probe", None, {"probed_action": step.args.get("action")}, probe_of=step.args["probe_of"])
@@ -43,6 +46,15 @@ class OpeningSteps(Recorder):
 
     def snapshot(self, step: Step, _r: RunResult) -> None:
         marker = self.state.marker
+        capture = self.capture
+        if step.args.get("from_marker") and marker is not None and capture is not None:
+            # production's identity as captured (checked against the marker's sha before any host action),
+            # so that the chain's restore can bring back exactly it even on a host that lost its record
+            blob = capture.blob()
+            self.append([("production.snapshot", p.ProductionSnapshot(
+                sha256=marker["production_snapshot_sha256"], source="capture", identity=dict(capture.identity),
+                blob=p.BlobRef.of(blob)), (blob,))])
+            return
         if step.args.get("from_marker") and marker is not None:
             self.append([("production.snapshot", p.ProductionSnapshot(
                 sha256=marker["production_snapshot_sha256"], source="marker",

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from ledger.errors import PolicyError, TallyError
@@ -26,6 +27,7 @@ from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers
 from ..state.replay import replay
 from . import endings, opening, starts
+from .capture import check_capture, read_capture
 from .clock import BudgetClock, parse_time
 from .endings import EndingSteps
 from .opening import OpeningSteps
@@ -65,6 +67,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         say: Callable[[str], None] | None = None,
         on_wave: Callable[[int, int, str], None] | None = None,
         owner: str | None = None,
+        chain_production: Path | None = None,
     ) -> None:
         self.ledger = ledger
         self.signer = signer
@@ -83,6 +86,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
         self.model: str | None = None
         self.crash = CrashHook()
         self.last_wave_end: float | None = None
+        # a production capture (``--chain-production``): read now, checked against the marker at run
+        self.capture = read_capture(chain_production) if chain_production is not None else None
 
     def refresh(self) -> None:
         self.state = replay(self.ledger, self.state)
@@ -105,6 +110,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
             marker = self.state.marker
             serving = marker is None or marker.get("window") == self.window
             refuse_unfit(self.plan, self.driver, production_serves=serving)
+            if self.capture is not None:
+                check_capture(self.capture, marker, self.window)
         if abort and ws.ending is None:
             self.append([("window.interrupted", p.WindowInterrupted(reason="abort", phase=ws.phase, detail={
                 "found_on": "abort", "open_actions": len(ws.open_actions)}), ())])

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from ledger.errors import FormatError, PolicyError
+from runner.audit.full import run_audit
+from runner.execution.window import WindowRunner
+from runner.gates.admission import admit
 from runner.gates.chain import check_prev_ok, run_prev_ok
 
 from .worlds import close, gate_all, run, state, window, world
@@ -44,3 +51,36 @@ def test_prev_ok_with_the_hosts_as_the_ledger_says_passes(tmp_path: Path) -> Non
         assert run(w, "chain-b").ending == "chained"
     finally:
         close(w)
+
+
+def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="last")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        drained = next(e.payload for e in w.book.events(stream="window/chain-a", types=["production.snapshot"]))
+        wrong = tmp_path / "wrong.json"
+        wrong.write_text(json.dumps({"sha256": "0" * 64, "identity": drained["identity"]}))
+        run_prev_ok(w.book, w.root, "chain-b")
+        admit(w.book, w.root, "chain-b")
+        size, actions = w.book.size(), len(w.sim.state()["actions"])
+        with pytest.raises(PolicyError, match="but the chain marker of window chain-a left production at"):
+            WindowRunner(w.book, w.root, "chain-b", w.driver, time_scale=w.time_scale, chain_production=wrong).run()
+        assert w.book.size() == size and len(w.sim.state()["actions"]) == actions   # before any host action
+        with pytest.raises(FormatError, match="sha256 must be 64 lowercase hex"):
+            run(w, "chain-b", chain_production=_write(tmp_path / "bad.json", {"sha256": "x", "identity": {}}))
+        capture = _write(tmp_path / "capture.json", {"sha256": drained["sha256"], "identity": drained["identity"]})
+        assert run(w, "chain-b", chain_production=capture).ending == "restored"
+        snap = next(e.payload for e in w.book.events(stream="window/chain-b", types=["production.snapshot"]))
+        assert snap["source"] == "capture" and snap["sha256"] == drained["sha256"]
+        assert snap["identity"] == drained["identity"]
+        assert w.book.blob(snap["blob"]["blob"].removeprefix("sha256:")).data == capture.read_bytes()
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value))
+    return path
