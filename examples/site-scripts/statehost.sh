@@ -17,6 +17,7 @@
 #          inject/dial_back holds MHz: before the next action the clock dials back to it and
 #          recovers (two THERMAL-WATCH lines in thermal.log, read by read_thermal);
 #          inject/host_cap.HOST holds MHz: the next read_clock_cap logs that cap on HOST.
+#          commit.HOST (not a fault): the commit checked out on HOST, reported by placeholder_proof.
 set -euo pipefail
 
 S=${1:?state dir}
@@ -150,7 +151,8 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
     host=${1:?host}
     [ -f "$S/placeholders/$host" ] || fail "no placeholder on $host"
     echo "placeholder present on $host"
-    facts "{\"placeholders\":$(host_list placeholders)}"
+    commit=$(cat "$S/commit.$host" 2>/dev/null || true)   # the commit checked out on the host, if known
+    facts "{\"placeholders\":$(host_list placeholders)${commit:+,\"commit\":\"$commit\"}}"
     ;;
   restore)
     want=${1:?snapshot sha256}
@@ -185,6 +187,15 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
       fi
     done
     echo "$line"
+    ;;
+  pair_close)    # optional chained-close steps: close the measured pair, stash the scoped HOLD, close the commit
+    echo "pair closed"
+    ;;
+  hold_stash)
+    echo "scoped HOLD stashed"
+    ;;
+  commit_close)
+    echo "commit closed"
     ;;
   read_thermal)  # the THERMAL-WATCH log: every dial-back, and the clock now
     touch "$S/thermal.log"

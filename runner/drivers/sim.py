@@ -26,7 +26,7 @@ import httpx
 from ledger.errors import ExternalError, FormatError
 
 from ..vocabulary import CounterSourceName
-from .base import ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
+from .base import ACTIONS, CLOSE_ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
 
 __all__ = ["SimDriver"]
 
@@ -122,7 +122,7 @@ class SimDriver:
 
     @property
     def actions(self) -> frozenset[str]:
-        return frozenset(ACTIONS)
+        return frozenset(ACTIONS) - CLOSE_ACTIONS   # the simulator has no pair to close, no scoped HOLD
 
     def timeout_s(self, action: str) -> float:
         check_action(self, action, None)
@@ -267,6 +267,9 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
         facts["placeholders"] = _present(answer.get("placeholders"))
     elif action == "placeholder_proof":
         facts["placeholders"] = sorted(answer.get("hosts", []))
+        commits = answer.get("commits")
+        if isinstance(commits, dict) and host in commits:
+            facts["commit"] = commits[host]
     elif action == "quiet_proof":
         facts["quiet"] = True
     elif action == "restore":

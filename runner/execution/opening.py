@@ -33,7 +33,10 @@ class OpeningSteps(Recorder):
 
     def host_step(self, step: Step, _r: RunResult) -> None:
         """A step that is one host action and records nothing else (a proof, a fence, the experiment's stop)."""
-        self.action(HOST_STEP_ACTIONS[step.kind], step.host, {})
+        params: dict[str, object] = {}
+        if step.kind == "placeholder_proof":   # a chained start: the hosts must run the window's commit
+            params["expected_commit"] = self.ws.commit
+        self.action(HOST_STEP_ACTIONS[step.kind], step.host, params)
 
     def drain(self, _s: Step, _r: RunResult) -> None:
         self.action("drain", None, {}, then=lambda res: [
@@ -70,6 +73,7 @@ HOST_STEP_ACTIONS: dict[str, str] = {
     "placeholder_proof": "placeholder_proof", "quiet_proof": "quiet_proof",
     "closing_placeholder_proof": "placeholder_proof", "closing_quiet_proof": "quiet_proof",
     "fence": "fence", "experiment_stop": "experiment_stop",
+    "pair_close": "pair_close", "hold_stash": "hold_stash", "commit_close": "commit_close",
 }
 
 HANDLERS: dict[StepKind, StepHandler] = {

@@ -228,7 +228,10 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps):
                 began = block_began(ws, current)
                 if began is not None:
                     block_limit = self.clock.block_over(self.clock.minutes(began, now))
-        return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit)
+        from ..drivers.base import CLOSE_ACTIONS
+
+        return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit,
+                       frozenset(self.driver.actions) & CLOSE_ACTIONS)
 
 
 def unhandled_step_kinds() -> set[str]:

@@ -18,6 +18,8 @@ fault                  shape                                               effec
 ``clock_cap_mismatch`` ``{cap_mhz, count=1}``                              the next start runs (and logs) this cap
 ``host_clock_cap``     ``{host, cap_mhz, count=1}``                        at the next start, ``host`` alone logs
                                                                            (and runs) this cap: the hosts disagree
+``host_commit``        ``{host, commit, count=1}``                         the next placeholder_proof of ``host``
+                                                                           reports this commit checked out there
 ``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
                                                                            host identity ``member`` (worker_identity...)
 ``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
@@ -49,6 +51,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "clock_cap_mismatch": {"cap_mhz": ("int", None), "count": ("int", 1)},
     "host_clock_cap": {"host": ("str", None), "cap_mhz": ("int", None), "count": ("int", 1)},
     "thermal_blip": {"cap_mhz": ("int", None), "count": ("int", 1)},
+    "host_commit": {"host": ("str", None), "commit": ("str", None), "count": ("int", 1)},
     "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
 }
 

@@ -367,7 +367,14 @@ class Host:
             missing = [h for h in hosts if not self.placeholders[h]]
         if missing:
             raise HostActionError(409, "placeholder_proof", f"no placeholder on {', '.join(missing)}")
-        return {"hosts": hosts, "output": f"placeholders present on {', '.join(hosts)}"}
+        commits: dict[str, str] = {}
+        armed = self.faults.snapshot().get("host_commit")
+        if isinstance(armed, dict) and armed["host"] in hosts:
+            other = self.faults.take("host_commit")
+            if other is not None:
+                commits[other["host"]] = other["commit"]
+        return {"hosts": hosts, **({"commits": commits} if commits else {}),
+                "output": f"placeholders present on {', '.join(hosts)}"}
 
     def _do_quiet_proof(self, args: dict[str, Any]) -> dict[str, Any]:
         with self.cond:

@@ -84,3 +84,56 @@ def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp
 def _write(path: Path, value: object) -> Path:
     path.write_text(json.dumps(value))
     return path
+
+
+def test_a_chained_start_on_a_host_at_another_commit_aborts_the_chain(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        w.sim.set_faults(host_commit={"host": "sim-worker", "commit": "f" * 40})
+        result = run(w, "chain-b")
+        assert result.ending == "aborted"
+        proofs = [e.payload for e in w.book.events(stream="window/chain-b", types=["host.action"])
+                  if e.payload["action"] == "placeholder_proof" and e.payload["phase"] == "finished"]
+        failed = [p for p in proofs if not p["ok"]]
+        assert failed and failed[0]["host"] == "sim-worker"
+        assert f"runs commit {'f' * 40}, not the window's" in failed[0]["detail"]["error"]
+        assert not list(w.book.events(stream="window/chain-b", types=["wave.measured"]))
+        s = state(w.book)
+        assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_chained_close_runs_the_optional_pair_close_stash_and_commit_close_in_order(tmp_path: Path) -> None:
+    import shutil
+
+    from runner.demo.scenarios import EXAMPLES
+    from runner.drivers.site import load_site
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
+    try:
+        gate_all(w)
+        shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
+        text = (EXAMPLES / "site-commands.toml").read_text().replace("http://127.0.0.1:8000", w.sim.url)
+        for action in ("pair_close", "hold_stash", "commit_close"):
+            text += f'\n[actions.{action}]\ncommand = "site-scripts/statehost.sh {{state_dir}} {action}"\n'
+        (tmp_path / "site.toml").write_text(text)
+        driver = load_site(tmp_path / "site.toml")
+        result = WindowRunner(w.book, w.root, "cmd-chain", driver, time_scale=w.time_scale).run()
+        driver.close()
+        assert result.ending == "chained", result.blocked
+        log = [" ".join(line.split()[0:2]) for line in (tmp_path / "site-state" / "actions.log").read_text().splitlines()]
+        close_at = log.index("placeholder_up spark-head")
+        assert log[close_at:close_at + 12] == [
+            "placeholder_up spark-head", "placeholder_up spark-worker", "fence spark-head", "fence spark-worker",
+            "pair_close", "experiment_stop", "quiet_proof", "production_down_proof",
+            "placeholder_proof spark-head", "placeholder_proof spark-worker", "hold_stash", "commit_close"]
+        types = [e.type for e in w.book.events(stream="window/cmd-chain")]
+        assert types[-4:-1] == ["hold.closed", "chain.marker.set", "window.closed"]
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
