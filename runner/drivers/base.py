@@ -37,6 +37,7 @@ __all__ = [
     "HostDriver",
     "check_action",
     "settle",
+    "unreachable_allowed",
 ]
 
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
@@ -149,6 +150,13 @@ class HostDriver(Protocol):
     def close(self) -> None:
         """Release what the driver holds (connections); it may be used again afterwards."""
         ...
+
+
+def unreachable_allowed(driver: HostDriver, mode: str) -> tuple[str, ...]:
+    """The hosts a window of ``mode`` may find unreachable while it holds them (the site's
+    ``allow_unreachable`` table, mode -> hosts; none by default)."""
+    table = getattr(driver, "allow_unreachable", None)
+    return tuple(table.get(mode, ())) if isinstance(table, Mapping) else ()
 
 
 def check_action(driver: HostDriver, action: str, host: str | None) -> None:

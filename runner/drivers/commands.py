@@ -173,6 +173,8 @@ class CommandsDriver:
 
     kind = "commands"
 
+    allow_unreachable: Mapping[str, tuple[str, ...]] = {}   # mode -> hosts (the site file's table)
+
     def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
                  production_clock_cap_mhz: int | None, commands: Mapping[str, CommandTemplate], cwd: Path,
                  state_dir: Path | None = None, kill_grace_s: float = 5.0, pass_env: tuple[str, ...] = (),

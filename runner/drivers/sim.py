@@ -48,6 +48,7 @@ class SimDriver:
     """Drives a simulator (``runner.sim``) at ``url`` through ``/_sim``."""
 
     kind = "sim"
+    allow_unreachable: Mapping[str, tuple[str, ...]] = {}   # mode -> hosts (the site file's table)
 
     def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
                  hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None,

@@ -33,7 +33,7 @@ HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS | OPTIONAL_ACTIONS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
-_COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions"}
+_COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions", "allow_unreachable"}
 _FIELDS = {
     "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s", "pass_env"},
     "sim": _COMMON | {"url", "hosts", "endpoints"},
@@ -68,9 +68,31 @@ def site_from_dict(data: Mapping[str, Any], *, base_dir: Path, where: str = "sit
     unknown = sorted(set(data) - _FIELDS[kind])
     if unknown:
         raise f.fail_here(f"unknown field {unknown[0]!r} for a {kind} site")
-    if kind == "sim":
-        return _sim_site(f)
-    return _commands_site(f, base_dir, check_programs)
+    driver: SimDriver | CommandsDriver = _sim_site(f) if kind == "sim" else _commands_site(f, base_dir, check_programs)
+    if f.has("allow_unreachable"):
+        driver.allow_unreachable = _allow_unreachable(f, driver.hosts)
+    return driver
+
+
+def _allow_unreachable(f: Fields, hosts: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """``allow_unreachable = {"production-policy" = ["spark-worker"], ...}``: per mode, hosts of this site.
+
+    The modes are checked against the plan when a window runs (a mode name here that no plan uses
+    simply never applies); a drivers module does not read plans.
+    """
+    if not isinstance(f.raw("allow_unreachable"), Mapping):
+        raise f.fail("allow_unreachable", "must be a table: mode -> list of host names")
+    table = f.table("allow_unreachable")
+    out: dict[str, tuple[str, ...]] = {}
+    for mode in table.data:
+        if not HOST_NAME.fullmatch(mode):
+            raise table.fail(mode, "not a mode name")
+        names = table.strings(mode)
+        unknown = [n for n in names if n not in hosts]
+        if unknown:
+            raise table.fail(mode, f"{unknown[0]!r} is not a host of this site")
+        out[mode] = tuple(names)
+    return out
 
 
 # ---------------------------------------------------------------------- kinds

@@ -43,8 +43,15 @@ class OpeningSteps(Recorder):
             ("production.state", p.ProductionState(state="down", proof={"action": "drain", **plain(res.facts)}), ())])
 
     def hold_open(self, step: Step, _r: RunResult) -> None:
-        self.append([("hold.opened", p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
-                                                  from_marker=bool(step.args.get("from_marker"))), ())])
+        from ..drivers.base import unreachable_allowed
+
+        allowed = list(unreachable_allowed(self.driver, self.plan.mode))
+        opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
+                              from_marker=bool(step.args.get("from_marker")))
+        if allowed:   # written only when the site allows some (older ledgers have the member empty)
+            opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts), allow_unreachable=allowed,
+                                  from_marker=bool(step.args.get("from_marker")))
+        self.append([("hold.opened", opened, ())])
         self.say(f"HOLD opened by {self.owner}")
 
     def snapshot(self, step: Step, _r: RunResult) -> None:

@@ -112,8 +112,13 @@ def check_prev_ok(state: State, window_id: str) -> PrevOk:
     return PrevOk("FAIL" if failures else "PASS", marker is not None, previous, evidence, tuple(failures))
 
 
-def probe_hosts(driver: HostDriver, window_id: str, marker_present: bool) -> tuple[dict[str, Any], list[str]]:
-    """What the hosts themselves say (read-only probes through the site), and what contradicts the chain."""
+def probe_hosts(driver: HostDriver, window_id: str, marker_present: bool,
+                allow_unreachable: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    """What the hosts themselves say (read-only probes through the site), and what contradicts the chain.
+
+    A host in ``allow_unreachable`` (the site's table for the window's mode) whose proof gets no
+    answer (timed out, or the site cannot reach it) is noted, not refused.
+    """
     from ledger.errors import ExternalError
 
     failures: list[str] = []
@@ -128,7 +133,13 @@ def probe_hosts(driver: HostDriver, window_id: str, marker_present: bool) -> tup
             result = driver.run(action, host, {"window": window_id})
         except ExternalError as exc:
             probes[name] = {"ok": False, "error": str(exc)[:300]}
-            failures.append(f"{name}: no answer ({str(exc)[:200]})")
+            if host in allow_unreachable:
+                probes[name]["unreachable_allowed"] = True
+            else:
+                failures.append(f"{name}: no answer ({str(exc)[:200]})")
+            return None
+        if result.timed_out and host in allow_unreachable:
+            probes[name] = {"ok": False, "timed_out": True, "unreachable_allowed": True}
             return None
         probes[name] = {"ok": result.ok, "exit_code": result.exit_code,
                         "facts": {k: v for k, v in result.facts.items()
@@ -153,7 +164,8 @@ def probe_hosts(driver: HostDriver, window_id: str, marker_present: bool) -> tup
                 continue
             if "error" in proof:
                 failures.append(f"the placeholder on {host} is not up: {proof['error']}")
-    return {"site": driver.kind, "hosts": list(driver.hosts), "probes": probes, "failures": list(failures)}, failures
+    return {"site": driver.kind, "hosts": list(driver.hosts), "allow_unreachable": list(allow_unreachable),
+            "probes": probes, "failures": list(failures)}, failures
 
 
 @dataclass(frozen=True)
@@ -177,7 +189,11 @@ def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str, driver: HostDriv
     state = replay(ledger)
     result = check_prev_ok(state, window_id)
     if driver is not None:
-        probed, more = probe_hosts(driver, window_id, result.marker_present)
+        from ..drivers.base import unreachable_allowed
+        from ..plan.register import registered_plan
+
+        mode = registered_plan(ledger, window_id).plan.mode
+        probed, more = probe_hosts(driver, window_id, result.marker_present, unreachable_allowed(driver, mode))
         failures = (*result.failures, *(f"hosts: {f}" for f in more))
         evidence = {**result.evidence, "hosts": probed, "failures": list(failures)}
         result = PrevOk("FAIL" if failures else "PASS", result.marker_present, result.previous, evidence, failures)

@@ -137,3 +137,52 @@ def test_chained_close_runs_the_optional_pair_close_stash_and_commit_close_in_or
         assert run_audit(book=w.book).ok
     finally:
         close(w)
+
+
+class _WorkerUnreachable:
+    """The site, but the worker does not answer (the ssh to it hangs up)."""
+
+    def __init__(self, driver: object, allowed: dict[str, tuple[str, ...]]) -> None:
+        self._driver = driver
+        self.allow_unreachable = allowed
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._driver, name)
+
+    def run(self, action: str, host: str | None, params: dict[str, object]) -> object:
+        from ledger.errors import ExternalError
+
+        if host == "sim-worker":
+            raise ExternalError("ssh: connect to host sim-worker port 22: No route to host")
+        return self._driver.run(action, host, params)  # type: ignore[attr-defined]
+
+
+def test_allow_unreachable_per_mode_in_the_hold_and_the_probes(tmp_path: Path) -> None:
+    from runner.drivers.site import load_site
+    from runner.gates.chain import probe_hosts
+
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        site = tmp_path / "site.toml"
+        site.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\n\n[allow_unreachable]\n'
+                        '"production-policy" = ["sim-worker"]\n')
+        driver = load_site(site)
+        assert driver.allow_unreachable == {"production-policy": ("sim-worker",)}
+        admit(w.book, w.root, "chain-a")
+        assert WindowRunner(w.book, w.root, "chain-a", driver, time_scale=w.time_scale).run().ending == "chained"
+        opened = next(e.payload for e in w.book.events(stream="window/chain-a", types=["hold.opened"]))
+        assert opened["allow_unreachable"] == ["sim-worker"]
+        _, refused = probe_hosts(_WorkerUnreachable(w.driver, {}), "chain-b", True)          # type: ignore[arg-type]
+        assert any("placeholder_proof sim-worker: no answer" in f for f in refused)
+        evidence, tolerated = probe_hosts(_WorkerUnreachable(w.driver, {}), "chain-b", True,  # type: ignore[arg-type]
+                                          ("sim-worker",))
+        assert tolerated == [] and evidence["probes"]["placeholder_proof sim-worker"]["unreachable_allowed"]
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\n[allow_unreachable]\ncontrolled = ["nobody"]\n')
+        with pytest.raises(FormatError, match="'nobody' is not a host of this site"):
+            load_site(bad)
+        driver.close()
+    finally:
+        close(w)
