@@ -277,6 +277,8 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
         facts.update({"serving": "up", "snapshot_sha256": answer.get("sha256"), "identity": answer.get("identity"),
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
                       "session": answer.get("session")})
+        if isinstance(answer.get("hosts"), dict):
+            facts["hosts"] = answer["hosts"]
     elif action == "watch":
         facts.update({"watch": "PASS", "serving": answer.get("production", "up"),
                       "production_sha256": answer.get("sha256")})

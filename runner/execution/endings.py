@@ -42,8 +42,22 @@ class EndingSteps(Recorder):
         if identity is not None:
             params["snapshot_identity"] = identity
         self.action("restore", None, params, then=lambda res: [
-            ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt, detail=plain(res.facts),
+            ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt,
+                                                   detail={**plain(res.facts), **self._restored_clock(res.facts)},
                                                    **self._snapshot_member()), ())])
+
+    def _restored_clock(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """Production's cap after the restore, from every host's own log line (``detail.clock``)."""
+        from ..gates.clocks import read_caps
+
+        expected = self.plan.production_clock_cap_mhz
+        if expected is None or (facts.get("clock_cap_mhz") is None and facts.get("hosts") is None):
+            return {}
+        reading = read_caps(facts, self.driver.hosts)
+        problems = list(reading.problems)
+        if reading.cap is not None and reading.cap != expected:
+            problems.append(f"production restored at {reading.cap} MHz, configured at {expected} MHz")
+        return {"clock": {**reading.to_json(), "clock_cap_mhz": reading.cap, "problems": problems}}
 
     def restore_failed(self, step: Step, _r: RunResult) -> None:
         self.append([("restore.finished", p.RestoreFinished(

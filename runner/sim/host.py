@@ -414,6 +414,8 @@ class Host:
         return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
                 "session": session.session,
                 "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
+                "hosts": {h: {"clock_cap_mhz": session.clock_cap_mhz,
+                              "log_line": f"clock cap {session.clock_cap_mhz} MHz"} for h in self.config.hosts},
                 "output": f"production restored to snapshot {snap['sha256']}"}
 
     def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -143,3 +143,14 @@ def test_a_dialled_back_control_start_is_archived_at_its_real_cap_and_flagged(tm
         assert replay_window(w.book, WINDOW).match and run_audit(book=w.book).ok
     finally:
         close(w)
+
+
+def test_the_restore_reads_production_cap_from_every_hosts_own_line(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:
+        assert run(w, WINDOW).ending == "restored"
+        restored = _events(w, "restore.finished")[-1]["detail"]["clock"]
+        assert restored["clock_cap_mhz"] == 2300 and restored["problems"] == []
+        assert {h: v["clock_cap_mhz"] for h, v in restored["hosts"].items()} == {h: 2300 for h in HOSTS}
+    finally:
+        close(w)
