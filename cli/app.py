@@ -44,6 +44,7 @@ def _global(
 
 def _register() -> None:
     from . import (
+        archive,
         audit,
         blob,
         chain,
@@ -65,7 +66,7 @@ def _register() -> None:
     )
 
     for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, measure, sim, verdict,
-                   window, gate, chain, replay, promote, demo):
+                   window, gate, chain, replay, archive, promote, demo):
         module.register(app)
 
 

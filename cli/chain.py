@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,13 +21,24 @@ from .common import (
 )
 
 
-def chain_prev_ok(window: WindowArg, json_out: JsonOpt = False) -> None:
-    """From replayed state: the previous window left a consistent chain (aborts the chain on refusal)."""
+def chain_prev_ok(
+    window: WindowArg,
+    site: Annotated[Path | None, typer.Option("--site", help="Also probe the hosts through this site file "
+                                              "(preflight, and placeholder_proof on every host under the marker).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The previous window left a consistent chain: from replayed state and, with --site, from the hosts
+    themselves (aborts the chain on refusal)."""
     from runner.gates.chain import run_prev_ok
 
     book, signer = ledger_and_signer()
     registered(book, window)
-    record = run_prev_ok(book, signer, window)
+    driver = site_driver(site)[0] if site is not None else None
+    try:
+        record = run_prev_ok(book, signer, window, driver)
+    finally:
+        if driver is not None:
+            driver.close()
     result = record.result
     if json_out:
         print_json({"window": window, "gate": "chain_prev_ok", "verdict": result.verdict, "summary": result.summary,

@@ -80,7 +80,8 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
         print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
 
 
-def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False) -> None:
+def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False,
+             chain_production: Path | None = None) -> None:
     from runner.execution.lock import window_lock
     from runner.execution.progress import Progress
     from runner.execution.window import WindowRunner, owner_name
@@ -93,7 +94,7 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
                                              echo=not json_out) as progress:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
                               say=(lambda _t: None) if json_out else progress.say,
-                              on_wave=progress.wave, owner=window)
+                              on_wave=progress.wave, owner=window, chain_production=chain_production)
         progress.begin(len(runner.plan.waves), runner.plan)
         if not resume and not abort and (runner.ws.actions or runner.ws.ending is not None):
             raise FormatError(f"window {window} has already run (phase {runner.ws.phase}); "
@@ -148,6 +149,9 @@ def window_run(
     site: SiteOpt,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, gates and timeline; touch nothing.")] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Run the window for real (needs admission).")] = False,
+    chain_production: Annotated[Path | None, typer.Option(
+        "--chain-production", help="Production capture ({sha256, identity}) for a window opened under another "
+                                   "window's chain marker; its sha256 must be the marker's.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Dry-run or execute a registered window against a site."""
@@ -168,7 +172,7 @@ def window_run(
         if report["refusals"]:  # the site cannot give the window what its rule needs
             raise typer.Exit(EXIT_FAILED)
         return
-    _execute(window, site, json_out)
+    _execute(window, site, json_out, chain_production=chain_production)
 
 
 def window_resume(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,

@@ -13,7 +13,11 @@
 #          caps/ARM (an arm's clock cap; caps/default, else 2300), actions.log (what ran, in order).
 # Faults (for tests; each is used once): inject/ACTION.fail holds an exit code;
 #          inject/ACTION.hang makes the action hang (with a child process) until killed;
-#          inject/config_digest holds the config_digest the next start_arm reports.
+#          inject/config_digest holds the config_digest the next start_arm reports;
+#          inject/dial_back holds MHz: before the next action the clock dials back to it and
+#          recovers (two THERMAL-WATCH lines in thermal.log, read by read_thermal);
+#          inject/host_cap.HOST holds MHz: the next read_clock_cap logs that cap on HOST.
+#          commit.HOST (not a fault): the commit checked out on HOST, reported by placeholder_proof.
 set -euo pipefail
 
 S=${1:?state dir}
@@ -42,6 +46,15 @@ host_list() {  # JSON list of the hosts with a file in $S/$1
 }
 
 # Injected faults (used once).
+stamp() { date -u +%Y-%m-%dT%H:%M:%S.%6NZ; }
+if [ -f "$S/inject/dial_back" ]; then
+  to=$(cat "$S/inject/dial_back"); rm -f "$S/inject/dial_back"
+  from=$(grep -m1 '^clock cap ' "$S/engine.log" | tr -dc '0-9')
+  n=$(($(wc -l <"$S/thermal.log" 2>/dev/null || echo 0) + 1))
+  at=$(stamp)
+  echo "THERMAL-WATCH $n $at $from $to dial_back" >>"$S/thermal.log"
+  echo "THERMAL-WATCH $((n + 1)) $(stamp) $to $from recover" >>"$S/thermal.log"
+fi
 if [ -f "$S/inject/$ACTION.fail" ]; then
   CODE=$(cat "$S/inject/$ACTION.fail"); rm -f "$S/inject/$ACTION.fail"
   fail "injected failure"
@@ -138,7 +151,8 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
     host=${1:?host}
     [ -f "$S/placeholders/$host" ] || fail "no placeholder on $host"
     echo "placeholder present on $host"
-    facts "{\"placeholders\":$(host_list placeholders)}"
+    commit=$(cat "$S/commit.$host" 2>/dev/null || true)   # the commit checked out on the host, if known
+    facts "{\"placeholders\":$(host_list placeholders)${commit:+,\"commit\":\"$commit\"}}"
     ;;
   restore)
     want=${1:?snapshot sha256}
@@ -162,9 +176,37 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
     echo "production up, engine ready, identity matches the snapshot"
     facts "{\"watch\":\"PASS\",\"serving\":\"up\",\"production_sha256\":\"$(production_sha)\"}"
     ;;
-  read_clock_cap)
+  read_clock_cap)  # ARGS: the hosts; each host's own line first, the engine's line last
     [ -f "$S/engine" ] || fail "no engine is running"
-    grep -m1 '^clock cap ' "$S/engine.log"
+    line=$(grep -m1 '^clock cap ' "$S/engine.log")
+    for h in "$@"; do
+      if [ -f "$S/inject/host_cap.$h" ]; then
+        echo "$h: clock cap $(cat "$S/inject/host_cap.$h") MHz"; rm -f "$S/inject/host_cap.$h"
+      else
+        echo "$h: $line"
+      fi
+    done
+    echo "$line"
+    ;;
+  pair_close)    # optional chained-close steps: close the measured pair, stash the scoped HOLD, close the commit
+    echo "pair closed"
+    ;;
+  hold_stash)
+    echo "scoped HOLD stashed"
+    ;;
+  commit_close)
+    echo "commit closed"
+    ;;
+  read_thermal)  # the THERMAL-WATCH log: every dial-back, and the clock now
+    touch "$S/thermal.log"
+    cat "$S/thermal.log"
+    out=""
+    while read -r _ seq at from to kind; do
+      [ "$kind" = dial_back ] || continue
+      out="$out${out:+,}{\"seq\":$seq,\"at\":\"$at\",\"from_mhz\":$from,\"to_mhz\":$to}"
+    done <"$S/thermal.log"
+    now=$(grep -m1 '^clock cap ' "$S/engine.log" | tr -dc '0-9')
+    facts "{\"current_clock_mhz\":${now:-null},\"dial_backs\":[$out]}"
     ;;
   *)
     CODE=2 fail "unknown action"

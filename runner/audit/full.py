@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.errors import VerificationError
 
 from ..events.catalogue import ARCHIVE_STREAM
+from ..state.archive import ARCHIVE_TYPES
 from .invariants import AuditReport, RecomputeHook, audit_report
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def recompute_hook(all_events: Sequence[Event]) -> RecomputeHook:
     """The ``decision-recomputes`` hook: rebuild the input from events, recompute the rule."""
     from ..decide.inputs import decision_for, recorded_builder
 
-    archive = [e for e in all_events if e.stream == ARCHIVE_STREAM and e.type == "archive.control_start"]
+    archive = [e for e in all_events if e.stream == ARCHIVE_STREAM and e.type in ARCHIVE_TYPES]
 
     def hook(plan: Plan, window_events: Sequence[Event], decision: Event) -> Mapping[str, Any] | None:
         rebuilt, outcome = decision_for(plan, window_events, archive, before=decision.seq,

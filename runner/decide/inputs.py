@@ -16,7 +16,10 @@ The builder is versioned (``INPUT_BUILDERS``): a decision records the ``input_bu
 built its input, and replay and audit rebuild with that one, so a ledger written by an
 older tally replays to its own recorded input. Builder 1 (decisions without the member)
 gave win2-v1 no ``repeats`` param (the rule assumed 3) and kept one pp3-v1 request per
-(block, family, context); builder 2 passes the registered repeats and keeps every request.
+(block, family, context); builder 2 passes the registered repeats and keeps every request;
+builder 3 takes win2-v1's archive rows by their comparability key
+(``runner.state.archive.comparability_key``: cell, control config digest, production
+commit, clock cap, max_tokens), imported rows included, dialled-back starts left out.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
+from ..state.archive import ARCHIVE_TYPES
 from .compare import Difference, diff
 from .digest import inputs_digest
 from .rules import compute
@@ -47,7 +51,8 @@ INPUT_BUILDER = 3
 
 1: the first; 2: pp3 keeps each prompt of a frozen order, win2 carries ``repeats``;
 3: pp3 carries ``clocks`` (the blocks' clock caps, dial-backs inside the HOLD) and
-``incomplete`` (priming that did not verify), as win2 reads clocks."""
+``incomplete`` (priming that did not verify), as win2 reads clocks; win2 takes archive
+entries by their comparability key (``runner.state.archive``)."""
 INPUT_BUILDERS = (1, 2, 3)
 
 
@@ -71,12 +76,37 @@ class DecisionInput:
         return inputs_digest(list(self.used))
 
 
+def _keyed_archive_entries(plan: Plan, events: Sequence[Event], archive: Iterable[Event],
+                           before: int | None) -> tuple[list[dict[str, Any]], list[Event]]:
+    """Builder 3: the rows whose comparability key is this window's, per decision cell."""
+    from ..plan.model import CONTROL_ROLE
+    from ..state.archive import ArchiveKey, archive_rows, day_to_day_rows, production_commit
+
+    held = [e for e in archive if before is None or e.seq < before]
+    rows = archive_rows(held)
+    snapshot = next((e.payload for e in events if e.type == "production.snapshot"), None)
+    commit = production_commit((snapshot or {}).get("identity"))
+    control = plan.arm(CONTROL_ROLE[plan.mode]).config_digest
+    entries: list[dict[str, Any]] = []
+    seqs: set[int] = set()
+    for cell in (c.name for c in plan.cells if c.decision):
+        key = ArchiveKey(cell, control, commit, plan.production_clock_cap_mhz, plan.sampling.max_tokens)
+        for row in day_to_day_rows(rows, key, exclude_window=plan.window_id):
+            assert row.pooled_rate_tps is not None
+            entries.append({"cell": cell, "pooled_rate_tps": row.pooled_rate_tps, "window": row.window,
+                            "start": row.start, "clock_cap_mhz": row.key.clock_cap_mhz})
+            seqs.add(row.seq)
+    return entries, [e for e in held if e.seq in seqs]
+
+
 def _archive_entries(
     plan: Plan, archive: Iterable[Event], before: int | None
 ) -> tuple[list[dict[str, Any]], list[Event]]:
     entries, used = [], []
     for event in archive:
         if before is not None and event.seq >= before:
+            continue
+        if event.type != "archive.control_start":
             continue
         p = event.payload
         if p.get("window") == plan.window_id:
@@ -217,7 +247,9 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     # Other windows' control starts recorded before this window closed: a bound both the
     # runner (deciding right after the close) and a later replay see the same way.
     closed = next((e.seq for e in events if e.type == "window.closed"), None)
-    entries, archive_used = _archive_entries(plan, archive, closed if closed is not None else before)
+    bound = closed if closed is not None else before
+    entries, archive_used = (_keyed_archive_entries(plan, events, archive, bound) if builder >= 3
+                             else _archive_entries(plan, archive, bound))
     used.extend(archive_used)
     data = {
         "rule": "win2-v1",
@@ -424,5 +456,5 @@ def replay_window(ledger: Ledger, window: str) -> ReplayResult:
     decision = next((e for e in events if e.type == "decision.recorded"), None)
     if decision is None:
         raise PolicyError(f"window {window} has no recorded decision")
-    archive = list(ledger.events(stream="archive", types=["archive.control_start"], until=decision.seq))
+    archive = list(ledger.events(stream="archive", types=list(ARCHIVE_TYPES), until=decision.seq))
     return replay(reg.plan, events, archive, decision)

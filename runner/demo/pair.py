@@ -84,6 +84,8 @@ def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7,
             if arm.speculative is not None:
                 table["reported_config"] = dict(arm.speculative)
             table["reported_digest"] = arm.config_digest
+            if arm.identities:
+                table["reported_identities"] = dict(arm.identities)
             table["image"] = f"sim/{arm.name}@{arm.config_digest[:12]}"
             arms[arm.name] = table
             # Production serves with speculative decoding: the plan's P arm, else a speculative A.

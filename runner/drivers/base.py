@@ -28,18 +28,21 @@ from ..vocabulary import CounterSourceName
 __all__ = [
     "ACTIONS",
     "CHAIN_ACTIONS",
+    "CLOSE_ACTIONS",
     "DEFAULT_TIMEOUTS_S",
+    "OPTIONAL_ACTIONS",
     "PER_HOST_ACTIONS",
     "SERVING_STATES",
     "ActionResult",
     "HostDriver",
     "check_action",
     "settle",
+    "unreachable_allowed",
 ]
 
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
            "quiet_proof", "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof",
-           "restore", "watch", "read_clock_cap", "probe")
+           "restore", "watch", "read_clock_cap", "probe", "read_thermal", "pair_close", "hold_stash", "commit_close")
 
 # Run once per host (host given); every other action is run once, site-wide (host None).
 PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "placeholder_proof"})
@@ -48,12 +51,18 @@ PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "pl
 CHAIN_ACTIONS = frozenset({"fence", "experiment_stop", "quiet_proof", "placeholder_up", "placeholder_down",
                            "placeholder_proof"})
 
+# A site may offer them; the runner uses them when it does (docs/site.md, "Optional actions").
+OPTIONAL_ACTIONS = frozenset({"read_thermal", "pair_close", "hold_stash", "commit_close"})
+# Optional steps of a chained close, run when the site has them (docs/window.md, the chained close).
+CLOSE_ACTIONS = frozenset({"pair_close", "hold_stash", "commit_close"})
+
 # Seconds an action may take when the site file does not say (docs/site.md).
 DEFAULT_TIMEOUTS_S: Mapping[str, float] = {
     "preflight": 60.0, "drain": 900.0, "snapshot": 120.0, "start_arm": 1800.0, "stop_arm": 300.0,
     "warmup": 600.0, "fence": 120.0, "experiment_stop": 300.0, "quiet_proof": 120.0,
     "production_down_proof": 120.0, "placeholder_up": 120.0, "placeholder_down": 120.0,
     "placeholder_proof": 60.0, "restore": 1800.0, "watch": 900.0, "read_clock_cap": 60.0, "probe": 60.0,
+    "read_thermal": 60.0, "pair_close": 300.0, "hold_stash": 120.0, "commit_close": 120.0,
 }
 
 SERVING_STATES = ("up", "down", "draining")
@@ -143,6 +152,13 @@ class HostDriver(Protocol):
         ...
 
 
+def unreachable_allowed(driver: HostDriver, mode: str) -> tuple[str, ...]:
+    """The hosts a window of ``mode`` may find unreachable while it holds them (the site's
+    ``allow_unreachable`` table, mode -> hosts; none by default)."""
+    table = getattr(driver, "allow_unreachable", None)
+    return tuple(table.get(mode, ())) if isinstance(table, Mapping) else ()
+
+
 def check_action(driver: HostDriver, action: str, host: str | None) -> None:
     """Refuse (``FormatError``) an action the driver does not know or a host the site does not have."""
     if action not in ACTIONS:
@@ -195,7 +211,8 @@ def _fact_problem(name: str, value: Any) -> str | None:
         return f"{name} must be a list of host names, got {value!r}"
     if name == "quiet" and not isinstance(value, bool):
         return f"quiet must be true or false, got {value!r}"
-    if name in ("arm", "role", "engine", "log_line") and value is not None and not isinstance(value, str):
+    if name in ("arm", "role", "engine", "log_line", "commit", "worker_identity", "markov_identity",
+                "experiment_commit", "worker_tree") and value is not None and not isinstance(value, str):
         return f"{name} must be a string or null, got {value!r}"
     return None
 
@@ -252,6 +269,9 @@ def _contradictions(action: str, host: str | None, params: Mapping[str, Any], fa
             problems.append(f"no placeholder on {host} after {action}")
         if action == "placeholder_down" and host in placeholders:
             problems.append(f"placeholder still up on {host} after {action}")
+    expected, commit = params.get("expected_commit"), facts.get("commit")
+    if action == "placeholder_proof" and isinstance(expected, str) and commit is not None and commit != expected:
+        problems.append(f"{host or 'the site'} runs commit {str(commit)[:40]}, not the window's {expected}")
     if action == "quiet_proof" and facts.get("quiet") is False:
         problems.append("hosts are not quiet")
     return problems

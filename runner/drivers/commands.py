@@ -17,7 +17,8 @@ signal handler's) interrupts the wait, before the exception goes on.
 
 Facts come from stdout: each line ``TALLY-FACTS {json object}`` is merged in order
 (later keys win); for ``start_arm``, ``restore`` and ``read_clock_cap`` the last
-``clock cap N MHz`` line also gives ``clock_cap_mhz`` and ``log_line``.
+``clock cap N MHz`` line also gives ``clock_cap_mhz`` and ``log_line``, and lines
+``HOST: ... clock cap N MHz`` give each host's own reading (``hosts``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE",
                  "SSH_AUTH_SOCK", "SSH_AGENT_PID")
 NEVER_PASSED = re.compile(r"TALLY_.*")
 _CLOCK_LINE = re.compile(r"\bclock cap (\d+) MHz\b")
+_HOST_CLOCK_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,62}): (.*\bclock cap (\d+) MHz\b.*)")
 _CLOCK_ACTIONS = frozenset({"start_arm", "restore", "read_clock_cap"})
 
 
@@ -138,6 +140,7 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
     facts: dict[str, Any] = {}
     text = stdout.decode("utf-8", "replace")
     clock: tuple[int, str] | None = None
+    hosts: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith(_FACTS_PREFIX):
             try:
@@ -151,12 +154,17 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
         match = _CLOCK_LINE.search(line)
         if match:
             clock = (int(match.group(1)), line.strip())
+            own = _HOST_CLOCK_LINE.fullmatch(line.strip())
+            if own is not None and len(hosts) < 64:
+                hosts[own.group(1)] = {"clock_cap_mhz": int(own.group(3)), "log_line": own.group(2)[:300]}
     if action in _CLOCK_ACTIONS and clock is not None:
         said = facts.get("clock_cap_mhz")
         if said is not None and said != clock[0]:
             return facts, f"TALLY-FACTS clock_cap_mhz {said} disagrees with the log line {clock[1]!r}"
         facts.setdefault("clock_cap_mhz", clock[0])
         facts.setdefault("log_line", clock[1])
+        if hosts:
+            facts.setdefault("hosts", hosts)
     return facts, None
 
 
@@ -164,6 +172,8 @@ class CommandsDriver:
     """Runs each host action as a command template from a site file (``kind = "commands"``)."""
 
     kind = "commands"
+
+    allow_unreachable: Mapping[str, tuple[str, ...]] = {}   # mode -> hosts (the site file's table)
 
     def __init__(self, *, hosts: Mapping[str, str], serving_url: str, metrics_urls: tuple[str, ...],
                  production_clock_cap_mhz: int | None, commands: Mapping[str, CommandTemplate], cwd: Path,

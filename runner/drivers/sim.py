@@ -26,7 +26,7 @@ import httpx
 from ledger.errors import ExternalError, FormatError
 
 from ..vocabulary import CounterSourceName
-from .base import ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
+from .base import ACTIONS, CLOSE_ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
 
 __all__ = ["SimDriver"]
 
@@ -37,6 +37,7 @@ _ROUTES: Mapping[str, str | None] = {
 
 
 _CONNECT_TIMEOUT_S = 10.0
+_HOST_IDENTITIES = ("worker_identity", "markov_identity", "experiment_commit", "worker_tree")   # as the plan's
 
 
 def _roles(hosts: tuple[str, ...]) -> dict[str, str]:
@@ -47,6 +48,7 @@ class SimDriver:
     """Drives a simulator (``runner.sim``) at ``url`` through ``/_sim``."""
 
     kind = "sim"
+    allow_unreachable: Mapping[str, tuple[str, ...]] = {}   # mode -> hosts (the site file's table)
 
     def __init__(self, url: str, *, timeouts: Mapping[str, float] | None = None,
                  hosts: tuple[str, ...] | None = None, production_clock_cap_mhz: int | None = None,
@@ -121,7 +123,7 @@ class SimDriver:
 
     @property
     def actions(self) -> frozenset[str]:
-        return frozenset(ACTIONS)
+        return frozenset(ACTIONS) - CLOSE_ACTIONS   # the simulator has no pair to close, no scoped HOLD
 
     def timeout_s(self, action: str) -> float:
         check_action(self, action, None)
@@ -253,6 +255,7 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
                       "config_digest": answer.get("config_digest"), "identity": answer.get("identity"),
                       "speculative_config": answer.get("speculative_config"), "session": answer.get("session")})
+        facts.update({k: answer[k] for k in _HOST_IDENTITIES if k in answer})
     elif action in ("stop_arm", "experiment_stop"):
         facts["arm"] = answer.get("arm")
         facts["engine"] = None
@@ -265,16 +268,26 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
         facts["placeholders"] = _present(answer.get("placeholders"))
     elif action == "placeholder_proof":
         facts["placeholders"] = sorted(answer.get("hosts", []))
+        commits = answer.get("commits")
+        if isinstance(commits, dict) and host in commits:
+            facts["commit"] = commits[host]
     elif action == "quiet_proof":
         facts["quiet"] = True
     elif action == "restore":
         facts.update({"serving": "up", "snapshot_sha256": answer.get("sha256"), "identity": answer.get("identity"),
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),
                       "session": answer.get("session")})
+        if isinstance(answer.get("hosts"), dict):
+            facts["hosts"] = answer["hosts"]
     elif action == "watch":
         facts.update({"watch": "PASS", "serving": answer.get("production", "up"),
                       "production_sha256": answer.get("sha256")})
     elif action == "read_clock_cap":
         facts.update({"clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": answer.get("log_line"),
                       "current_clock_mhz": answer.get("current_clock_mhz")})
+        if isinstance(answer.get("hosts"), dict):
+            facts["hosts"] = answer["hosts"]
+    elif action == "read_thermal":
+        facts.update({"current_clock_mhz": answer.get("current_clock_mhz"),
+                      "dial_backs": answer.get("dial_backs") if isinstance(answer.get("dial_backs"), list) else []})
     return facts

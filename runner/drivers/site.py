@@ -21,7 +21,7 @@ from ledger.stricttoml import MAX_TOML_BYTES, MAX_TOML_DEPTH, read_toml
 
 from ..fields import Fields
 from ..vocabulary import COUNTER_SOURCES, CounterSourceName
-from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, HostDriver
+from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, OPTIONAL_ACTIONS, HostDriver
 from .commands import CommandsDriver, CommandTemplate, parse_template
 from .sim import SimDriver
 
@@ -30,10 +30,10 @@ __all__ = ["HOST_NAME", "MAX_TOML_DEPTH", "REQUIRED_COMMAND_ACTIONS", "load_site
 
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS)
+REQUIRED_COMMAND_ACTIONS = tuple(a for a in ACTIONS if a not in CHAIN_ACTIONS | OPTIONAL_ACTIONS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
-_COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions"}
+_COMMON = {"kind", "production_clock_cap_mhz", "clocks", "actions", "allow_unreachable"}
 _FIELDS = {
     "commands": _COMMON | {"hosts", "endpoints", "state_dir", "kill_grace_s", "pass_env"},
     "sim": _COMMON | {"url", "hosts", "endpoints"},
@@ -68,9 +68,31 @@ def site_from_dict(data: Mapping[str, Any], *, base_dir: Path, where: str = "sit
     unknown = sorted(set(data) - _FIELDS[kind])
     if unknown:
         raise f.fail_here(f"unknown field {unknown[0]!r} for a {kind} site")
-    if kind == "sim":
-        return _sim_site(f)
-    return _commands_site(f, base_dir, check_programs)
+    driver: SimDriver | CommandsDriver = _sim_site(f) if kind == "sim" else _commands_site(f, base_dir, check_programs)
+    if f.has("allow_unreachable"):
+        driver.allow_unreachable = _allow_unreachable(f, driver.hosts)
+    return driver
+
+
+def _allow_unreachable(f: Fields, hosts: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """``allow_unreachable = {"production-policy" = ["spark-worker"], ...}``: per mode, hosts of this site.
+
+    The modes are checked against the plan when a window runs (a mode name here that no plan uses
+    simply never applies); a drivers module does not read plans.
+    """
+    if not isinstance(f.raw("allow_unreachable"), Mapping):
+        raise f.fail("allow_unreachable", "must be a table: mode -> list of host names")
+    table = f.table("allow_unreachable")
+    out: dict[str, tuple[str, ...]] = {}
+    for mode in table.data:
+        if not HOST_NAME.fullmatch(mode):
+            raise table.fail(mode, "not a mode name")
+        names = table.strings(mode)
+        unknown = [n for n in names if n not in hosts]
+        if unknown:
+            raise table.fail(mode, f"{unknown[0]!r} is not a host of this site")
+        out[mode] = tuple(names)
+    return out
 
 
 # ---------------------------------------------------------------------- kinds
@@ -126,7 +148,7 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
         raise endpoints.fail("metrics_urls", "must be a non-empty list of URLs")
     metrics = tuple(_check_url(endpoints, f"metrics_urls[{i}]", u) for i, u in enumerate(metrics_raw))
     clocks = f.boolean("clocks", True)
-    cap = _cap(f, required=clocks, clocks=clocks)
+    cap = _site_cap(f, clocks)
     state_dir = None
     if "state_dir" in f.data:
         value = f.raw("state_dir")
@@ -204,7 +226,7 @@ def _hosts(f: Fields) -> dict[str, str]:
         field = f"hosts[{index}]"
         if not isinstance(table, Mapping):
             raise f.fail(field, "must be a table with name and role")
-        unknown = sorted(set(table) - {"name", "role"})
+        unknown = sorted(set(table) - {"name", "role", "production_clock_cap_mhz"})
         if unknown:
             raise f.fail(f"{field}.{unknown[0]}", "unknown field")
         name = _host_name(f, f"{field}.name", table.get("name"))
@@ -251,6 +273,35 @@ def _cap(f: Fields, required: bool, clocks: bool) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise f.fail("production_clock_cap_mhz", f"must be a positive integer (MHz), got {value!r}")
     return value
+
+
+def _site_cap(f: Fields, clocks: bool) -> int | None:
+    """Production's cap: each host's own ``production_clock_cap_mhz`` where given (all equal, and equal to
+    the site-wide one), else the site-wide one."""
+    own: dict[str, int] = {}
+    for index, table in enumerate(f.raw("hosts")):
+        value = table.get("production_clock_cap_mhz")
+        field = f"hosts[{index}].production_clock_cap_mhz"
+        if value is None:
+            continue
+        if not clocks:
+            raise f.fail(field, "the site declares clocks = false (no GPU clocks): a clock cap does not apply")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise f.fail(field, f"must be a positive integer (MHz), got {value!r}")
+        own[str(table.get("name"))] = value
+    cap = _cap(f, required=clocks and not own, clocks=clocks)
+    if own:
+        if len(own) != len(f.raw("hosts")):
+            missing = [str(t.get("name")) for t in f.raw("hosts") if t.get("production_clock_cap_mhz") is None]
+            raise f.fail("hosts", f"production_clock_cap_mhz is set per host, but not for {', '.join(missing)}")
+        if len(set(own.values())) > 1:
+            raise f.fail("hosts", "the hosts' production clock caps differ ("
+                         + ", ".join(f"{h} {c} MHz" for h, c in own.items()) + "): production runs one cap")
+        host_cap = next(iter(own.values()))
+        if cap is not None and cap != host_cap:
+            raise f.fail("production_clock_cap_mhz", f"{cap}, but the hosts are configured at {host_cap} MHz")
+        cap = host_cap
+    return cap
 
 
 def _seconds(f: Fields, key: str, default: float | None = None) -> float:

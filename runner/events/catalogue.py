@@ -75,9 +75,10 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "window.closed": p.WindowClosed,
     "decision.recorded": p.DecisionRecorded,
     "archive.control_start": p.ArchiveControlStart,
+    "archive.imported": p.ArchiveImported,
 }
 
-_OTHER_STREAMS = {"archive.control_start": ARCHIVE_STREAM}
+_OTHER_STREAMS = {"archive.control_start": ARCHIVE_STREAM, "archive.imported": ARCHIVE_STREAM}
 _VALIDATORS: dict[str, Checker] = {name: compile_checker(cls) for name, cls in CATALOGUE.items()}
 PayloadLike = Mapping[str, Any] | p.WindowPayload
 

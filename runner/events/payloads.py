@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveControlStart",
+    "ArchiveImported",
     "BlobRef",
     "BudgetDecision",
     "ChainAborted",
@@ -214,6 +215,7 @@ class StartBegan(WindowPayload):
     config_digest: Sha256 | None = None
     identity: dict[str, Any] = field(default_factory=dict)
     log: BlobRef | None = None
+    clock: dict[str, Any] | None = None   # every host's own reading ({hosts, problems}; a problem fails the start)
 
 
 @payload
@@ -380,6 +382,8 @@ class WaveMeasured(WindowPayload):
     counter_source: CounterSourceInfo | None = None   # absent in older ledgers: vLLM's series
     gauges: WaveGauges | None = None
     host_load: HostLoad | None = None
+    # two metrics URLs or more (engines, hosts): each one's own deltas ({url, series, problems}); counters is their sum
+    counters_by_url: list[dict[str, Any]] | None = None
 
     @staticmethod
     def check(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -519,5 +523,20 @@ class ArchiveControlStart(WindowPayload):
     cell: Name
     max_tokens: int
     commit: Commit
-    clock_cap_mhz: int | None
+    clock_cap_mhz: int | None            # the cap it really ran at (the lowest dial-back's, if any)
     figures: dict[str, Any]
+    # the comparability key's other members (runner.state.archive.comparability_key), and the dial-back flag
+    control_config_digest: Sha256 | None = None
+    production_commit: Commit | None = None
+    dial_back: bool = False                # a thermal dial-back during the start: not in the day-to-day spread
+    nominal_clock_cap_mhz: int | None = None   # the cap the start began at, when a dial-back lowered it
+
+
+@payload
+class ArchiveImported(WindowPayload):
+    """Rows of an existing control archive file (``tally archive import``); ``window`` names the import and
+    ``plan_sha256`` is the source file's sha256 (an import has no plan)."""
+
+    source: BlobRef
+    rows: list[dict[str, Any]]
+    filename: str = ""

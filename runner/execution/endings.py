@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..decide.inputs import INPUT_BUILDER, decision_for
 from ..events import payloads as p
+from ..state.archive import ARCHIVE_TYPES
 from ..vocabulary import Ending
 from .opening import OpeningSteps
 from .recorder import Pending, Recorder, RunResult, StepHandler, plain
@@ -41,8 +42,22 @@ class EndingSteps(Recorder):
         if identity is not None:
             params["snapshot_identity"] = identity
         self.action("restore", None, params, then=lambda res: [
-            ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt, detail=plain(res.facts),
+            ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt,
+                                                   detail={**plain(res.facts), **self._restored_clock(res.facts)},
                                                    **self._snapshot_member()), ())])
+
+    def _restored_clock(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """Production's cap after the restore, from every host's own log line (``detail.clock``)."""
+        from ..gates.clocks import read_caps
+
+        expected = self.plan.production_clock_cap_mhz
+        if expected is None or (facts.get("clock_cap_mhz") is None and facts.get("hosts") is None):
+            return {}
+        reading = read_caps(facts, self.driver.hosts)
+        problems = list(reading.problems)
+        if reading.cap is not None and reading.cap != expected:
+            problems.append(f"production restored at {reading.cap} MHz, configured at {expected} MHz")
+        return {"clock": {**reading.to_json(), "clock_cap_mhz": reading.cap, "problems": problems}}
 
     def restore_failed(self, step: Step, _r: RunResult) -> None:
         self.append([("restore.finished", p.RestoreFinished(
@@ -109,7 +124,7 @@ class EndingSteps(Recorder):
 
     def decide(self, _s: Step, _r: RunResult) -> None:
         events = list(self.ledger.events(stream=f"window/{self.window}"))
-        archive = list(self.ledger.events(stream="archive", types=["archive.control_start"]))
+        archive = list(self.ledger.events(stream="archive", types=list(ARCHIVE_TYPES)))
         built, outcome = decision_for(self.plan, events, archive)  # archive bounded by window.closed
         self.append([("decision.recorded", p.DecisionRecorded(
             rule=self.plan.protocol, params=built.input["params"], inputs_digest=built.digest, input=built.input,
@@ -129,6 +144,9 @@ HANDLERS: dict[StepKind, StepHandler] = {
     "placeholder_up": EndingSteps.placeholder,
     "fence": OpeningSteps.host_step,
     "experiment_stop": OpeningSteps.host_step,
+    "pair_close": OpeningSteps.host_step,
+    "hold_stash": OpeningSteps.host_step,
+    "commit_close": OpeningSteps.host_step,
     "closing_quiet_proof": OpeningSteps.host_step,
     "production_down_proof": EndingSteps.production_down_proof,
     "closing_placeholder_proof": OpeningSteps.host_step,

@@ -52,6 +52,11 @@ def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     elif plan.production_clock_cap_mhz is not None and not driver.clocks:
         refusals.append(f"the plan registers production_clock_cap_mhz {plan.production_clock_cap_mhz}, but the site "
                         "declares clocks = false: leave the cap out of the plan on a site without GPU clocks")
+    elif plan.production_clock_cap_mhz is not None and driver.production_clock_cap_mhz is not None \
+            and plan.production_clock_cap_mhz != driver.production_clock_cap_mhz:
+        refusals.append(f"the plan registers production_clock_cap_mhz {plan.production_clock_cap_mhz} (the expected "
+                        f"cap), but the site configures production at {driver.production_clock_cap_mhz} MHz: the "
+                        "control starts would not run production's clocks")
     return refusals
 
 

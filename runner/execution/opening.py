@@ -14,12 +14,15 @@ from ..events import payloads as p
 from .recorder import Recorder, RunResult, StepHandler, plain
 
 if TYPE_CHECKING:
+    from .capture import Capture
     from .steps import Step, StepKind
 
 __all__ = ["HANDLERS", "HOST_STEP_ACTIONS", "OpeningSteps"]
 
 
 class OpeningSteps(Recorder):
+    capture: Capture | None   # a production capture for a window opened under a marker (--chain-production)
+
     def probe(self, step: Step, _r: RunResult) -> None:
         self.say(f"re-probing: {step.reason}")
         self.action("probe", None, {"probed_action": step.args.get("action")}, probe_of=step.args["probe_of"])
@@ -30,19 +33,38 @@ class OpeningSteps(Recorder):
 
     def host_step(self, step: Step, _r: RunResult) -> None:
         """A step that is one host action and records nothing else (a proof, a fence, the experiment's stop)."""
-        self.action(HOST_STEP_ACTIONS[step.kind], step.host, {})
+        params: dict[str, object] = {}
+        if step.kind == "placeholder_proof":   # a chained start: the hosts must run the window's commit
+            params["expected_commit"] = self.ws.commit
+        self.action(HOST_STEP_ACTIONS[step.kind], step.host, params)
 
     def drain(self, _s: Step, _r: RunResult) -> None:
         self.action("drain", None, {}, then=lambda res: [
             ("production.state", p.ProductionState(state="down", proof={"action": "drain", **plain(res.facts)}), ())])
 
     def hold_open(self, step: Step, _r: RunResult) -> None:
-        self.append([("hold.opened", p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
-                                                  from_marker=bool(step.args.get("from_marker"))), ())])
+        from ..drivers.base import unreachable_allowed
+
+        allowed = list(unreachable_allowed(self.driver, self.plan.mode))
+        opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
+                              from_marker=bool(step.args.get("from_marker")))
+        if allowed:   # written only when the site allows some (older ledgers have the member empty)
+            opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts), allow_unreachable=allowed,
+                                  from_marker=bool(step.args.get("from_marker")))
+        self.append([("hold.opened", opened, ())])
         self.say(f"HOLD opened by {self.owner}")
 
     def snapshot(self, step: Step, _r: RunResult) -> None:
         marker = self.state.marker
+        capture = self.capture
+        if step.args.get("from_marker") and marker is not None and capture is not None:
+            # production's identity as captured (checked against the marker's sha before any host action),
+            # so that the chain's restore can bring back exactly it even on a host that lost its record
+            blob = capture.blob()
+            self.append([("production.snapshot", p.ProductionSnapshot(
+                sha256=marker["production_snapshot_sha256"], source="capture", identity=dict(capture.identity),
+                blob=p.BlobRef.of(blob)), (blob,))])
+            return
         if step.args.get("from_marker") and marker is not None:
             self.append([("production.snapshot", p.ProductionSnapshot(
                 sha256=marker["production_snapshot_sha256"], source="marker",
@@ -58,6 +80,7 @@ HOST_STEP_ACTIONS: dict[str, str] = {
     "placeholder_proof": "placeholder_proof", "quiet_proof": "quiet_proof",
     "closing_placeholder_proof": "placeholder_proof", "closing_quiet_proof": "quiet_proof",
     "fence": "fence", "experiment_stop": "experiment_stop",
+    "pair_close": "pair_close", "hold_stash": "hold_stash", "commit_close": "commit_close",
 }
 
 HANDLERS: dict[StepKind, StepHandler] = {

@@ -78,7 +78,8 @@ def wave_payload(start: str, cell: str, repeat: int, wave: int, measured: WaveRe
                                **client),
         requests=[p.RequestSummary(**r) for r in s["requests"]], records=p.BlobRef.of(records),
         counter_source=p.CounterSourceInfo(**s["counter_source"]), gauges=_gauges(s["gauges"]),
-        host_load=p.HostLoad(**s["host_load"]), **attested)
+        host_load=p.HostLoad(**s["host_load"]), **attested,
+        counters_by_url=[u.to_json() for u in measured.per_url] or None)
 
 
 def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
@@ -118,8 +119,13 @@ class StartSteps(Recorder):
         observed = reported if reported is not None else (arm.speculative or {})
 
         def began(facts: Mapping[str, Any]) -> list[Pending]:
+            from ..gates.clocks import read_caps
+
+            reading = read_caps(facts, self.driver.hosts) if facts else None
+            clock = reading.to_json() if reading is not None and (reading.hosts or reading.problems) else None
             return [("start.began", p.StartBegan(
-                start=start.id, role=start.role, clock_cap_mhz=facts.get("clock_cap_mhz"),
+                start=start.id, role=start.role, clock_cap_mhz=reading.cap if reading is not None else None,
+                clock=clock,
                 spec_config_sha256=spec_sha256(observed), spec_config=plain(observed),
                 config_digest=arm.config_digest,
                 identity={"arm": arm.name, "log_line": facts.get("log_line"),
@@ -146,7 +152,8 @@ class StartSteps(Recorder):
         reported = {k: engine.get(k) for k in ENGINE_REPORTS if mine and k in (engine.get("reported") or ())}
         snapshot = self.snapshot_sha()
         production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
-        checked = check_start_config(start.id, arm, reported, production)
+        clock = (self.ws.starts.get(start.id) or {}).get("clock_problems") or []
+        checked = check_start_config(start.id, arm, reported, production, clock_problems=clock)
         record_gate(self.ledger, self.signer, self.window, "start_config", checked.verdict, checked.evidence,
                     commit=self.plan.commit, start=start.id, summary=checked.summary, auto_admit=False)
         self.crash.after(["gate.result"])
@@ -281,6 +288,37 @@ class StartSteps(Recorder):
         if last is None or last[0] != start_id:
             return None
         return last[2] if self.ledger.head()[1] == last[1] else None
+    def _dial_backs_recorded(self) -> set[tuple[str, int]]:
+        out: set[tuple[str, int]] = set()
+        for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
+                                        types=["thermal.event"]):
+            detail = event.payload.get("detail") or {}
+            if isinstance(detail.get("watch_seq"), int):
+                out.add((event.payload["host"], detail["watch_seq"]))
+        return out
+
+    def thermal_watch(self, start_id: str) -> None:
+        """Poll the site's THERMAL-WATCH (``read_thermal``) between waves: every dial-back an event.
+
+        A dial-back that recovers before the start ends is caught here, where a reading of
+        the clock at the start's end would see it recovered.
+        """
+        from ..gates.clocks import new_dial_backs
+
+        if self.plan.production_clock_cap_mhz is None or "read_thermal" not in self.driver.actions:
+            return
+        cap = (self.ws.starts.get(start_id) or {}).get("clock_cap_mhz")
+        recorded = self._dial_backs_recorded()
+        since = self.ws.clock.get("hold_opened")
+
+        def events(res: ActionResult) -> list[Pending]:
+            return [("thermal.event", p.ThermalEvent(
+                host=d["host"], kind="dial_back", clock_cap_mhz=d["clock_mhz"], at=d["at"],
+                detail={"start": start_id, "start_cap_mhz": cap, "from_mhz": d["from_mhz"], "watch_seq": d["seq"],
+                        "source": "read_thermal"}), ())
+                for d in new_dial_backs(res.facts, cap, recorded, since=since if isinstance(since, str) else None)]
+
+        self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events)
 
     def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
         """Record a probe: the fold then knows the start's engine no longer serves."""
@@ -292,6 +330,7 @@ class StartSteps(Recorder):
 
         wave = step.wave
         assert wave is not None and step.start is not None
+        self.thermal_watch(step.start)
         before = self._attested_since_last_wave(step.start) or self.attest(step.start)
         if not before["ok"]:
             self._engine_lost(step.start, before)
@@ -312,7 +351,7 @@ class StartSteps(Recorder):
         if self.last_wave_end is not None:
             result.wave_gaps_s.append(t0 - self.last_wave_end)
         measured = measure_wave(
-            self.driver.serving_url, self.driver.metrics_urls[0] if self.driver.metrics_urls else None, prompts,
+            self.driver.serving_url, self.driver.metrics_urls or None, prompts,
             model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
             deadline_s=request_deadline, wave_deadline_s=deadline,
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
@@ -366,9 +405,12 @@ class StartSteps(Recorder):
         failed = bool(step.args.get("failed"))
         if not lost and self.plan.production_clock_cap_mhz is not None:
             cap = info.get("clock_cap_mhz")
+            self.thermal_watch(start.id)
 
             def thermal(res: ActionResult) -> list[Pending]:
                 current = res.facts.get("current_clock_mhz")
+                if "read_thermal" in self.driver.actions:
+                    return []   # the THERMAL-WATCH read just before recorded every dial-back
                 if isinstance(current, int) and isinstance(cap, int) and current < cap:
                     return [("thermal.event", p.ThermalEvent(host="site", kind="dial_back", clock_cap_mhz=current,
                                                              detail={"start": start.id, "start_cap_mhz": cap}), ())]
@@ -392,8 +434,19 @@ class StartSteps(Recorder):
     def _archive_items(self, start_id: str, role: ArmRole) -> list[Pending]:
         if role != CONTROL_ROLE.get(self.plan.mode) or self.plan.protocol != "win2-v1":
             return []
+        from ..state.archive import production_commit
+
         items: list[Pending] = []
         info = self.ws.starts.get(start_id) or {}
+        nominal = info.get("clock_cap_mhz")
+        # a dial-back during the start: archived at the real (lowest) clock and flagged
+        dialled = [e.payload.get("clock_cap_mhz") for e in self.ledger.events(
+            self.ws.registered_seq or 0, stream=f"window/{self.window}", types=["thermal.event"])
+            if e.payload.get("kind") == "dial_back" and (e.payload.get("detail") or {}).get("start") == start_id]
+        real = min([c for c in dialled if isinstance(c, int)], default=nominal)
+        snapshot = self.snapshot_sha()
+        commit = production_commit(self.snapshot_identity(snapshot)) if snapshot else None
+        flag: dict[str, Any] = {"dial_back": True, "nominal_clock_cap_mhz": nominal} if dialled else {}
         for cell in self.plan.cells:
             if not cell.decision:
                 continue
@@ -402,7 +455,9 @@ class StartSteps(Recorder):
                 continue
             items.append(("archive.control_start", p.ArchiveControlStart(
                 start=start_id, role=role, cell=cell.name, max_tokens=self.plan.sampling.max_tokens,
-                commit=self.plan.commit, clock_cap_mhz=info.get("clock_cap_mhz"), figures=figures), ()))
+                commit=self.plan.commit, clock_cap_mhz=real, figures=figures,
+                control_config_digest=self.plan.arm(role).config_digest, production_commit=commit,
+                **flag), ()))
         return items
 
     def _cell_figures(self, start_id: str, cell: str) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ StepKind = Literal[
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
     "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
+    "pair_close", "hold_stash", "commit_close",
     "done", "blocked",
 ]
 
@@ -64,6 +65,7 @@ class Context:
     hosts: tuple[str, ...]
     stop_limit: Limit | None = None      # the budget forbids new waves (stop admitting / restore point)
     block_limit: Limit | None = None     # the running start is over its per-block limit
+    site_actions: frozenset[str] = frozenset()   # the site's optional actions (pair_close, hold_stash, ...)
 
 
 def _finished(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
@@ -360,12 +362,15 @@ def _chained_close(ctx: Context) -> Step:
     for host in hosts:  # this window raises placeholders on every host before the first fence
         if (state.placeholders.get(host) or {}).get("window") != ws.id:
             return Step("placeholder_up", host=host)
+    optional = ctx.site_actions
     sequence: Sequence[tuple[StepKind, str, str | None]] = (
         *(("fence", "fence", h) for h in hosts),
+        *((("pair_close", "pair_close", None),) if "pair_close" in optional else ()),
         ("experiment_stop", "experiment_stop", None),
         ("closing_quiet_proof", "quiet_proof", None),
         ("production_down_proof", "production_down_proof", None),
         *(("closing_placeholder_proof", "placeholder_proof", h) for h in hosts),
+        *((kind, kind, None) for kind in ("hold_stash", "commit_close") if kind in optional),
     )
     for kind, action, target in sequence:
         if not _done(ws, action, host=target, after=since):

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from ledger.errors import PolicyError, TallyError
@@ -26,6 +27,7 @@ from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers
 from ..state.replay import replay
 from . import endings, opening, smoke, starts
+from .capture import check_capture, read_capture
 from .clock import BudgetClock, StageClock, parse_time
 from .endings import EndingSteps
 from .opening import OpeningSteps
@@ -67,6 +69,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         say: Callable[[str], None] | None = None,
         on_wave: Callable[[int, int, str], None] | None = None,
         owner: str | None = None,
+        chain_production: Path | None = None,
     ) -> None:
         self.ledger = ledger
         self.signer = signer
@@ -86,6 +89,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.crash = CrashHook()
         self.last_wave_end: float | None = None
         self.last_attested: tuple[str, str, dict[str, Any]] | None = None
+        # a production capture (``--chain-production``): read now, checked against the marker at run
+        self.capture = read_capture(chain_production) if chain_production is not None else None
 
     def refresh(self) -> None:
         self.state = replay(self.ledger, self.state)
@@ -109,6 +114,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             serving = marker is None or marker.get("window") == self.window
             refuse_unfit(self.plan, self.driver, production_serves=serving,
                          fields=recorded_fields(self.ledger, self.window))
+            if self.capture is not None:
+                check_capture(self.capture, marker, self.window)
         if abort and ws.ending is None:
             self.append([("window.interrupted", p.WindowInterrupted(reason="abort", phase=ws.phase, detail={
                 "found_on": "abort", "open_actions": len(ws.open_actions)}), ())])
@@ -227,7 +234,10 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 began = block_began(ws, current)
                 if began is not None:
                     block_limit = self.clock.block_over(self.clock.minutes(began, now))
-        return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit)
+        from ..drivers.base import CLOSE_ACTIONS
+
+        return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit,
+                       frozenset(self.driver.actions) & CLOSE_ACTIONS)
 
     def _stage_clock(self, ws: WindowState, first: datetime, now: datetime) -> StageClock:
         """How long the setup and each begun block have run (window minutes), from the recorded times."""

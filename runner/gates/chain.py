@@ -7,9 +7,14 @@ marker; the window being gated must be a chain member (``chain = "chained"`` or
 ``"last"``). Without a marker, the latest closed window must have restored (restore ok,
 watch PASS), and nothing may be held: no HOLD, no placeholders, production not down.
 
-``check_prev_ok`` is pure. ``run_prev_ok`` records the ``gate.result`` and, on a refusal
-while the marker is present, the chain's abort (``chain.aborted``); the restore that
-follows belongs to window execution.
+The ledger says what the hosts should be; given a site, :func:`probe_hosts` also asks
+them (read-only: ``preflight`` and, under the marker, ``placeholder_proof`` on every host):
+a placeholder the ledger says is up but the host does not prove is a refusal, as is
+production serving under the marker or a placeholder left up without one.
+
+``check_prev_ok`` is pure. ``run_prev_ok`` records the ``gate.result`` (the probes in its
+evidence) and, on a refusal while the marker is present, the chain's abort
+(``chain.aborted``); the restore that follows belongs to window execution.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-__all__ = ["PrevOk", "check_prev_ok", "run_prev_ok"]
+    from ..drivers.base import HostDriver
+
+__all__ = ["PrevOk", "check_prev_ok", "probe_hosts", "run_prev_ok"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,62 @@ def check_prev_ok(state: State, window_id: str) -> PrevOk:
     return PrevOk("FAIL" if failures else "PASS", marker is not None, previous, evidence, tuple(failures))
 
 
+def probe_hosts(driver: HostDriver, window_id: str, marker_present: bool,
+                allow_unreachable: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    """What the hosts themselves say (read-only probes through the site), and what contradicts the chain.
+
+    A host in ``allow_unreachable`` (the site's table for the window's mode) whose proof gets no
+    answer (timed out, or the site cannot reach it) is noted, not refused.
+    """
+    from ledger.errors import ExternalError
+
+    failures: list[str] = []
+    probes: dict[str, Any] = {}
+
+    def run(action: str, host: str | None) -> dict[str, Any] | None:
+        name = action if host is None else f"{action} {host}"
+        if action not in driver.actions:
+            failures.append(f"the site has no {action} action: the hosts cannot be probed")
+            return None
+        try:
+            result = driver.run(action, host, {"window": window_id})
+        except ExternalError as exc:
+            probes[name] = {"ok": False, "error": str(exc)[:300]}
+            if host in allow_unreachable:
+                probes[name]["unreachable_allowed"] = True
+            else:
+                failures.append(f"{name}: no answer ({str(exc)[:200]})")
+            return None
+        if result.timed_out and host in allow_unreachable:
+            probes[name] = {"ok": False, "timed_out": True, "unreachable_allowed": True}
+            return None
+        probes[name] = {"ok": result.ok, "exit_code": result.exit_code,
+                        "facts": {k: v for k, v in result.facts.items()
+                                  if k in ("serving", "placeholders", "fenced", "error", "arm", "engine")}}
+        return result.facts if result.ok else {"error": result.facts.get("error") or f"exit {result.exit_code}"}
+
+    seen = run("preflight", None)
+    if seen is not None and "error" not in seen:
+        serving, up = seen.get("serving"), seen.get("placeholders") or []
+        if marker_present and serving != "down":
+            failures.append(f"the hosts say production is {serving}, not down as the chain left it")
+        if not marker_present and up:
+            failures.append(f"the hosts have placeholder(s) up on {', '.join(map(str, up))} without a marker")
+    elif seen is not None:
+        failures.append(f"preflight failed: {seen['error']}")
+    if marker_present:
+        for host in driver.hosts:
+            proof = run("placeholder_proof", host)
+            if proof is None:
+                if "placeholder_proof" not in driver.actions:
+                    break
+                continue
+            if "error" in proof:
+                failures.append(f"the placeholder on {host} is not up: {proof['error']}")
+    return {"site": driver.kind, "hosts": list(driver.hosts), "allow_unreachable": list(allow_unreachable),
+            "probes": probes, "failures": list(failures)}, failures
+
+
 @dataclass(frozen=True)
 class PrevOkRecord:
     result: PrevOk
@@ -112,8 +175,12 @@ class PrevOkRecord:
     aborted_event: Event | None
 
 
-def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
-    """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal."""
+def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str, driver: HostDriver | None = None) -> PrevOkRecord:
+    """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal.
+
+    With a ``driver`` the hosts are probed too (:func:`probe_hosts`): the ledger and the hosts
+    must both say the chain is consistent.
+    """
     from ..events import payloads as p
     from ..events.catalogue import append_window_event
     from ..state.replay import replay
@@ -121,6 +188,15 @@ def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str) -> PrevOkRecord:
 
     state = replay(ledger)
     result = check_prev_ok(state, window_id)
+    if driver is not None:
+        from ..drivers.base import unreachable_allowed
+        from ..plan.register import registered_plan
+
+        mode = registered_plan(ledger, window_id).plan.mode
+        probed, more = probe_hosts(driver, window_id, result.marker_present, unreachable_allowed(driver, mode))
+        failures = (*result.failures, *(f"hosts: {f}" for f in more))
+        evidence = {**result.evidence, "hosts": probed, "failures": list(failures)}
+        result = PrevOk("FAIL" if failures else "PASS", result.marker_present, result.previous, evidence, failures)
     ws = state.windows[window_id]
     record = record_gate(ledger, signer, window_id, "chain_prev_ok", result.verdict, result.evidence,
                          commit=ws.commit, summary=result.summary)

@@ -42,12 +42,19 @@ __all__ = ["PowerCheck", "archive_spreads", "check_power", "comparable", "power_
 def comparable(plan: Plan, entry: Mapping[str, Any]) -> bool:
     """An archive entry (``archive.control_start`` payload) another window of this plan may compare with.
 
-    The one place the archive key is written: same decision cell, max_tokens and clock cap,
-    another window.
+    The archive's comparability key (``runner.state.archive.comparability_key``) less the
+    production commit, which a window learns only from its own snapshot, after the gate:
+    the same decision cell, control configuration digest, clock cap and max_tokens, another
+    window, and no thermal dial-back during the start (excluded from day-to-day spread).
     """
-    return (entry.get("window") != plan.window_id and entry.get("cell") in plan.decision_cells
-            and entry.get("max_tokens") == plan.sampling.max_tokens
-            and entry.get("clock_cap_mhz") == plan.production_clock_cap_mhz)
+    from ..plan.model import CONTROL_ROLE
+    from ..state.archive import comparability_key
+
+    key = comparability_key(entry)
+    return (entry.get("window") != plan.window_id and key.cell in plan.decision_cells
+            and key.control_config_digest == plan.arm(CONTROL_ROLE[plan.mode]).config_digest
+            and key.max_tokens == plan.sampling.max_tokens and key.clock_cap_mhz == plan.production_clock_cap_mhz
+            and not entry.get("dial_back"))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ compares them with the plan's arm:
 - an arm that declares ``speculative = "none"`` reports no speculative decoding (a null
   or empty config); a speculative arm reports one (``standard_spec`` then checks it);
 - arm P reports an identity equal to production's recorded identity except in the
-  members the arm lists as ``allowed_differences``.
+  members the arm lists as ``allowed_differences``;
+- each host identity the arm declares (``worker_identity``, ``markov_identity``,
+  ``experiment_commit``, ``worker_tree``) is reported, and equal;
+- the hosts agree on the start's clock cap (``clock_problems``, :mod:`.clocks`).
 
 What the host did not report cannot be checked: the gate fails closed. Pure: facts in,
 verdict out.
@@ -65,9 +68,14 @@ def _spec_reported(config: Any) -> bool:
 
 
 def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
-                       production_identity: Mapping[str, Any] | None) -> ConfigResult:
-    """Compare what the host reported for ``start`` (its ``start_arm`` facts) with ``arm``."""
-    failures: list[str] = []
+                       production_identity: Mapping[str, Any] | None, *,
+                       clock_problems: Sequence[str] = ()) -> ConfigResult:
+    """Compare what the host reported for ``start`` (its ``start_arm`` facts) with ``arm``.
+
+    ``clock_problems`` are what the start's clock reading found (hosts disagreeing on the
+    cap, a log line contradicting its number: :mod:`.clocks`); each fails the start.
+    """
+    failures: list[str] = [f"clock: {problem}" for problem in clock_problems]
     digest = reported.get("config_digest")
     if not isinstance(digest, str) or not digest:
         failures.append("the host reported no config_digest for this start")
@@ -102,6 +110,16 @@ def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
             if unexpected:
                 failures.append(f"arm P differs from production's identity outside its allowed differences: "
                                 f"{', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
+    if arm.identities:
+        seen: dict[str, Any] = {}
+        for key, declared in arm.identities:
+            value = reported.get(key)
+            seen[key] = value if value is None or (isinstance(value, str) and len(value) <= 1100) else _short(value)
+            if key not in reported or value is None:
+                failures.append(f"the host did not report its {key} (arm {arm.role} declares {_short(declared)})")
+            elif value != declared:
+                failures.append(f"{key} {_short(value)} is not arm {arm.role}'s declared {_short(declared)}")
+        evidence["identities"] = {"declared": dict(arm.identities), "reported": seen}
     evidence["failures"] = failures
     return ConfigResult("FAIL" if failures else "PASS", evidence, tuple(failures))
 

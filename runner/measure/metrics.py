@@ -29,7 +29,9 @@ __all__ = [
     "DeltaReader",
     "MetricsSnapshot",
     "counter_deltas",
+    "merge_snapshots",
     "parse_metrics",
+    "series_deltas",
 ]
 
 # wave.measured counter key -> the exposed series it is the delta of (reference/vllm.md 1.1-1.2)
@@ -248,3 +250,43 @@ def counter_deltas(before: MetricsSnapshot, after: MetricsSnapshot) -> CounterDe
         generation_tokens=out["generation_tokens"], missing=tuple(reader.missing), problems=tuple(reader.problems),
         drafts=out["rounds"],
     )
+
+
+def merge_snapshots(snapshots: list[MetricsSnapshot]) -> MetricsSnapshot:
+    """Several scrapes (one per metrics URL: engines, hosts) as one: values and positions summed,
+    peaks the largest, ``_created`` the earliest. One snapshot is returned as is."""
+    if len(snapshots) == 1:
+        return snapshots[0]
+    values: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    created: dict[str, float] = {}
+    positions: dict[str, dict[int, float]] = {}
+    for snap in snapshots:
+        for name, value in snap.values.items():
+            values[name] = values.get(name, 0.0) + value
+        for name, value in snap.peaks.items():
+            peaks[name] = max(value, peaks.get(name, value))
+        for name, value in snap.created.items():
+            created[name] = min(value, created.get(name, value))
+        by_name = dict(snap.positions)
+        if snap.per_pos:
+            by_name[_PER_POS] = snap.per_pos
+        for name, by_position in by_name.items():
+            into = positions.setdefault(name, {})
+            for position, value in by_position.items():
+                into[position] = into.get(position, 0.0) + value
+    return MetricsSnapshot(values, positions.get(_PER_POS, {}), created, peaks, positions)
+
+
+def series_deltas(before: MetricsSnapshot, after: MetricsSnapshot,
+                  names: tuple[str, ...]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """after - before of each named series of one metrics URL (``None``: absent or reset) and the problems."""
+    reader = DeltaReader(before, after)
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in POSITION_SERIES:
+            positions = reader.positions(name)
+            out[name] = None if positions is None else list(positions)
+        else:
+            out[name] = reader.delta(name)
+    return out, tuple(reader.problems)

@@ -29,14 +29,14 @@ from ledger.strictjson import read_json
 from .bounds import MAX_METRICS_BYTES, MAX_MODELS_BYTES, ReplyRefused, fetch
 from .family import Prompt
 from .interpreter import quiet_interpreter
-from .metrics import CounterDeltas, MetricsSnapshot, parse_metrics
+from .metrics import CounterDeltas, MetricsSnapshot, merge_snapshots, parse_metrics, series_deltas
 from .record import RequestRecord, clip
 from .request import Cutter, run_request, utc_now
 from .sources import CounterSource, GaugeReading, select_source
 from .totals import WaveTotals
 from .transport import StampingTransport
 
-__all__ = ["Scrape", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
+__all__ = ["Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
 
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
                        # (and x 64 between two full ones)
@@ -54,6 +54,18 @@ class Scrape:
     snapshot: MetricsSnapshot | None
     problem: str | None = None
     absent: bool = False          # the endpoint does not exist (HTTP 404): not a vLLM server
+
+
+@dataclass(frozen=True)
+class UrlCounters:
+    """One metrics URL's own share of a wave: after - before of each series the source reads."""
+
+    url: str
+    series: Mapping[str, Any]          # series -> delta (``None``: absent or reset); per-position: a list
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "series": dict(self.series), "problems": list(self.problems)}
 
 
 def host_load() -> tuple[float, float, float] | None:
@@ -155,6 +167,8 @@ class WaveResult:
     gauges_after: GaugeReading | None = None
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None
+    metrics_urls: tuple[str, ...] = ()          # every URL scraped (their counters summed)
+    per_url: tuple[UrlCounters, ...] = ()       # each URL's own deltas (two URLs or more)
 
     @property
     def complete(self) -> bool:
@@ -320,7 +334,7 @@ def _not_sent(index: int, prompt: Prompt, why: str, seed: int, max_tokens: int) 
 
 def measure_wave(
     base_url: str,
-    metrics_url: str | None,
+    metrics_url: str | Sequence[str] | None,
     prompts: Sequence[Prompt],
     *,
     model: str,
@@ -355,7 +369,9 @@ def measure_wave(
     """Run one wave of streaming requests and read the server's counters around it.
 
     ``base_url`` is the server (``http://host:8000``, with or without ``/v1``);
-    ``metrics_url`` its ``/metrics`` (``None``: no server counters). Requests go out
+    ``metrics_url`` its ``/metrics`` (``None``: no server counters), or several URLs (engines
+    and hosts): their counters are summed, each URL's own deltas kept in ``per_url``, and one URL
+    that cannot be read leaves the wave incomplete with that URL named. Requests go out
     in prompt order, ``concurrency`` at a time, each with ``seed``, ``max_tokens``,
     T = ``temperature``, top_p, ``ignore_eos``, ``priority`` (sent when non-zero), a
     fresh ``cache_salt`` and ``stream_options.include_usage``. ``deadline_s`` cuts a
@@ -401,8 +417,8 @@ def measure_wave(
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
     source = select_source(counter_source)
-    if not source.scrapes:
-        metrics_url = None
+    urls: tuple[str, ...] = (() if not source.scrapes or not metrics_url
+                             else (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url))
     base = _base(base_url)
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     total = len(prompts)
@@ -420,17 +436,18 @@ def measure_wave(
         started_at = utc_now()
         cutter = Cutter(cancel, None)
 
-        def scrape() -> Scrape | None:
-            if not metrics_url:
-                return None
+        def scrape_one(url: str) -> Scrape:
             was_cancelled = cancel is not None and cancel.is_set()
             # a cancel cuts a scrape in flight; after one, a scrape gets a second at most
             ticket = cutter.register(None, wave=False, cancellable=not was_cancelled)
             try:
-                return scrape_metrics(http, metrics_url, min(metrics_timeout_s, 1.0) if was_cancelled
+                return scrape_metrics(http, url, min(metrics_timeout_s, 1.0) if was_cancelled
                                       else metrics_timeout_s, headers=metrics_headers, on_socket=ticket.attach)
             finally:
                 cutter.release(ticket)
+
+        def scrape() -> tuple[Scrape, ...] | None:
+            return tuple(scrape_one(url) for url in urls) if urls else None
 
         try:
             load_before = host_load()
@@ -495,7 +512,7 @@ def measure_wave(
         ended_at = utc_now()
     done = [r for r in records if r is not None]
     result = _result(done, before, after, family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency,
-                     started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_url=metrics_url,
+                     started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_urls=urls,
                      model=model, chat=chat, ignore_eos=ignore_eos,
                      cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0],
                      source=source, speculative=speculative, loads=(load_before, load_after))
@@ -504,9 +521,23 @@ def measure_wave(
     return result
 
 
-def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape | None, *, family: str, seed: int,
-            max_tokens: int, concurrency: int, started_at: str, ended_at: str, duration: float, url: str,
-            metrics_url: str | None, model: str, chat: bool, ignore_eos: bool, cancelled: bool,
+def _merged(scrapes: tuple[Scrape, ...] | None, *, all_read: bool = True) -> MetricsSnapshot | None:
+    """The scrapes of every URL summed (``None`` when one could not be read, unless not ``all_read``)."""
+    snaps = [s.snapshot for s in scrapes or () if s.snapshot is not None]
+    if not snaps or (all_read and len(snaps) != len(scrapes or ())):
+        return None
+    return merge_snapshots(snaps)
+
+
+def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None) -> GaugeReading | None:
+    snapshot = _merged(scrapes, all_read=False)
+    return source.gauges(snapshot) if snapshot is not None else None
+
+
+def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, after: tuple[Scrape, ...] | None, *,
+            family: str, seed: int, max_tokens: int, concurrency: int, started_at: str, ended_at: str,
+            duration: float, url: str, metrics_urls: tuple[str, ...], model: str, chat: bool, ignore_eos: bool,
+            cancelled: bool,
             totals: WaveTotals | None = None, unlisted: int = 0, source: CounterSource | None = None,
             speculative: bool | None = None,
             loads: tuple[tuple[float, float, float] | None, ...] = (None, None)) -> WaveResult:
@@ -515,23 +546,33 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
     source = source if source is not None else select_source()
     reasons: list[str] = []
     notes: list[str] = []
+    merged_before, merged_after = _merged(before), _merged(after)
+    per_url: list[UrlCounters] = []
     if not source.scrapes:
         deltas = source.unavailable()
     elif before is None or after is None:
         deltas = source.unavailable()
         notes.append("no metrics URL given: server counters not read")
-    elif before.snapshot is None or after.snapshot is None:
-        deltas = source.unavailable()
-        if before.problem is not None and before.problem == after.problem:
-            reasons.append(f"{before.problem} (before and after the wave)")
-        else:
-            for when, scrape in (("before", before), ("after", after)):
-                if scrape.problem is not None:
-                    reasons.append(f"{scrape.problem} ({when} the wave)")
+    elif merged_before is None or merged_after is None:
+        deltas = source.unavailable()   # a sum without one of its URLs is no sum: every counter missing
+        for was, now in zip(before, after, strict=True):
+            if was.problem is not None and was.problem == now.problem:
+                reasons.append(f"{was.problem} (before and after the wave)")
+            else:
+                for when, scrape in (("before", was), ("after", now)):
+                    if scrape.problem is not None:
+                        reasons.append(f"{scrape.problem} ({when} the wave)")
     else:
-        deltas = source.deltas(before.snapshot, after.snapshot, speculative=speculative,
+        deltas = source.deltas(merged_before, merged_after, speculative=speculative,
                                first_tokens=tally.with_content)
         reasons.extend(deltas.problems)
+        if len(metrics_urls) > 1:
+            for u, was, now in zip(metrics_urls, before, after, strict=True):
+                assert was.snapshot is not None and now.snapshot is not None
+                series, problems = series_deltas(was.snapshot, now.snapshot, source.series())
+                per_url.append(UrlCounters(u, series, problems))
+                reasons.extend(f"metrics at {u}: {problem}" for problem in problems
+                               if f"metrics at {u}: {problem}" not in reasons)
     notes.extend(deltas.notes)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
         count = tally.counts[status]
@@ -552,12 +593,11 @@ def _result(records: list[RequestRecord], before: Scrape | None, after: Scrape |
     return WaveResult(
         family=family, seed=seed, max_tokens=max_tokens, concurrency=concurrency, started_at=started_at,
         ended_at=ended_at, duration_s=duration, counters=deltas, incomplete_reasons=tuple(reasons),
-        notes=tuple(notes), requests=tuple(records), url=url, metrics_url=metrics_url, model=model, chat=chat,
-        ignore_eos=ignore_eos, cancelled=cancelled,
-        before=before.snapshot if before else None, after=after.snapshot if after else None,
+        notes=tuple(notes), requests=tuple(records), url=url, metrics_url=metrics_urls[0] if metrics_urls else None,
+        model=model, chat=chat, ignore_eos=ignore_eos, cancelled=cancelled,
+        before=merged_before, after=merged_after, metrics_urls=metrics_urls, per_url=tuple(per_url),
         totals=tally, streamed=streamed, unlisted=unlisted, source=source, speculative=speculative,
-        gauges_before=source.gauges(before.snapshot) if before is not None and before.snapshot is not None else None,
-        gauges_after=source.gauges(after.snapshot) if after is not None and after.snapshot is not None else None,
+        gauges_before=_gauges(source, before), gauges_after=_gauges(source, after),
         load_before=loads[0], load_after=loads[1],
     )
 

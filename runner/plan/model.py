@@ -51,6 +51,7 @@ __all__ = [
     "CONTEXT_TOKENS",
     "CONTROL_ROLE",
     "GATES",
+    "HOST_IDENTITIES",
     "MODES",
     "PP3_DEFAULTS",
     "PROTOCOLS",
@@ -106,6 +107,11 @@ SMOKE_SCHEMA: Mapping[str, Any] = {
 }
 
 
+# Identities an arm may declare and every start of it must report equal (``start_config``):
+# the worker's and the Markov sampler's identity hashes, the experiment commit, the worker tree.
+HOST_IDENTITIES = ("worker_identity", "markov_identity", "experiment_commit", "worker_tree")
+
+
 @dataclass(frozen=True)
 class Arm:
     """A server configuration: role A (control), B (candidate) or P (production policy).
@@ -123,6 +129,8 @@ class Arm:
     sim: dict[str, Any]
     description: str = ""
     allowed_differences: tuple[str, ...] = ()
+    # what the hosts must report at each start of the arm (:data:`HOST_IDENTITIES`), as declared
+    identities: tuple[tuple[str, str], ...] = ()
 
     @property
     def speculates(self) -> bool:
@@ -141,6 +149,7 @@ class Arm:
         }
         if self.allowed_differences:
             data["allowed_differences"] = list(self.allowed_differences)
+        data.update(self.identities)
         return data
 
 

@@ -23,6 +23,7 @@ from .model import (
     CONTEXTS,
     CONTROL_ROLE,
     GATES,
+    HOST_IDENTITIES,
     MODES,
     PP3_DEFAULTS,
     PROTOCOLS,
@@ -56,6 +57,12 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 IDENTITY_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+WORKER_TREE = re.compile(r"/?[A-Za-z0-9._@+=:,-]+(/[A-Za-z0-9._@+=:,-]+)*/?")
+# HOST_IDENTITIES: each one's shape, and what it is for a refusal
+_IDENTITY_SHAPES = {"worker_identity": (SHA256, "a sha256 (64 lowercase hex)"),
+                    "markov_identity": (SHA256, "a sha256 (64 lowercase hex)"),
+                    "experiment_commit": (COMMIT, "a commit (40 or 64 lowercase hex)"),
+                    "worker_tree": (WORKER_TREE, "a path on the worker (letters, digits, / . _ - @ + = : ,)")}
 UNIT = re.compile(r"[^:\s]+\.py:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 TEST_ID = re.compile(r"[!-~]{1,300}")  # a pytest node id or any printable ASCII name without spaces
 PP3_BLOCKS = (("A1", "A"), ("B1", "B"), ("B2", "B"), ("A2", "A"))
@@ -113,9 +120,13 @@ def _arms(f: Fields, protocol: str, mode: str) -> tuple[Arm, ...]:
             allowed = t.strings("allowed_differences", pattern=IDENTITY_PATH,
                                 what="an identity member (dotted path, e.g. env.VLLM_WORKER)")
         description = t.string("description", "")
+        identities = tuple((key, t.string(key, pattern=_IDENTITY_SHAPES[key][0], what=_IDENTITY_SHAPES[key][1]))
+                           for key in HOST_IDENTITIES if key in t.data)
+        if any(key == "worker_tree" and len(value) > 1024 for key, value in identities):
+            raise t.fail("worker_tree", "longer than 1024 characters")
         t.done()
         arms.append(Arm(role=role, name=name, config_digest=config_digest, speculative=speculative, sim=sim,
-                        description=description, allowed_differences=allowed))
+                        description=description, allowed_differences=allowed, identities=identities))
     missing = needed - {a.role for a in arms}
     if missing:
         raise f.fail("arms", f"{protocol} mode {mode} needs arm(s) {', '.join(sorted(missing))}")

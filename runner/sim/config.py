@@ -87,6 +87,9 @@ class ArmConfig:
     # What the host reports as this arm's config_digest (e.g. the plan's declared digest);
     # None: the digest of this configuration.
     reported_digest: str | None = None
+    # Host identities this arm's starts report (worker_identity, markov_identity, experiment_commit,
+    # worker_tree); None: none reported.
+    reported_identities: Mapping[str, str] | None = field(default=None, hash=False)
 
     @property
     def speculative(self) -> bool:
@@ -106,6 +109,10 @@ class ArmConfig:
         data["acceptance"] = list(self.acceptance)
         if data.get("reported_digest") is None:
             data.pop("reported_digest", None)
+        if data.get("reported_identities") is None:
+            data.pop("reported_identities", None)
+        else:
+            data["reported_identities"] = dict(self.reported_identities or {})
         if data.get("reported_config") is None:
             data.pop("reported_config", None)
         else:
@@ -330,5 +337,8 @@ def _arm(name: str, f: Fields) -> ArmConfig:
     if f.has("reported_digest"):
         kw["reported_digest"] = f.string("reported_digest", pattern=re.compile(r"[0-9a-f]{64}"),
                                          what="a sha256 (64 lowercase hex)")
+    if f.has("reported_identities"):
+        table = f.table("reported_identities")
+        kw["reported_identities"] = {key: table.string(key, nonempty=True) for key in table.data}
     f.done(also=_ARM_FIELDS)
     return ArmConfig(name, **kw)

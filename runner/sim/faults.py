@@ -24,6 +24,15 @@ fault                  shape                                               effec
 ``ignore_stop``        ``{arm="", count=1}``                               stop strings not honoured
 ``hang_after_cancel``  ``{seconds, count=1}``                              after a client leaves a stream, every
                                                                            request waits ``seconds`` (real)
+``host_clock_cap``     ``{host, cap_mhz, count=1}``                        at the next start, ``host`` alone logs
+                                                                           (and runs) this cap: the hosts disagree
+``host_commit``        ``{host, commit, count=1}``                         the next placeholder_proof of ``host``
+                                                                           reports this commit checked out there
+``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
+                                                                           host identity ``member`` (worker_identity...)
+``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
+                                                                           to ``cap_mhz`` and it recovers as the
+                                                                           request ends (a THERMAL-WATCH pair)
 =====================  ==================================================  =====================================
 """
 
@@ -53,6 +62,10 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "ignore_schema": {"arm": ("arm", ""), "count": ("int", 1)},
     "ignore_stop": {"arm": ("arm", ""), "count": ("int", 1)},
     "hang_after_cancel": {"seconds": ("float", None), "count": ("int", 1)},
+    "host_clock_cap": {"host": ("str", None), "cap_mhz": ("int", None), "count": ("int", 1)},
+    "thermal_blip": {"cap_mhz": ("int", None), "count": ("int", 1)},
+    "host_commit": {"host": ("str", None), "commit": ("str", None), "count": ("int", 1)},
+    "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
 }
 
 

@@ -34,7 +34,7 @@ __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
 # Host actions (``docs/site.md``) plus the simulator's own: production up/down and thermal dial-back.
 ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "quiet_proof",
            "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof", "restore",
-           "watch", "read_clock_cap", "production", "thermal", "reboot")
+           "watch", "read_clock_cap", "read_thermal", "production", "thermal", "reboot")
 
 
 def wall_time() -> str:
@@ -81,6 +81,7 @@ class EngineSession:
     rotor: int = 0
     session: str = ""  # "<boot id>:<start number>": which engine this is, across host reboots
     prefix: PrefixCache = field(default_factory=PrefixCache, repr=False)  # vLLM's prefix cache, per session
+    host_caps: dict[str, int] = field(default_factory=dict)   # host -> the cap it logged (fault host_clock_cap)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ready(self, now: float) -> bool:
@@ -290,9 +291,17 @@ class Host:
                 raise HostActionError(409, "start_arm", f"arm {self.engine.arm.name} is running; stop_arm first")
             mismatch = self.faults.take("clock_cap_mismatch")
             session = self._new_session(arm, role, ready_in, cap_mhz=mismatch["cap_mhz"] if mismatch else None)
+            odd = self.faults.take("host_clock_cap")
+            if odd is not None:
+                session.host_caps[odd["host"]] = odd["cap_mhz"]
+            identities = dict(arm.reported_identities or {})
+            other = self.faults.take("identity_mismatch")
+            if other is not None:
+                identities[other["member"]] = other["value"]
         if args.get("wait", True):
             self._wait_ready(session)
         return {
+            **identities,
             "start": session.number, "session": session.session, "arm": arm.name, "role": role,
             "identity": self.identity_of(arm),
             "config_digest": arm.reported_config_digest(), "speculative_config": arm.speculative_config(),
@@ -360,7 +369,14 @@ class Host:
             missing = [h for h in hosts if not self.placeholders[h]]
         if missing:
             raise HostActionError(409, "placeholder_proof", f"no placeholder on {', '.join(missing)}")
-        return {"hosts": hosts, "output": f"placeholders present on {', '.join(hosts)}"}
+        commits: dict[str, str] = {}
+        armed = self.faults.snapshot().get("host_commit")
+        if isinstance(armed, dict) and armed["host"] in hosts:
+            other = self.faults.take("host_commit")
+            if other is not None:
+                commits[other["host"]] = other["commit"]
+        return {"hosts": hosts, **({"commits": commits} if commits else {}),
+                "output": f"placeholders present on {', '.join(hosts)}"}
 
     def _do_quiet_proof(self, args: dict[str, Any]) -> dict[str, Any]:
         with self.cond:
@@ -400,6 +416,8 @@ class Host:
         return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
                 "session": session.session,
                 "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
+                "hosts": {h: {"clock_cap_mhz": session.clock_cap_mhz,
+                              "log_line": f"clock cap {session.clock_cap_mhz} MHz"} for h in self.config.hosts},
                 "output": f"production restored to snapshot {snap['sha256']}"}
 
     def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -458,8 +476,32 @@ class Host:
             if engine is None:
                 raise HostActionError(409, "read_clock_cap", "no engine is running")
             line = next(line for line in engine.log if line.startswith("clock cap "))
+            hosts = {h: {"clock_cap_mhz": engine.host_caps.get(h, engine.clock_cap_mhz),
+                         "log_line": f"clock cap {engine.host_caps.get(h, engine.clock_cap_mhz)} MHz"}
+                     for h in self.config.hosts}
             return {"start": engine.number, "clock_cap_mhz": engine.clock_cap_mhz,
-                    "current_clock_mhz": self.current_mhz, "log_line": line, "output": line}
+                    "current_clock_mhz": self.current_mhz, "log_line": line, "hosts": hosts,
+                    "output": "\n".join(f"{h}: {v['log_line']}" for h, v in hosts.items())}
+
+    def _do_read_thermal(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The THERMAL-WATCH log: every dial-back since the host booted, and the clock now."""
+        with self.cond:
+            engine = self.engine
+            dial_backs = [{"seq": e["seq"], "at": e["at"], "from_mhz": e["from_mhz"], "to_mhz": e["to_mhz"],
+                           "start": e["start"]} for e in self.thermal_events if e["kind"] == "dial_back"]
+            lines = [f"THERMAL-WATCH {e['at']} clock {e['from_mhz']} -> {e['to_mhz']} MHz ({e['kind']})"
+                     for e in self.thermal_events]
+            return {"current_clock_mhz": self.current_mhz,
+                    "clock_cap_mhz": engine.clock_cap_mhz if engine else None,
+                    "dial_backs": dial_backs, "output": "\n".join(lines) or "THERMAL-WATCH: no events"}
+
+    def blip(self, cap_mhz: int) -> None:
+        """A dial-back to ``cap_mhz`` and its recovery at once (fault ``thermal_blip``)."""
+        engine = self.engine
+        back = self.current_mhz
+        self._do_thermal({"cap_mhz": cap_mhz})
+        if engine is not None and back is not None:
+            self._do_thermal({"cap_mhz": back})
 
     def _do_thermal(self, args: dict[str, Any]) -> dict[str, Any]:
         cap = args.get("cap_mhz", self.config.thermal_cap_mhz)

@@ -406,6 +406,9 @@ class _Handler(BaseHTTPRequestHandler):
         arm = engine.arm.name
         stops = request.stop if request.stop and not faults.take_for("ignore_stop", arm) else ()
         schema = request.schema if request.schema is not None and not faults.take_for("ignore_schema", arm) else None
+        blip = faults.take("thermal_blip")
+        if blip is not None:
+            server.host.blip(blip["cap_mhz"])
         truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
                                                         ("error_frame", error_frame)) if spec) or None
         generation, _cold = self._generation(request, engine)

@@ -421,7 +421,8 @@ def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
         _engine(ws, p.action, ok, facts)
 
 
-ENGINE_REPORTS = ("config_digest", "speculative_config", "identity")
+ENGINE_REPORTS = ("config_digest", "speculative_config", "identity",
+                  "worker_identity", "markov_identity", "experiment_commit", "worker_tree")
 """What a host reports about the engine a ``start_arm`` started (compared by ``start_config``)."""
 
 
@@ -460,6 +461,7 @@ def _start_began(s: State, ws: WindowState, e: Event, p: pl.StartBegan) -> None:
         "spec_config_sha256": p.spec_config_sha256, "began_seq": e.seq, "began_time": e.time,
         "ended_seq": None, "ok": None,
         "warmup": None, "waves": {}, "truncated": False,
+        "clock_problems": list((p.clock or {}).get("problems") or []),
     }
     ws.current_start = p.start
     _advance(ws, "measuring")

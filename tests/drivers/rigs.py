@@ -24,7 +24,7 @@ ARM_B_CAP = 2150
 PRODUCTION_CAP = 2300
 
 # How each action calls statehost.sh (the same lines as examples/site-commands.toml).
-ARGS = {"start_arm": "{arm} {role}", "restore": "{snapshot}", "fence": "{host}", "placeholder_up": "{host}",
+ARGS = {"start_arm": "{arm} {role}", "restore": "{snapshot}", "read_clock_cap": "spark-head spark-worker", "fence": "{host}", "placeholder_up": "{host}",
         "placeholder_down": "{host}", "placeholder_proof": "{host}"}
 
 
@@ -70,6 +70,14 @@ class CommandsRig:
     def fail_next(self, action: str) -> None:
         (self.state / "inject").mkdir(exist_ok=True)
         (self.state / "inject" / f"{action}.fail").write_text("7\n")
+
+    def dial_back_and_recover(self, mhz: int) -> None:
+        (self.state / "inject").mkdir(exist_ok=True)
+        (self.state / "inject" / "dial_back").write_text(f"{mhz}\n")
+
+    def disagree(self, host: str, mhz: int) -> None:
+        (self.state / "inject").mkdir(exist_ok=True)
+        (self.state / "inject" / f"host_cap.{host}").write_text(f"{mhz}\n")
 
     def hang_next(self, action: str) -> dict[str, Any]:
         (self.state / "inject").mkdir(exist_ok=True)
@@ -128,6 +136,14 @@ class SimRig:
 
     def fail_next(self, action: str) -> None:
         self.handle.set_faults(action_fail={"action": action, "status": 500})
+
+    def dial_back_and_recover(self, mhz: int) -> None:
+        back = self.handle.state()["clock"]["current_mhz"]
+        self.handle.control("thermal", cap_mhz=mhz)
+        self.handle.control("thermal", cap_mhz=back)
+
+    def disagree(self, host: str, mhz: int) -> None:
+        self.handle.set_faults(host_clock_cap={"host": host, "cap_mhz": mhz})
 
     def hang_next(self, action: str) -> dict[str, Any]:
         return {"sim": {"slow_start_s": 3.0}}

@@ -16,6 +16,7 @@ import pytest
 
 from ledger.errors import FormatError
 from runner.drivers import ACTIONS, PER_HOST_ACTIONS, ActionResult, HostDriver
+from runner.drivers.base import CLOSE_ACTIONS
 
 from .rigs import ARM_B_CAP, PRODUCTION_CAP, CommandsRig, SimRig
 
@@ -65,8 +66,9 @@ class TestHostDriverContract:
         assert driver.serving_url.startswith("http://127.0.0.1:")
         assert driver.metrics_urls and all(u.endswith("/metrics") for u in driver.metrics_urls)
         assert driver.production_clock_cap_mhz == PRODUCTION_CAP
-        assert driver.actions == frozenset(ACTIONS)
-        assert all(driver.timeout_s(a) > 0 for a in ACTIONS)
+        # the simulator has no pair to close and no scoped HOLD to stash
+        assert driver.actions == frozenset(ACTIONS) - (CLOSE_ACTIONS if rig.kind == "sim" else frozenset())
+        assert all(driver.timeout_s(a) > 0 for a in driver.actions)
         assert rig.make({"drain": 7.5}).timeout_s("drain") == 7.5
 
     def test_preflight_and_probe_see_production_serving(self, rig: Rig) -> None:
@@ -116,6 +118,29 @@ class TestHostDriverContract:
         assert ok(driver, "stop_arm").facts["arm"] == "B"
         assert ok(driver, "probe").facts["arm"] is None
         refused(driver, "read_clock_cap")  # no engine, no clock cap
+
+    def test_read_thermal_reports_a_dial_back_that_recovered(self, rig: Rig) -> None:
+        from runner.gates.clocks import new_dial_backs
+
+        driver = rig.driver
+        drain_and_start_b(driver)
+        assert ok(driver, "read_thermal").facts["dial_backs"] == []
+        rig.dial_back_and_recover(1500)
+        facts = ok(driver, "read_thermal").facts
+        assert facts["current_clock_mhz"] == ARM_B_CAP              # recovered: the clock now says nothing
+        found = new_dial_backs(facts, ARM_B_CAP, set())
+        assert [(d["clock_mhz"], d["from_mhz"]) for d in found] == [(1500, ARM_B_CAP)]
+        assert new_dial_backs(facts, ARM_B_CAP, {(d["host"], d["seq"]) for d in found}) == []   # recorded once
+
+    def test_read_clock_cap_gives_every_hosts_own_line(self, rig: Rig) -> None:
+        from runner.gates.clocks import read_caps
+
+        driver = rig.driver
+        rig.disagree(rig.worker, 2000)
+        drain_and_start_b(driver)
+        split = read_caps(ok(driver, "read_clock_cap").facts, driver.hosts)
+        assert split.hosts[rig.worker]["clock_cap_mhz"] == 2000
+        assert any("the hosts disagree on the clock cap" in p for p in split.problems)
 
     def test_placeholders_up_proof_down(self, rig: Rig) -> None:
         driver = rig.driver

@@ -52,7 +52,7 @@ def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) 
         result = run(w, "reps")
         assert result.ending == "restored"
         decision = _decision(w, "reps")
-        assert decision["input_builder"] == INPUT_BUILDER >= 2  # win2: builder 3 builds as 2
+        assert decision["input_builder"] == INPUT_BUILDER == 3
         assert decision["params"]["repeats"] == repeats == decision["input"]["params"]["repeats"]
         measured = _waves(w, "reps")
         # 3 starts x 1 cell x repeats x 2 families, each one wave, every one in the input

@@ -159,6 +159,8 @@ def _chain_last() -> Story:
     return Story(window_id="day-b", chain="last")
 
 
+CLOSING = frozenset({"pair_close", "hold_stash", "commit_close"})
+
 @dataclass(frozen=True)
 class Row:
     situation: str
@@ -166,6 +168,7 @@ class Row:
     expected: StepKind
     detail: dict[str, Any] | None = None     # members of the step that must match
     stop_limit: Limit | None = None
+    site_actions: frozenset[str] = frozenset()   # the site's optional chained-close actions
 
 
 def _failed_restores(times: int) -> Story:
@@ -262,6 +265,15 @@ ROWS = [
         "production_down_proof").event("production.state", state="down", proof={}).act(
         "placeholder_proof", host=HOSTS[0]).act("placeholder_proof", host=HOSTS[1]), "chained_close",
         {"args": {"hold": True, "summary": "CHAINED: production left down"}}),
+    Row("fenced, the site closes pairs: close the pair before the experiment stops", lambda: chained(
+        Story(chain="chained")).act("fence", host=HOSTS[0]).act("fence", host=HOSTS[1]), "pair_close",
+        site_actions=CLOSING),
+    Row("placeholders proved, the site stashes its HOLD: stash it", lambda: _proved_closing().act("pair_close"),
+        "hold_stash", site_actions=CLOSING),
+    Row("HOLD stashed: close the commit", lambda: _proved_closing().act("pair_close").act("hold_stash"),
+        "commit_close", site_actions=CLOSING),
+    Row("commit closed: HOLD closed, marker set, window closed", lambda: _proved_closing().act("pair_close").act(
+        "hold_stash").act("commit_close"), "chained_close", site_actions=CLOSING),
     Row("marker present, no chain_prev_ok for this window", lambda: under_marker(_chain_last(), prev_ok=False),
         "blocked"),
     Row("marker present, no HOLD of ours, preflight failed", lambda: under_marker(_chain_last()).act(
@@ -280,6 +292,14 @@ ROWS = [
         "placeholder.down", host=HOSTS[0]).act("placeholder_down", host=HOSTS[1]).event(
         "placeholder.down", host=HOSTS[1]), "marker_clear"),
 ]
+
+
+def _proved_closing() -> Story:
+    """A chained close with every required step done (the optional ones are added by the rows)."""
+    return chained(Story(chain="chained")).act("fence", host=HOSTS[0]).act("fence", host=HOSTS[1]).act(
+        "experiment_stop").act("quiet_proof").act("production_down_proof").event(
+        "production.state", state="down", proof={}).act("placeholder_proof", host=HOSTS[0]).act(
+        "placeholder_proof", host=HOSTS[1])
 
 
 def _last_watched() -> Story:
@@ -301,7 +321,7 @@ def _next(row: Row) -> Step:
     state = fold(None, story.materialize())
     plan: Plan = story.plan
     ws = state.windows[plan.window_id]
-    return next_step(Context(plan, state, ws, HOSTS, stop_limit=row.stop_limit))
+    return next_step(Context(plan, state, ws, HOSTS, stop_limit=row.stop_limit, site_actions=row.site_actions))
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.situation for r in ROWS])

@@ -46,7 +46,9 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
                      "concurrency", "started_at", "ended_at", "counters", "counters_missing", "complete",
                      "incomplete_reasons", "client", "requests", "records", "engine",
                      # added with counter sources and token-true timing (optional, after the first ones)
-                     "counter_source", "gauges", "host_load"]
+                     "counter_source", "gauges", "host_load",
+                     # added with several metrics URLs (optional)
+                     "counters_by_url"]
     assert [f.name for f in dataclasses.fields(payloads.Counters)] == [
         "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens", "drafts"]
     assert [f.name for f in dataclasses.fields(payloads.ClientFigures)] == [

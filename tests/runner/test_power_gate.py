@@ -23,6 +23,7 @@ from .script import COMMIT, EXAMPLES
 
 PLAN = EXAMPLES / "seed000-production-policy.toml"
 CELLS = ("short-b1", "32k-b1")
+CONTROL = next(a["config_digest"] for a in tomllib.loads(PLAN.read_text())["arms"] if a["role"] == "P")
 
 
 def _register(site: Site, window: str, repeats: int, *, effect: float = 0.03, min_windows: int = 2,
@@ -59,14 +60,16 @@ def _archive(site: Site, windows: int, *, start_sd: float = 0.003, repeat_sd: fl
                 site.book.append("archive", "archive.control_start", {
                     "window": window, "plan_sha256": "0" * 64, "start": start, "role": "P", "cell": cell,
                     "max_tokens": max_tokens, "commit": COMMIT, "clock_cap_mhz": cap,
-                    "figures": {"pooled_rate_tps": 100.0}}, site.signer)
+                    "control_config_digest": CONTROL, "figures": {"pooled_rate_tps": 100.0}}, site.signer)
 
 
 def test_only_same_cell_max_tokens_and_clock_cap_entries_of_other_windows_are_comparable(site: Site) -> None:
     plan = _register(site, "w", 3)
-    base = {"window": "other", "cell": "short-b1", "max_tokens": 512, "clock_cap_mhz": 2300}
+    base = {"window": "other", "cell": "short-b1", "max_tokens": 512, "clock_cap_mhz": 2300,
+            "control_config_digest": CONTROL}
     assert comparable(plan, base)
-    for change in ({"window": "w"}, {"cell": "32k-b4"}, {"max_tokens": 256}, {"clock_cap_mhz": 2150}):
+    for change in ({"window": "w"}, {"cell": "32k-b4"}, {"max_tokens": 256}, {"clock_cap_mhz": 2150},
+                   {"control_config_digest": "f" * 64}, {"control_config_digest": None}, {"dial_back": True}):
         assert not comparable(plan, base | change), change
 
 

@@ -1,0 +1,188 @@
+"""chain prev-ok asks the hosts too: a placeholder the ledger says is up but the host does not prove."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import FormatError, PolicyError
+from runner.audit.full import run_audit
+from runner.execution.window import WindowRunner
+from runner.gates.admission import admit
+from runner.gates.chain import check_prev_ok, run_prev_ok
+
+from .worlds import close, gate_all, run, state, window, world
+
+
+def test_prev_ok_probes_a_placeholder_that_is_down(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        w.sim.control("placeholder_down", host="sim-worker")   # behind the ledger's back
+        assert check_prev_ok(state(w.book), "chain-b").verdict == "PASS"   # the ledger alone cannot see it
+        record = run_prev_ok(w.book, w.root, "chain-b", w.driver)
+        result = record.result
+        assert result.verdict == "FAIL"
+        assert any("placeholder on sim-worker is not up" in f for f in result.failures), result.failures
+        assert not any("sim-head" in f for f in result.failures)
+        probes = result.evidence["hosts"]["probes"]
+        assert probes["placeholder_proof sim-head"]["ok"] and not probes["placeholder_proof sim-worker"]["ok"]
+        assert record.aborted_event is not None   # the chain is aborted: the window must restore
+        gate = state(w.book).windows["chain-b"].gates["chain_prev_ok"]
+        assert gate["verdict"] == "FAIL"
+    finally:
+        close(w)
+
+
+def test_prev_ok_with_the_hosts_as_the_ledger_says_passes(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        record = run_prev_ok(w.book, w.root, "chain-b", w.driver)
+        assert record.result.verdict == "PASS", record.result.failures
+        assert set(record.result.evidence["hosts"]["probes"]) == {
+            "preflight", "placeholder_proof sim-head", "placeholder_proof sim-worker"}
+        assert run(w, "chain-b").ending == "chained"
+    finally:
+        close(w)
+
+
+def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="last")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        drained = next(e.payload for e in w.book.events(stream="window/chain-a", types=["production.snapshot"]))
+        wrong = tmp_path / "wrong.json"
+        wrong.write_text(json.dumps({"sha256": "0" * 64, "identity": drained["identity"]}))
+        run_prev_ok(w.book, w.root, "chain-b")
+        admit(w.book, w.root, "chain-b")
+        size, actions = w.book.size(), len(w.sim.state()["actions"])
+        with pytest.raises(PolicyError, match="but the chain marker of window chain-a left production at"):
+            WindowRunner(w.book, w.root, "chain-b", w.driver, time_scale=w.time_scale, chain_production=wrong).run()
+        assert w.book.size() == size and len(w.sim.state()["actions"]) == actions   # before any host action
+        with pytest.raises(FormatError, match="sha256 must be 64 lowercase hex"):
+            run(w, "chain-b", chain_production=_write(tmp_path / "bad.json", {"sha256": "x", "identity": {}}))
+        capture = _write(tmp_path / "capture.json", {"sha256": drained["sha256"], "identity": drained["identity"]})
+        assert run(w, "chain-b", chain_production=capture).ending == "restored"
+        snap = next(e.payload for e in w.book.events(stream="window/chain-b", types=["production.snapshot"]))
+        assert snap["source"] == "capture" and snap["sha256"] == drained["sha256"]
+        assert snap["identity"] == drained["identity"]
+        assert w.book.blob(snap["blob"]["blob"].removeprefix("sha256:")).data == capture.read_bytes()
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value))
+    return path
+
+
+def test_a_chained_start_on_a_host_at_another_commit_aborts_the_chain(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        w.sim.set_faults(host_commit={"host": "sim-worker", "commit": "f" * 40})
+        result = run(w, "chain-b")
+        assert result.ending == "aborted"
+        proofs = [e.payload for e in w.book.events(stream="window/chain-b", types=["host.action"])
+                  if e.payload["action"] == "placeholder_proof" and e.payload["phase"] == "finished"]
+        failed = [p for p in proofs if not p["ok"]]
+        assert failed and failed[0]["host"] == "sim-worker"
+        assert f"runs commit {'f' * 40}, not the window's" in failed[0]["detail"]["error"]
+        assert not list(w.book.events(stream="window/chain-b", types=["wave.measured"]))
+        s = state(w.book)
+        assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_chained_close_runs_the_optional_pair_close_stash_and_commit_close_in_order(tmp_path: Path) -> None:
+    import shutil
+
+    from runner.demo.scenarios import EXAMPLES
+    from runner.drivers.site import load_site
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
+    try:
+        gate_all(w)
+        shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
+        text = (EXAMPLES / "site-commands.toml").read_text().replace("http://127.0.0.1:8000", w.sim.url)
+        for action in ("pair_close", "hold_stash", "commit_close"):
+            text += f'\n[actions.{action}]\ncommand = "site-scripts/statehost.sh {{state_dir}} {action}"\n'
+        (tmp_path / "site.toml").write_text(text)
+        driver = load_site(tmp_path / "site.toml")
+        result = WindowRunner(w.book, w.root, "cmd-chain", driver, time_scale=w.time_scale).run()
+        driver.close()
+        assert result.ending == "chained", result.blocked
+        log = [" ".join(line.split()[0:2]) for line in (tmp_path / "site-state" / "actions.log").read_text().splitlines()]
+        close_at = log.index("placeholder_up spark-head")
+        assert log[close_at:close_at + 12] == [
+            "placeholder_up spark-head", "placeholder_up spark-worker", "fence spark-head", "fence spark-worker",
+            "pair_close", "experiment_stop", "quiet_proof", "production_down_proof",
+            "placeholder_proof spark-head", "placeholder_proof spark-worker", "hold_stash", "commit_close"]
+        types = [e.type for e in w.book.events(stream="window/cmd-chain")]
+        assert types[-4:-1] == ["hold.closed", "chain.marker.set", "window.closed"]
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+class _WorkerUnreachable:
+    """The site, but the worker does not answer (the ssh to it hangs up)."""
+
+    def __init__(self, driver: object, allowed: dict[str, tuple[str, ...]]) -> None:
+        self._driver = driver
+        self.allow_unreachable = allowed
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._driver, name)
+
+    def run(self, action: str, host: str | None, params: dict[str, object]) -> object:
+        from ledger.errors import ExternalError
+
+        if host == "sim-worker":
+            raise ExternalError("ssh: connect to host sim-worker port 22: No route to host")
+        return self._driver.run(action, host, params)  # type: ignore[attr-defined]
+
+
+def test_allow_unreachable_per_mode_in_the_hold_and_the_probes(tmp_path: Path) -> None:
+    from runner.drivers.site import load_site
+    from runner.gates.chain import probe_hosts
+
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="chained")])
+    try:
+        gate_all(w)
+        site = tmp_path / "site.toml"
+        site.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\n\n[allow_unreachable]\n'
+                        '"production-policy" = ["sim-worker"]\n')
+        driver = load_site(site)
+        assert driver.allow_unreachable == {"production-policy": ("sim-worker",)}
+        admit(w.book, w.root, "chain-a")
+        assert WindowRunner(w.book, w.root, "chain-a", driver, time_scale=w.time_scale).run().ending == "chained"
+        opened = next(e.payload for e in w.book.events(stream="window/chain-a", types=["hold.opened"]))
+        assert opened["allow_unreachable"] == ["sim-worker"]
+        _, refused = probe_hosts(_WorkerUnreachable(w.driver, {}), "chain-b", True)          # type: ignore[arg-type]
+        assert any("placeholder_proof sim-worker: no answer" in f for f in refused)
+        evidence, tolerated = probe_hosts(_WorkerUnreachable(w.driver, {}), "chain-b", True,  # type: ignore[arg-type]
+                                          ("sim-worker",))
+        assert tolerated == [] and evidence["probes"]["placeholder_proof sim-worker"]["unreachable_allowed"]
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\n[allow_unreachable]\ncontrolled = ["nobody"]\n')
+        with pytest.raises(FormatError, match="'nobody' is not a host of this site"):
+            load_site(bad)
+        driver.close()
+    finally:
+        close(w)

@@ -1,0 +1,156 @@
+"""GPU clocks: every host's cap from its own log line, hosts that must agree, the THERMAL-WATCH between waves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.errors import FormatError, PolicyError
+from runner.audit.full import run_audit
+from runner.decide.inputs import replay_window
+from runner.demo.scenarios import HOSTS
+from runner.drivers.site import REQUIRED_COMMAND_ACTIONS, load_site, site_from_dict
+from runner.execution.window import WindowRunner
+
+from .worlds import close, gate_all, run, small, state, window, world
+
+WINDOW = "clocks"
+
+
+def _world(tmp_path: Path, edit: Any = small) -> Any:
+    w = world(tmp_path, [window("seed000-controlled.toml", WINDOW, chain="none", edit=edit)])
+    gate_all(w)
+    return w
+
+
+def _events(w: Any, type_: str) -> list[dict[str, Any]]:
+    return [e.payload for e in w.book.events(stream=f"window/{WINDOW}", types=[type_])]
+
+
+def test_dial_back_that_recovers_before_the_start_ends_is_caught(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:
+        injected: list[bool] = []
+
+        def on_wave(_n: int, _total: int, label: str) -> None:
+            if label.startswith("s2 ") and not injected:
+                injected.append(True)   # the next request dials the clock back to 1700 MHz, and it recovers
+                w.sim.set_faults(thermal_blip={"cap_mhz": 1700})
+
+        result = run(w, WINDOW, on_wave=on_wave)
+        assert result.ending == "restored"
+        thermal = _events(w, "thermal.event")
+        assert [(t["kind"], t["clock_cap_mhz"], t["detail"]["source"]) for t in thermal] == [
+            ("dial_back", 1700, "read_thermal")]
+        assert thermal[0]["detail"]["start"] == "s2"
+        # the clock had recovered by the start's end: the reading there saw nothing wrong
+        end_reads = [a["detail"] for a in _events(w, "host.action")
+                     if a["action"] == "read_clock_cap" and a["phase"] == "finished" and a["detail"]["start"] == "s2"]
+        assert end_reads[-1]["current_clock_mhz"] == end_reads[-1]["clock_cap_mhz"]
+        decision = _events(w, "decision.recorded")[0]["result"]
+        assert decision["decision"] == "INCONCLUSIVE"
+        assert any("thermal dial-back inside the HOLD (1 event(s))" in r for r in decision["reasons"])
+        assert replay_window(w.book, WINDOW).match
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_hosts_disagreeing_on_the_clock_cap_fail_the_start(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:
+        w.sim.set_faults(host_clock_cap={"host": HOSTS[1], "cap_mhz": 2100})
+        result = run(w, WINDOW)
+        assert result.ending == "aborted" or result.ending == "restored"
+        began = _events(w, "start.began")[0]
+        assert began["clock"]["hosts"][HOSTS[1]]["clock_cap_mhz"] == 2100
+        assert any("the hosts disagree on the clock cap" in p for p in began["clock"]["problems"])
+        gate = next(g for g in _events(w, "gate.result") if g["gate"] == "start_config")
+        assert gate["verdict"] == "FAIL" and "hosts disagree" in gate["summary"]
+        assert not _events(w, "wave.measured")          # nothing measured on disagreeing hosts
+        s = state(w.book)
+        assert s.production == "up" and s.hold is None  # the window ended safely
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_plan_cap_that_is_not_the_sites_is_refused_before_any_host_action(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    site = tmp_path / "site.toml"   # the site configures production at 2200 MHz; the plan registered 2300
+    site.write_text(f'kind = "sim"\nurl = "{w.sim.url}"\nproduction_clock_cap_mhz = 2200\n')
+    driver = load_site(site)
+    try:
+        size, actions = w.book.size(), len(w.sim.state()["actions"])
+        with pytest.raises(PolicyError, match=r"registers production_clock_cap_mhz 2300 .* configures production at "
+                                              r"2200 MHz"):
+            WindowRunner(w.book, w.root, WINDOW, driver, time_scale=w.time_scale).run()
+        assert w.book.size() == size and len(w.sim.state()["actions"]) == actions   # no host touched
+    finally:
+        driver.close()
+        close(w)
+
+
+def test_per_host_production_caps_in_a_commands_site(tmp_path: Path) -> None:
+    def site(caps: tuple[int, int], top: str = "") -> dict[str, Any]:
+        return {"kind": "commands", "endpoints": {"serving_url": "http://h:8000"}, **({"production_clock_cap_mhz":
+                int(top)} if top else {}),
+                "hosts": [{"name": "a", "role": "head", "production_clock_cap_mhz": caps[0]},
+                          {"name": "b", "role": "worker", "production_clock_cap_mhz": caps[1]}],
+                "actions": {a: {"command": "true"} for a in REQUIRED_COMMAND_ACTIONS}}
+
+    assert site_from_dict(site((2300, 2300)), base_dir=tmp_path).production_clock_cap_mhz == 2300
+    with pytest.raises(FormatError, match="the hosts' production clock caps differ"):
+        site_from_dict(site((2300, 2100)), base_dir=tmp_path)
+    with pytest.raises(FormatError, match="2400, but the hosts are configured at 2300 MHz"):
+        site_from_dict(site((2300, 2300), top="2400"), base_dir=tmp_path)
+
+
+def test_each_hosts_cap_comes_from_its_own_log_line() -> None:
+    from runner.gates.clocks import read_caps
+
+    agreed = read_caps({"clock_cap_mhz": 2300, "log_line": "clock cap 2300 MHz",
+                        "hosts": {"a": {"log_line": "a: clock cap 2300 MHz"}, "b": {"clock_cap_mhz": 2300}}}, ("a", "b"))
+    assert agreed.cap == 2300 and not agreed.problems
+    lying = read_caps({"clock_cap_mhz": 2300, "hosts": {"a": {"clock_cap_mhz": 2300, "log_line": "clock cap 1900 MHz"},
+                                                        "b": {"clock_cap_mhz": 2300}}}, ("a", "b"))
+    assert "a reports clock cap 2300 MHz, but its own log line says 1900 MHz" in lying.problems
+    assert any("disagree" in p for p in lying.problems)
+    missing = read_caps({"clock_cap_mhz": 2300, "hosts": {"a": {"clock_cap_mhz": 2300}}}, ("a", "b"))
+    assert "no clock cap read on b" in missing.problems
+    assert read_caps({"clock_cap_mhz": 2300}, ("a", "b")).problems == ()   # a site-wide reading only: as before
+
+
+def test_a_dialled_back_control_start_is_archived_at_its_real_cap_and_flagged(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:
+        injected: list[bool] = []
+
+        def on_wave(_n: int, _total: int, label: str) -> None:
+            if label.startswith("s3 ") and not injected:
+                injected.append(True)
+                w.sim.set_faults(thermal_blip={"cap_mhz": 1800})
+
+        assert run(w, WINDOW, on_wave=on_wave).ending == "restored"
+        archived = {e.payload["start"]: e.payload for e in w.book.events(stream="archive",
+                                                                          types=["archive.control_start"])}
+        assert archived["s3"]["clock_cap_mhz"] == 1800 and archived["s3"]["dial_back"] is True
+        assert archived["s3"]["nominal_clock_cap_mhz"] == 2300
+        assert archived["s1"]["clock_cap_mhz"] == 2300 and "dial_back" not in archived["s1"]
+        assert archived["s1"]["control_config_digest"] == archived["s3"]["control_config_digest"]
+        assert replay_window(w.book, WINDOW).match and run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_the_restore_reads_production_cap_from_every_hosts_own_line(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:
+        assert run(w, WINDOW).ending == "restored"
+        restored = _events(w, "restore.finished")[-1]["detail"]["clock"]
+        assert restored["clock_cap_mhz"] == 2300 and restored["problems"] == []
+        assert {h: v["clock_cap_mhz"] for h, v in restored["hosts"].items()} == {h: 2300 for h in HOSTS}
+    finally:
+        close(w)
