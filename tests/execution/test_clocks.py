@@ -10,7 +10,7 @@ import pytest
 from ledger.errors import FormatError, PolicyError
 from runner.audit.full import run_audit
 from runner.decide.inputs import replay_window
-from runner.demo.scenarios import HOSTS
+from runner.demo.pair import HOSTS
 from runner.drivers.site import REQUIRED_COMMAND_ACTIONS, load_site, site_from_dict
 from runner.execution.window import WindowRunner
 
