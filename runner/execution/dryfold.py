@@ -72,6 +72,7 @@ class _Fold:
     state: State
     window: str
     hosts: tuple[str, ...]
+    actions: frozenset[str] = frozenset()   # the site's actions (read_thermal, the optional close steps)
     calls: list[HostCall] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     _ids: int = 0
@@ -176,8 +177,15 @@ def _smoke(f: _Fold, s: Step) -> None:
                                             kind=probe, summary="dry run"))
 
 
+def _thermal_watch(f: _Fold, start: str) -> None:
+    """The THERMAL-WATCH read before each wave and at a start's end, where the site has one."""
+    if f.plan.production_clock_cap_mhz is not None and "read_thermal" in f.actions:
+        f.act("read_thermal", start=start, **f.arm(start))
+
+
 def _wave(f: _Fold, s: Step) -> None:
     assert s.start is not None and s.wave is not None
+    _thermal_watch(f, s.start)
     f.add("wave.measured", WaveKeys(f.window, s.start, s.wave.cell, s.wave.wave))
 
 
@@ -192,6 +200,7 @@ def _end_start(f: _Fold, s: Step) -> None:
     start = f.plan.start(s.start)
     lost = bool(s.args.get("lost"))
     if not lost and f.plan.production_clock_cap_mhz is not None:
+        _thermal_watch(f, start.id)
         f.act("read_clock_cap", start=start.id, **f.arm(start.id))
     if not lost:
         f.act("stop_arm", start=start.id, **f.arm(start.id))
@@ -281,7 +290,8 @@ SUCCESS: dict[StepKind, Callable[[_Fold, Step], None]] = {
     "placeholder_down": _placeholder, "marker_clear": _marker_clear, "restore_close": _restore_close,
     "close": _close, "placeholder_up": _placeholder, "fence": _host_step, "experiment_stop": _host_step,
     "closing_quiet_proof": _host_step, "production_down_proof": _production_down_proof,
-    "closing_placeholder_proof": _host_step, "chained_close": _chained_close, "decide": _decide,
+    "closing_placeholder_proof": _host_step, "pair_close": _host_step, "hold_stash": _host_step,
+    "commit_close": _host_step, "chained_close": _chained_close, "decide": _decide,
 }
 
 
@@ -300,14 +310,18 @@ def _admitted(f: _Fold) -> None:
                                                   under_marker=marker is not None and marker.get("window") != f.window))
 
 
-def planned_steps(plan: Plan, state: State, window: str, hosts: tuple[str, ...]) -> tuple[list[DryStep], str | None]:
+def planned_steps(plan: Plan, state: State, window: str, hosts: tuple[str, ...],
+                  actions: frozenset[str] = frozenset()) -> tuple[list[DryStep], str | None]:
     """The steps ``--execute`` would take from ``state`` if everything succeeded, and why it would
-    stop short of a decision (None: it decides). ``state`` is not changed."""
-    f = _Fold(plan, state.copy(), window, hosts)
+    stop short of a decision (None: it decides). ``state`` is not changed. ``actions``: the site's
+    actions (its thermal watch and optional close steps are steps too)."""
+    from ..drivers.base import CLOSE_ACTIONS
+
+    f = _Fold(plan, state.copy(), window, hosts, frozenset(actions))
     _admitted(f)
     steps: list[DryStep] = []
     for _ in range(MAX_STEPS):
-        step = next_step(Context(plan, f.state, f.ws, hosts))
+        step = next_step(Context(plan, f.state, f.ws, hosts, site_actions=f.actions & CLOSE_ACTIONS))
         if step.kind == "done":
             return steps, None
         if step.kind == "blocked":

@@ -87,7 +87,7 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
             from ..gates.power import check_power
 
             power_line = f"power gate would say: {check_power(ledger, plan, until=ledger.size(), search=False).summary}"
-    steps, stops = planned_steps(plan, state, window, driver.hosts)
+    steps, stops = planned_steps(plan, state, window, driver.hosts, frozenset(driver.actions))
     actions = action_lines(plan, steps)
     if stops is not None:
         actions.append(f"stops: {stops}")

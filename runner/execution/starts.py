@@ -87,11 +87,14 @@ def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
                            for when in ("before", "after")}, series=gauges["series"])
 
 
+READ_ONLY_ACTIONS = frozenset({"read_thermal"})  # host actions that read the host and change nothing on it
+
+
 class StartSteps(Recorder):
     prompts: dict[str, dict[str, Prompt]] | None
     model: str | None
     last_wave_end: float | None
-    last_attested: tuple[str, str, dict[str, Any]] | None  # (start, hash of the ledger head, attestation)
+    last_attested: tuple[str, int, dict[str, Any]] | None  # (start, seq of the wave's last event, attestation)
 
     def _elapsed_min(self, now: datetime) -> float:
         first = self.ws.clock.get("first_action")
@@ -282,12 +285,18 @@ class StartSteps(Recorder):
 
     def _attested_since_last_wave(self, start_id: str) -> dict[str, Any] | None:
         """The previous wave's closing attestation, when it still stands for this one's opening:
-        the same start, and nothing appended since (every host action the runner takes is an
-        event, so an unchanged ledger head means the runner did nothing to the host in between)."""
+        the same start, and nothing appended since but this window's read-only host actions
+        (the thermal watch's ``read_thermal`` and what it found). Every host action the runner
+        takes is an event, so nothing else can have touched the host in between."""
         last, self.last_attested = self.last_attested, None
         if last is None or last[0] != start_id:
             return None
-        return last[2] if self.ledger.head()[1] == last[1] else None
+        since = self.ledger.events(last[1], batch=64)  # all() stops at the first other event
+        read_only = all(e.stream == f"window/{self.window}" and (
+            e.type == "thermal.event" or (e.type == "host.action" and e.payload.get("action") in READ_ONLY_ACTIONS))
+            for e in since)
+        return last[2] if read_only else None
+
     def _dial_backs_recorded(self) -> set[tuple[str, int]]:
         out: set[tuple[str, int]] = set()
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
@@ -377,7 +386,7 @@ class StartSteps(Recorder):
                 limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
                 cell=wave.cell), ()))
         stored = self.append(items)
-        self.last_attested = (step.start, stored[-1].hash, after) if after["ok"] else None
+        self.last_attested = (step.start, stored[-1].seq, after) if after["ok"] else None
         if not after["ok"]:
             self._engine_lost(step.start, after)
         if self.on_wave is not None:

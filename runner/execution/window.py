@@ -88,7 +88,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.model: str | None = None
         self.crash = CrashHook()
         self.last_wave_end: float | None = None
-        self.last_attested: tuple[str, str, dict[str, Any]] | None = None
+        self.last_attested: tuple[str, int, dict[str, Any]] | None = None
         # a production capture (``--chain-production``): read now, checked against the marker at run
         self.capture = read_capture(chain_production) if chain_production is not None else None
 
