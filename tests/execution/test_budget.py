@@ -8,6 +8,7 @@ from pathlib import Path
 from runner.audit.full import run_audit
 from runner.execution.clock import parse_time
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import arms, close, gate_all, run, state, window, world
 
 SLOW = "{ draft_depth = 5, accept_per_pos = [0.80, 0.62, 0.47, 0.35, 0.25], step_base_ms = 900.0, step_per_token_ms = 0.12, ttft_base_ms = 60.0, ttft_per_1k_prompt_ms = 9.0 }"
@@ -22,7 +23,7 @@ def overrunning(text: str) -> str:
 
 
 def test_blocks_overrun_truncated_and_restore_fits(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed003-abba.toml", "overrun", edit=overrunning)], time_scale=0.001)
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "overrun", edit=overrunning)], time_scale=0.001)
     try:
         gate_all(w)
         result = run(w, "overrun")

@@ -12,6 +12,7 @@ from runner.execution.dryrun import dry_run_report
 from runner.execution.steps import StepKind
 from runner.execution.window import LOOP_KINDS
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import TIME_SCALE, close, gate_all, run, window, world
 
 
@@ -36,7 +37,7 @@ def _shorter(text: str) -> str:
 
 @pytest.mark.parametrize(("plan", "window_id", "edit"), [
     ("seed000-production-policy.toml", "order-win2", None),
-    ("seed003-abba.toml", "order-pp3", _shorter),
+    pytest.param(str(SIMPLE_PP3), "order-pp3", _shorter, id="seed003-abba-simple"),
 ])
 def test_dry_run_order_equals_executed_order(tmp_path: Path, plan: str, window_id: str, edit: Any) -> None:
     w = world(tmp_path, [window(plan, window_id, chain="none", **({"edit": edit} if edit else {}))])

@@ -50,8 +50,8 @@ def test_win2_window_restores_and_decides(tmp_path: Path, plan: str, window_id: 
 
 
 def test_pp3_abba_window(tmp_path: Path) -> None:
-    shorter = lambda text: text.replace("max_tokens = 1024", "max_tokens = 96")  # noqa: E731
-    w = world(tmp_path, [window("seed003-abba.toml", "e2e-pp3", edit=shorter)])
+    """The seed-faithful example as written: priming at the declared sizes, bounded runs, the smoke stage."""
+    w = world(tmp_path, [window("seed003-abba.toml", "e2e-pp3", edit=None)], sim_config={"eos_probability": 0.0})
     try:
         gate_all(w)
         result = run(w, "e2e-pp3")
@@ -60,7 +60,12 @@ def test_pp3_abba_window(tmp_path: Path) -> None:
         decision = next(w.book.events(stream="window/e2e-pp3", types=["decision.recorded"]))
         requests = decision.payload["input"]["requests"]
         assert len(requests) == 24 and {r["block"] for r in requests} == {"A1", "B1", "B2", "A2"}
-        assert all(r["status"] == "ok" for r in requests)
+        assert all(r["status"] == "bounded" for r in requests)  # every decode run reached its 30 s bound
+        primed = [e.payload for e in w.book.events(stream="window/e2e-pp3", types=["priming.done"])]
+        assert [p["start"] for p in primed] == ["A1", "B1", "B2", "A2"] and all(p["ok"] for p in primed)
+        assert {r["prompt_tokens"] for p in primed for r in p["requests"]} == {2048, 32768, 153600}
+        smoke = [e.payload for e in w.book.events(stream="window/e2e-pp3", types=["smoke.result"])]
+        assert len(smoke) == 20 and all(s["outcome"] in ("pass", "recorded") for s in smoke)
         _checked(w, "e2e-pp3")
     finally:
         close(w)

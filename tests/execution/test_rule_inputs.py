@@ -23,6 +23,7 @@ from runner.execution import window as execution
 from runner.plan.register import registered_plan
 from runner.report.window import window_report
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import arms, close, gate_all, run, small, window, world
 
 BETTER = ("{ draft_depth = 5, accept_per_pos = [0.95, 0.90, 0.85, 0.80, 0.75], step_base_ms = 9.0, "
@@ -83,7 +84,7 @@ def _two_prompts(text: str) -> str:
 
 
 def test_pp3_uses_every_request_of_every_wave(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed003-abba.toml", "two", edit=_two_prompts)])
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "two", edit=_two_prompts)])
     try:
         gate_all(w)
         assert run(w, "two").ending == "restored"
@@ -121,7 +122,7 @@ def _decide_as_builder_one(self: endings.EndingSteps, _s: Any, _r: Any) -> None:
 def test_a_decision_by_builder_one_still_replays_to_its_own_input(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(execution.STEP_HANDLERS, "decide", _decide_as_builder_one)
-    w = world(tmp_path, [window("seed003-abba.toml", "old", edit=_two_prompts)])
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "old", edit=_two_prompts)])
     try:
         gate_all(w)
         assert run(w, "old").ending == "restored"

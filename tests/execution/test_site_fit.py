@@ -19,6 +19,7 @@ from runner.drivers.site import load_site
 from runner.execution.window import WindowRunner
 from runner.report.window import window_report
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import close, gate_all, small, state, window, world
 
 TALLY = str(Path(sys.executable).with_name("tally"))
@@ -44,7 +45,8 @@ def _run(w: Any, window_id: str, site: Path) -> Any:
 
 @pytest.mark.parametrize(("plan_file", "edit"), [
     ("seed000-controlled.toml", lambda t: no_clocks(small(t))),
-    ("seed003-abba.toml", lambda t: no_clocks(t.replace("max_tokens = 1024", "max_tokens = 48"))),
+    pytest.param(str(SIMPLE_PP3), lambda t: no_clocks(t.replace("max_tokens = 1024", "max_tokens = 48")),
+                 id="seed003-abba-simple"),
 ])
 def test_a_window_on_a_site_without_gpu_clocks(tmp_path: Path, plan_file: str, edit: Any) -> None:
     w = world(tmp_path, [window(plan_file, "cpu", edit=edit, chain="none")])

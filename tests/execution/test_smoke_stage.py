@@ -22,6 +22,7 @@ from runner.audit.invariants import audit_protocol
 from runner.decide.inputs import decision_for, replay_window
 from runner.plan.register import registered_plan
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import close, gate_all, run, window, world
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "smoke"
@@ -44,7 +45,7 @@ def _window(tmp_path: Path, smoke: str, faults: dict[str, Any] | None = None, wi
     config = dict(sim or {})
     if faults:
         config["faults"] = faults
-    w = world(tmp_path, [window("seed003-abba.toml", window_id, edit=_plan_with(smoke))], sim_config=config)
+    w = world(tmp_path, [window(str(SIMPLE_PP3), window_id, edit=_plan_with(smoke))], sim_config=config)
     gate_all(w)
     result = run(w, window_id)
     events = list(w.book.events(stream=f"window/{window_id}"))
@@ -68,14 +69,16 @@ def _checked(w: Any, window_id: str) -> None:
 
 
 def test_fixture_plan_is_the_seed_faithful_smoke_table() -> None:
-    """The TOML a seed-faithful seed 003 plan adds parses as the stage the tests run."""
+    """The TOML a seed-faithful seed 003 plan adds parses as the stage the tests run, and is the example's stage."""
     from ledger.stricttoml import read_toml
+    from runner.plan import load_plan
     from runner.plan.parse import parse_plan
 
-    base = (Path(__file__).resolve().parents[2] / "examples" / "seed003-abba.toml").read_text()
-    text = base + "\n" + (FIXTURES / "seed003-smoke.toml").read_text()
+    text = SIMPLE_PP3.read_text() + "\n" + (FIXTURES / "seed003-smoke.toml").read_text()
     plan = parse_plan(read_toml(text.encode(), "seed003+smoke"))
     assert plan.smoke is not None and plan.smoke.declared
+    example = load_plan(Path(__file__).resolve().parents[2] / "examples" / "seed003-abba.toml")
+    assert example.smoke == plan.smoke
     assert plan.smoke.starts == ("A1", "B1", "B2", "A2")
     assert set(plan.smoke.probes) == {"greedy_identity", "structured", "stop", "eos", "lifecycle"}
     assert plan.to_json()["smoke"]["near_tie_margin"] == 0.05
@@ -234,7 +237,7 @@ def test_a_smoke_probe_on_a_field_the_server_ignores_is_refused_before_any_host_
     from ledger.errors import PolicyError
     from runner.execution.fit import recorded_fields, unfit
 
-    w = world(tmp_path, [window("seed003-abba.toml", "smoke-unfit", edit=_plan_with(_smoke(starts=["A1", "B1"])))],
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "smoke-unfit", edit=_plan_with(_smoke(starts=["A1", "B1"])))],
               sim_config={"ignore_fields": ["return_token_ids"]})
     try:
         gate_all(w)

@@ -17,6 +17,7 @@ from runner.drivers.site import load_site
 from runner.execution.window import WindowRunner
 from runner.plan.parse import read_plan_file
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import close, gate_all, run, small, state, window, world
 
 SPEC_OFF_A = ("speculative = \"none\"\nsim = { draft_depth = 0, accept_per_pos = [], step_base_ms = 9.0, "
@@ -61,13 +62,13 @@ def _world_with_sim_arm(tmp_path: Path, window_id: str, **b_overrides: Any) -> A
     plans = tmp_path / "plans"
     plans.mkdir()
     shutil.copytree(EXAMPLES / "families", plans / "families")
-    text = (EXAMPLES / "seed003-abba.toml").read_text().replace("max_tokens = 1024", "max_tokens = 48")
+    text = SIMPLE_PP3.read_text().replace("max_tokens = 1024", "max_tokens = 48")
     (plans / "p.toml").write_text(text)
     plan = read_plan_file(plans / "p.toml").plan
     config = sim_config_for([plan], time_scale=0.01)
     config["arms"][plan.arm("B").name].update(b_overrides)
     shortened = lambda t: t.replace("max_tokens = 1024", "max_tokens = 48")  # noqa: E731
-    return world(tmp_path / "w", [window("seed003-abba.toml", window_id, edit=shortened)],
+    return world(tmp_path / "w", [window(str(SIMPLE_PP3), window_id, edit=shortened)],
                  sim_config={"arms": config["arms"], "production_arm": config["production_arm"]})
 
 

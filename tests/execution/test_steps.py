@@ -21,7 +21,7 @@ from runner.execution.window import STEP_HANDLERS, unhandled_step_kinds
 from runner.gates.spec import spec_sha256
 from runner.plan.model import Plan
 from runner.state.fold import fold
-from tests.runner.script import HOSTS, Script, example_plan
+from tests.runner.script import HOSTS, SIMPLE_PP3_NAME, Script, example_plan
 
 SNAPSHOT = hashlib.sha256(b"production").hexdigest()
 
@@ -221,7 +221,7 @@ ROWS = [
         "smoke.result", start="s1", role="P", probe="greedy_identity", outcome="recorded", kind="greedy-identity",
         summary="s1: the greedy reference"), "end_start",
         {"start": "s1", "reason": "every wave of the start was measured"}),
-    Row("every wave of a start outside the smoke stage measured", lambda: Story("seed003-abba").held().measured(
+    Row("every wave of a start outside the smoke stage measured", lambda: Story(SIMPLE_PP3_NAME).held().measured(
         "A1"), "end_start", {"start": "A1", "reason": "every wave of the start was measured"}),
     Row("s1 ended: the next start", lambda: Story().held().ended("s1"), "start_arm", {"start": "s2"}),
     Row("began, and the engine is gone (crash and host restart)", lambda: Story().held().began("s1").act(

@@ -8,6 +8,7 @@ from runner.gates.admission import record_gate
 from runner.plan.register import register_plan
 from runner.report.window import window_report
 
+from ..runner.script import SIMPLE_PP3
 from .worlds import close, gate_all, run, window, world
 
 
@@ -16,7 +17,7 @@ def _shorter(text: str) -> str:
 
 
 def test_the_report_shows_every_gate_and_a_banner_for_missing_counters(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed003-abba.toml", "shown", edit=_shorter)], sim_config={"faults": {
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "shown", edit=_shorter)], sim_config={"faults": {
         "metrics_down": True}})
     try:
         reg = register_plan(w.book, w.root, w.plans[0])

@@ -26,6 +26,10 @@ from runner.plan.model import Plan
 from runner.plan.parse import read_plan_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SIMPLE_PP3 = Path(__file__).resolve().parents[1] / "fixtures" / "plans" / "seed003-abba-simple.toml"
+"""Seed 003's ABBA window in its simple shape (no bounded runs, priming, seed budget rules or smoke table),
+the plan tests edit to add one of those alone (the example, examples/seed003-abba.toml, has them all)."""
+SIMPLE_PP3_NAME = str(SIMPLE_PP3.with_suffix(""))  # for example_plan(name), which adds ".toml"
 COMMIT = "c0ffee" + "0" * 34
 BASE_TIME = datetime(2026, 11, 2, 6, 0, 0, tzinfo=UTC)
 HOSTS = ("spark-a", "spark-b")

@@ -15,7 +15,7 @@ from runner.audit.invariants import INVARIANTS, Violation, audit_protocol, audit
 from runner.plan.model import Plan
 
 from .conftest import Site
-from .script import BASE_TIME, Script, edit, example_plan, find
+from .script import BASE_TIME, SIMPLE_PP3_NAME, Script, edit, example_plan, find
 
 
 def _audit(script: Script, items: Sequence[NewEvent] | None = None, **kwargs: Any) -> list[Violation]:
@@ -58,7 +58,7 @@ def _abort_chain() -> tuple[Script, list[Plan]]:
     pytest.param(_restoring, id="restoring-window"),
     pytest.param(lambda: _chain(3), id="three-window-chain"),
     pytest.param(_abort_chain, id="chain-abort"),
-    pytest.param(lambda: (s := Script(), s.restoring_window("seed003-abba")), id="pp3-abba"),
+    pytest.param(lambda: (s := Script(), s.restoring_window(SIMPLE_PP3_NAME)), id="pp3-abba"),
 ])
 def test_clean_scripted_window_passes_every_invariant(build: Callable[[], tuple[Script, Any]]) -> None:
     script, _ = build()

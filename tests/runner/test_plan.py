@@ -16,11 +16,12 @@ from runner.plan import load_plan, parse_plan, plan_sha256
 from runner.plan.register import registered
 
 from .conftest import Site, tally
-from .script import EXAMPLES
+from .script import EXAMPLES, SIMPLE_PP3
 
 PLANS = sorted(p.name for p in EXAMPLES.glob("seed*.toml"))  # examples/site-*.toml are site files
 PP = "seed000-production-policy.toml"
 ABBA = "seed003-abba.toml"
+SIMPLE = str(SIMPLE_PP3)  # seed 003 without bounded runs, priming and the seed budget rules
 
 
 def test_examples_are_the_seeds() -> None:
@@ -197,10 +198,14 @@ def test_pp3_schedule_matches_seed_003() -> None:
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
+    """The examples (and the plan ``name``, an example or a fixture path) copied under ``tmp_path``."""
     target = tmp_path / "plan"
     if not target.exists():
         shutil.copytree(EXAMPLES, target)
-    return target / name
+    source = EXAMPLES / name
+    if not (target / source.name).exists():
+        shutil.copy(source, target / source.name)
+    return target / source.name
 
 
 BROKEN = [
@@ -355,15 +360,15 @@ def test_family_prompts_come_from_the_registered_blobs(site: Site) -> None:
 
 
 def test_decode_bound_is_registered_only_when_given(tmp_path: Path) -> None:
-    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 30.0"))
+    path = _edited(tmp_path, SIMPLE, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 30.0"))
     plan = load_plan(path)
     assert plan.measurement.decode_bound_s == 30.0 and plan.to_json()["measurement"]["decode_bound_s"] == 30.0
     assert parse_plan(json.loads(canonical(plan.to_json()))) == plan
-    assert "decode_bound_s" not in load_plan(EXAMPLES / ABBA).to_json()["measurement"]
+    assert "decode_bound_s" not in load_plan(SIMPLE_PP3).to_json()["measurement"]
 
 
 def test_decode_bound_longer_than_the_wave_deadline_is_refused(tmp_path: Path) -> None:
-    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 90.0"))
+    path = _edited(tmp_path, SIMPLE, ("wave_deadline_s = 60.0", "wave_deadline_s = 60.0\ndecode_bound_s = 90.0"))
     with pytest.raises(FieldError, match=r"plan\.measurement\.wave_deadline_s: shorter than decode_bound_s"):
         load_plan(path)
 
@@ -377,12 +382,12 @@ def test_decode_bound_in_win2_is_refused(tmp_path: Path) -> None:
 
 
 def test_priming_is_registered_only_when_given(tmp_path: Path) -> None:
-    path = _edited(tmp_path, ABBA, ("[decision]", "[priming]\nrequests = 2\n\n[decision]"))
+    path = _edited(tmp_path, SIMPLE, ("[decision]", "[priming]\nrequests = 2\n\n[decision]"))
     plan = load_plan(path)
     assert plan.priming is not None and plan.priming.requests == 2 and plan.priming.max_tokens == 1
     assert plan.to_json()["priming"] == {"requests": 2, "max_tokens": 1, "tolerance_tokens": 0}
     assert parse_plan(json.loads(canonical(plan.to_json()))) == plan
-    assert "priming" not in load_plan(EXAMPLES / ABBA).to_json()
+    assert "priming" not in load_plan(SIMPLE_PP3).to_json()
 
 
 def test_priming_in_win2_is_refused(tmp_path: Path) -> None:
@@ -392,23 +397,23 @@ def test_priming_in_win2_is_refused(tmp_path: Path) -> None:
 
 
 def test_seed003_budget_rules_are_registered_only_when_given(tmp_path: Path) -> None:
-    path = _edited(tmp_path, ABBA, ("per_block_limit_min = 11.0", 'per_block_limit_min = 11.0\n'
+    path = _edited(tmp_path, SIMPLE, ("per_block_limit_min = 11.0", 'per_block_limit_min = 11.0\n'
                                     'stop_admitting_if_overrun = true\nblock_overrun = "truncate_experiment"'))
     budget = load_plan(path).to_json()["budget"]
     assert budget["stop_admitting_if_overrun"] is True and budget["block_overrun"] == "truncate_experiment"
-    plain = load_plan(EXAMPLES / ABBA).to_json()["budget"]
+    plain = load_plan(SIMPLE_PP3).to_json()["budget"]
     assert "stop_admitting_if_overrun" not in plain and "block_overrun" not in plain
 
 
 def test_block_overrun_without_a_block_limit_is_refused(tmp_path: Path) -> None:
-    path = _edited(tmp_path, ABBA, ("per_block_limit_min = 11.0", 'block_overrun = "truncate_experiment"'))
+    path = _edited(tmp_path, SIMPLE, ("per_block_limit_min = 11.0", 'block_overrun = "truncate_experiment"'))
     with pytest.raises(FieldError, match=r"plan\.budget\.block_overrun: needs per_block_limit_min"):
         load_plan(path)
 
 
 def test_bounded_runs_over_the_block_limit_are_refused(tmp_path: Path) -> None:
     """Six 30 s runs take 3 of the 11 minutes; six 120 s runs (12 min) cannot fit a block."""
-    path = _edited(tmp_path, ABBA, ("wave_deadline_s = 60.0", "wave_deadline_s = 200.0\ndecode_bound_s = 120.0"))
+    path = _edited(tmp_path, SIMPLE, ("wave_deadline_s = 60.0", "wave_deadline_s = 200.0\ndecode_bound_s = 120.0"))
     with pytest.raises(FieldError, match=r"plan\.measurement\.decode_bound_s: block A1's bounded decode runs alone "
                                          r"take 12 min, over the 11-minute block limit"):
         load_plan(path)

@@ -12,24 +12,28 @@ from ledger.stricttoml import read_toml
 from runner.gates.capability import plan_needs, smoke_refusals
 from runner.plan import load_plan, parse_plan
 
-from .script import EXAMPLES
+from .script import EXAMPLES, SIMPLE_PP3
 
 SMOKE = (Path(__file__).resolve().parents[1] / "fixtures" / "smoke" / "seed003-smoke.toml").read_text()
 
 
-def _plan(extra: str, name: str = "seed003-abba.toml") -> Any:
+def _plan(extra: str, name: str = str(SIMPLE_PP3)) -> Any:
     return parse_plan(read_toml(((EXAMPLES / name).read_text() + "\n" + extra).encode(), "plan"))
 
 
 def test_the_example_plans_register_no_smoke_member_and_keep_their_digests() -> None:
-    """New fields are written only when given: the example plans' registered JSON (and digest) is unchanged
-    (the seed 000 digests are those of the plans registering their RNG test ids)."""
+    """New fields are written only when given: the plans without a smoke table keep their registered JSON (and
+    digest) (the seed 000 digests are those of the plans registering their RNG test ids; seed 003's simple shape,
+    the fixture, is the old seed 003 example). The seed-faithful seed 003 example registers its smoke stage."""
     digests = {"seed000-controlled.toml": "8647de9f405b1cb21eed064dcf19412602714eb64343c79b1cb6633b51ab96d8",
                "seed000-production-policy.toml": "598efa3d368274f38f3e57ef32157ca84132a30b21c2cf8cf83db0e1ea592e08",
-               "seed003-abba.toml": "e6c3a00385d53b131a0dd8f8d2977ee4eef098cb07aecce810fcf3053d428809"}
+               str(SIMPLE_PP3): "e6c3a00385d53b131a0dd8f8d2977ee4eef098cb07aecce810fcf3053d428809"}
     for name, digest in digests.items():
         plan = load_plan(EXAMPLES / name)
         assert "smoke" not in plan.to_json() and plan.sha256 == digest
+    faithful = load_plan(EXAMPLES / "seed003-abba.toml")
+    assert faithful.sha256 == "168b06c6c87f42b96b7bb82c56bc8c796772d7d59b5bcc07216e05f359e8e253"
+    assert faithful.to_json()["smoke"] == _plan(SMOKE).to_json()["smoke"]
 
 
 def test_greedy_check_starts_imply_a_greedy_identity_stage_with_a_control_reference() -> None:
@@ -38,7 +42,7 @@ def test_greedy_check_starts_imply_a_greedy_identity_stage_with_a_control_refere
     assert controlled.smoke.starts == ("s1", "s2") and controlled.smoke.probes == ("greedy_identity",)
     policy = load_plan(EXAMPLES / "seed000-production-policy.toml")  # on s1-P and s2-B
     assert policy.smoke is not None and policy.smoke.starts == ("s1", "s2")
-    assert load_plan(EXAMPLES / "seed003-abba.toml").smoke is None
+    assert load_plan(SIMPLE_PP3).smoke is None
 
 
 def test_a_declared_stage_round_trips_through_its_registered_json() -> None:

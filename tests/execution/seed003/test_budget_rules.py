@@ -20,8 +20,9 @@ from runner.execution.clock import BudgetClock, StageClock, parse_time
 from runner.gates.budget import budget_report
 from runner.plan import load_plan
 
+from ...runner.script import SIMPLE_PP3
 from ..worlds import close, gate_all, run, window, world
-from . import HERE, PLAN, WINDOW, copy_families, faithful_world
+from . import PLAN, WINDOW, copy_families, faithful_world
 
 SEED_TABLE = {"total": "69.0", "hard": 75.0, "stop": 50.0, "reserve": 12.0, "block": 11.0}
 
@@ -77,7 +78,7 @@ def test_the_restore_point_stops_whatever_the_stages_did() -> None:
 
 
 def test_without_the_seed_rule_stop_admitting_is_unconditional() -> None:
-    plan = load_plan(HERE.parents[2] / "examples" / "seed003-abba.toml")
+    plan = load_plan(SIMPLE_PP3)
     assert not plan.budget.stop_admitting_if_overrun and plan.budget.block_overrun == "next_block"
     limit = BudgetClock(plan.budget).admitting(50.5, StageClock(7.0, ON_TIME))
     assert limit is not None and limit.action == "stop_admitting"
