@@ -368,7 +368,7 @@ class StartSteps(Recorder):
             counter_source=self.driver.counter_source,
             speculative=self.plan.arm(self.plan.start(step.start).role).speculates,
             decode_bound_s=None if bound is None else bound * self.clock.time_scale,
-            extra_body=self._block_salt(step.start),
+            extra_body=self._block_salt(step.start), keep_token_ids=self.plan.measurement.keep_token_ids,
         )
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0

@@ -127,8 +127,12 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
                                                 "another's prefix cache (cold prefill and TTFT)"))
     needs.append(Need("stream_options.include_usage", "honoured",
                       "delivered tokens come from the stream's final usage chunk"))
-    needs.append(Need("return_token_ids", "accepted",
-                      "tally's waves send it (tokens per chunk); a refusal would fail every request"))
+    if plan.measurement.keep_token_ids:
+        needs.append(Need("return_token_ids", "honoured",
+                          "the plan keeps each wave request's emitted token ids (keep_token_ids = true)"))
+    else:
+        needs.append(Need("return_token_ids", "accepted",
+                          "tally's waves send it (tokens per chunk); a refusal would fail every request"))
     smoke = {n.field: n for n in smoke_needs(plan)}
     merged = [Need(n.field, "honoured", f"{n.reason}; and {smoke.pop(n.field).reason}") if n.field in smoke else n
               for n in needs]

@@ -114,6 +114,7 @@ class RequestRecord:
     token_count_source: TokenCountSource = "none"
     chunks_are_steps: bool = True         # the counter source says one chunk is one engine step
     timings: dict[str, float] | None = None       # the server's own per-request timings (llama.cpp)
+    token_ids: tuple[int, ...] | None = None      # the emitted token ids (kept only when the plan asks)
 
     @property
     def ttft_s(self) -> float | None:
@@ -198,7 +199,7 @@ class RequestRecord:
             "done": self.done, "early_stop": self.early_stop,
             "chunk_token_counts": list(self.chunk_token_counts), "chunks_are_steps": self.chunks_are_steps,
             "timings": self.timings,
-        }
+        } | ({"token_ids": list(self.token_ids)} if self.token_ids is not None else {})
 
     def json_line(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(

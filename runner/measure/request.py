@@ -181,6 +181,7 @@ class _Progress:
     chunk_usage: list[int | None] = field(default_factory=list)   # completion_tokens seen with each content chunk
     chunk_text: list[str] | None = None                           # kept only for a declared tokenizer
     timings: dict[str, float] | None = None                       # the server's last ``timings`` (llama.cpp)
+    token_ids: list[int] | None = None                            # the emitted ids, kept only when asked
     finish_reason: str | None = None
     stop_reason: Any = None
     request_id: str | None = None
@@ -254,6 +255,8 @@ class _Progress:
         if isinstance(ids, list):
             content = len(ids) > 0
             count = len(ids)
+            if self.token_ids is not None and len(self.token_ids) + count <= self.chunk_cap:
+                self.token_ids.extend(i for i in ids if type(i) is int and 0 <= i <= MAX_COUNT)
         else:
             content = bool(text)
             count = 1
@@ -298,7 +301,8 @@ def _error_message(body: Any) -> str:
 
 def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index: int, prompt_id: str,
                 cutter: Cutter, deadline_s: float | None, read_timeout_s: float, chunks_are_steps: bool = True,
-                tokenizer: Callable[[str], int] | None = None, decode_bound_s: float | None = None) -> RequestRecord:
+                tokenizer: Callable[[str], int] | None = None, decode_bound_s: float | None = None,
+                keep_token_ids: bool = False) -> RequestRecord:
     """Send one streaming request and measure it; never raises for what the server does.
 
     The whole request (connect, headers, body) ends by ``deadline_s`` after the send
@@ -313,6 +317,9 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
     arrived (never later than the wave deadline), so a long prefill does not eat the bound.
     A run cut by its bound is ``bounded``: its delivered tokens over its decode time are
     the observation.
+
+    ``keep_token_ids`` (a plan's ``keep_token_ids``): the record keeps the emitted token ids,
+    where the server streams them, for what the arms emitted to be compared afterwards.
     """
     seed = body.get("seed")
     max_tokens = int(body.get("max_tokens", 0))
@@ -336,6 +343,8 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
         progress.on_first = first_token
     if tokenizer is not None:
         progress.chunk_text = []
+    if keep_token_ids:
+        progress.token_ids = []
     http_status: int | None = None
     exception: tuple[str, str] | None = None
     read_timeout = min(read_timeout_s, overall - send_t + 1.0)
@@ -469,4 +478,5 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         tokens_source=source, usage=p.usage, finish_reason=p.finish_reason, stop_reason=p.stop_reason, done=p.done,
         early_stop=early, chunk_token_counts=counts, token_count_source=count_source,
         chunks_are_steps=chunks_are_steps, timings=p.timings,
+        token_ids=tuple(p.token_ids) if p.token_ids is not None and p.ids_everywhere else None,
     )

@@ -365,6 +365,7 @@ def measure_wave(
     tokenizer: Callable[[str], int] | None = None,
     continuous_usage: bool = False,
     decode_bound_s: float | None = None,
+    keep_token_ids: bool = False,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -480,7 +481,7 @@ def measure_wave(
                             record = run_request(http, endpoint, body, index=index, prompt_id=prompt.id,
                                                  cutter=cutter, deadline_s=deadline_s, read_timeout_s=read_timeout_s,
                                                  chunks_are_steps=source.chunks_are_steps, tokenizer=tokenizer,
-                                                 decode_bound_s=decode_bound_s)
+                                                 decode_bound_s=decode_bound_s, keep_token_ids=keep_token_ids)
                         with lock:
                             listed[0] += 1
                             collect = -1

@@ -233,12 +233,15 @@ class Measurement:
     request_deadline_s: float = 120.0
     wave_deadline_s: float = 600.0
     decode_bound_s: float | None = None  # bounded decode runs: cut this long after the first token
+    keep_token_ids: bool = False         # the records blob keeps each request's emitted token ids
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"repeats": self.repeats, "order": self.order, "rotate_families": self.rotate_families,
                                 "request_deadline_s": self.request_deadline_s, "wave_deadline_s": self.wave_deadline_s}
         if self.decode_bound_s is not None:  # written only when given, so older plans keep their digest
             data["decode_bound_s"] = self.decode_bound_s
+        if self.keep_token_ids:
+            data["keep_token_ids"] = True
         return data
 
 

@@ -216,6 +216,7 @@ def _measurement(f: Fields, protocol: str) -> Measurement:
         request_deadline_s=f.number("request_deadline_s", 120.0, low=0.0, low_open=True),
         wave_deadline_s=f.number("wave_deadline_s", 600.0, low=0.0, low_open=True),
         decode_bound_s=f.number("decode_bound_s", None, low=0.0, low_open=True),
+        keep_token_ids=f.boolean("keep_token_ids", False),
     )
     if m.wave_deadline_s < m.request_deadline_s:
         raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
