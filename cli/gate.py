@@ -32,38 +32,6 @@ if TYPE_CHECKING:
     from runner.gates.probe_list import ProbeList
 
 
-def _bounded_receipt(path: Path, option: str) -> None:
-    """Refuse (one line, exit 2) a receipt file, or the DSSE payload inside it, nested past the JSON bound.
-
-    The gate's own reader says what else is wrong with it; this only keeps a deep
-    document from reaching a recursive parser.
-    """
-    import base64
-    import binascii
-    import json
-
-    from ledger.strictjson import MAX_DEPTH, nesting_depth
-
-    text = read_bounded(path, option).decode("utf-8", "replace")
-    depth = nesting_depth(text)
-    if depth > MAX_DEPTH:
-        raise FormatError(f"{option} {path} nests {depth} levels deep, more than {MAX_DEPTH}")
-    try:
-        envelope = json.loads(text)  # within the bound: safe to parse
-    except ValueError:
-        return
-    payload = envelope.get("payload") if isinstance(envelope, dict) else None
-    if not isinstance(payload, str):
-        return
-    try:
-        inner = base64.b64decode(payload, validate=True).decode("utf-8", "replace")
-    except (binascii.Error, ValueError):
-        return
-    depth = nesting_depth(inner)
-    if depth > MAX_DEPTH:
-        raise FormatError(f"{option} {path}: the DSSE payload nests {depth} levels deep, more than {MAX_DEPTH}")
-
-
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
               record: GateRecord | None, json_out: bool, details: list[str] | None = None) -> None:
     admitted = None if record is None or record.admitted is None else record.admitted.seq
@@ -100,7 +68,6 @@ def gate_qualification(
 
     book, signer = ledger_and_signer()
     registered(book, window)
-    _bounded_receipt(admission, "--admission")
     carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ())) if file or prefix or unit else None
     out = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified_commit,
                              admission=admission, head=head, carry=carry)
@@ -120,8 +87,6 @@ def gate_rng(
 
     book, signer = ledger_and_signer()
     registered(book, window)
-    _bounded_receipt(receipt, "--receipt")
-    _bounded_receipt(admission, "--admission")
     out = rng_gate(book, signer, window, receipt=receipt, admission=admission)
     _gate_out(window, "rng", out.verdict, out.summary, out.evidence, out.record, json_out)
 

@@ -11,7 +11,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import OutDir, command, print_json, read_bounded
+from .common import OutDir, command, print_json
 
 if TYPE_CHECKING:
     from runner.sim.config import SimConfig
@@ -23,16 +23,9 @@ def read_sim_config(path: Path) -> SimConfig:
     Bounded in size and nesting (``ledger.stricttoml``, ``ledger.strictjson``):
     every bad file is one ``FormatError`` line, never a traceback.
     """
-    from ledger.strictjson import read_json
-    from ledger.stricttoml import read_toml
-    from runner.sim.config import config_from_dict
+    from runner.sim.config import load_config
 
-    raw = read_bounded(path, "simulator config")
-    what = f"simulator config {path}"
-    data = read_json(raw, what) if path.suffix == ".json" else read_toml(raw, what)
-    if not isinstance(data, dict):
-        raise FormatError(f"{what}: expected an object of settings")
-    return config_from_dict(data, where=str(path))
+    return load_config(path)
 
 
 def sim_serve(

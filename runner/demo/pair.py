@@ -113,19 +113,9 @@ class PlanDemo:
 
 def _read_sim(path: Path) -> dict[str, Any]:
     """A simulator file read as hostile input (bounded, duplicates refused); checked once laid over the pair."""
-    from ledger.strictjson import read_json
-    from ledger.stricttoml import MAX_TOML_BYTES, read_toml
+    from ..sim.config import read_config_table
 
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read simulator config {path}: {exc.strerror or exc}") from None
-    what = f"simulator config {path}"
-    data = read_json(raw, what, max_bytes=MAX_TOML_BYTES) if path.suffix == ".json" else read_toml(raw, what)
-    if not isinstance(data, dict):
-        raise FormatError(f"{what}: expected a table of settings")
-    return data
+    return read_config_table(path)
 
 
 def _overlay(base: dict[str, Any], override: Mapping[str, Any], where: str) -> dict[str, Any]:

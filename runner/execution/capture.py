@@ -19,6 +19,7 @@ from typing import Any
 
 from ledger.errors import FormatError, PolicyError
 from ledger.store import Blob
+from ledger.strictfile import read_limited
 from ledger.strictjson import read_json
 
 __all__ = ["Capture", "check_capture", "read_capture"]
@@ -40,13 +41,7 @@ class Capture:
 
 def read_capture(path: Path) -> Capture:
     """Read and check a capture file (``FormatError``, one line, for anything else)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CAPTURE_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read production capture {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_CAPTURE_BYTES:
-        raise FormatError(f"production capture {path} is over the {MAX_CAPTURE_BYTES}-byte limit")
+    data = read_limited(path, "production capture", MAX_CAPTURE_BYTES)
     body = read_json(data, f"production capture {path}", max_bytes=MAX_CAPTURE_BYTES)
     if not isinstance(body, Mapping):
         raise FormatError(f"production capture {path} must be a JSON object with sha256 and identity")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..events import payloads as p
+from .capture import check_capture
 from .recorder import Recorder, RunResult, StepHandler, plain
 
 if TYPE_CHECKING:
@@ -58,8 +59,10 @@ class OpeningSteps(Recorder):
         marker = self.state.marker
         capture = self.capture
         if step.args.get("from_marker") and marker is not None and capture is not None:
-            # production's identity as captured (checked against the marker's sha before any host action),
-            # so that the chain's restore can bring back exactly it even on a host that lost its record
+            # production's identity as captured, so that the chain's restore can bring back exactly it
+            # even on a host that lost its record; checked against the marker here, where it is recorded
+            # (the check before any host action does not run on a resume)
+            check_capture(capture, marker, self.window)
             blob = capture.blob()
             self.append([("production.snapshot", p.ProductionSnapshot(
                 sha256=marker["production_snapshot_sha256"], source="capture", identity=dict(capture.identity),

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FieldError, FormatError
+from ledger.strictfile import read_limited
 from ledger.strictjson import read_json
 
 __all__ = ["AdmissionReceipt", "RngReceipt", "read_admission_receipt", "read_rng_receipt"]
@@ -37,13 +38,7 @@ MAX_RECEIPT_BYTES = 4 << 20  # an admission or RNG receipt is a few kilobytes
 
 
 def _load(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_RECEIPT_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_RECEIPT_BYTES:
-        raise FormatError(f"{what} {path} is over the {MAX_RECEIPT_BYTES}-byte limit")
+    data = read_limited(path, what, MAX_RECEIPT_BYTES)
     obj = read_json(data, f"{what} {path}")  # bounded nesting, duplicate members refused
     if not isinstance(obj, dict):
         raise FormatError(f"{what} {path} is not a JSON object")

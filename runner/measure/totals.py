@@ -93,8 +93,9 @@ class WaveTotals:
             self.ttft_ok.add(r.chunk_t[0])
         if ok and r.chunk_t:
             self.e2e_s.add(r.chunk_t[-1])
-            if r.delivered_tokens > 1:
-                self.tpot_ms.add((r.chunk_t[-1] - r.chunk_t[0]) / (r.delivered_tokens - 1) * 1000.0)
+            tpot = r.tpot_ms  # vllm bench serve's TPOT (runner.measure.timing)
+            if tpot is not None:
+                self.tpot_ms.add(tpot)
         if r.early_stop:
             self.early_stops += 1
             if len(self.early_finish_reasons) < _FINISH_REASONS_KEPT:

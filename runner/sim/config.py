@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FormatError
+from ledger.strictfile import read_limited
 from ledger.strictjson import read_json
 from ledger.stricttoml import MAX_TOML_BYTES, read_toml
 
@@ -235,17 +236,19 @@ def default_config() -> SimConfig:
 
 def load_config(path: str | Path) -> SimConfig:
     """Read a TOML (or ``.json``) configuration file; ``FormatError`` names the bad field."""
+    return config_from_dict(read_config_table(path), where=str(path))
+
+
+def read_config_table(path: str | Path) -> dict[str, Any]:
+    """A configuration file's table of settings, read as hostile input (bounded in size and
+    nesting, duplicate members refused: one ``FormatError`` line otherwise), not yet validated."""
     path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read simulator config {path}: {exc.strerror}") from None
-    what = f"simulator config {path}"  # bounded in size and nesting, duplicates refused: one line otherwise
+    raw = read_limited(path, "simulator config", MAX_TOML_BYTES)
+    what = f"simulator config {path}"
     data = read_json(raw, what, max_bytes=MAX_TOML_BYTES) if path.suffix == ".json" else read_toml(raw, what)
     if not isinstance(data, dict):
-        raise FormatError(f"{what}: expected an object of settings")
-    return config_from_dict(data, where=str(path))
+        raise FormatError(f"{what}: expected a table of settings")
+    return data
 
 
 # ---------------------------------------------------------------------- validation

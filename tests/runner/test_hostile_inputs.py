@@ -29,18 +29,18 @@ def test_a_hostile_receipt_is_one_line(tmp_path: Path, reader: object, body: byt
     assert says in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("name", "body"), [
-    ("deep.toml", b"a = " + b"[" * 600 + b"]" * 600),
-    ("deep.json", b"[" * 5000 + b"]" * 5000),
-    ("twice.json", b'{"seed": 1, "seed": 2}'),
-    ("list.json", b"[1, 2]"),
+@pytest.mark.parametrize(("name", "body", "says"), [
+    ("deep.toml", b"a = " + b"[" * 600 + b"]" * 600, "nests deeper than"),
+    ("deep.json", b"[" * 5000 + b"]" * 5000, "nests 5000 levels deep"),
+    ("twice.json", b'{"seed": 1, "seed": 2}', "twice"),
+    ("list.json", b"[1, 2]", "expected a table of settings"),
 ])
-def test_a_hostile_simulator_config_is_one_line(tmp_path: Path, name: str, body: bytes) -> None:
+def test_a_hostile_simulator_config_is_one_line(tmp_path: Path, name: str, body: bytes, says: str) -> None:
     path = tmp_path / name
     path.write_bytes(body)
     with pytest.raises(FormatError) as caught:
         load_config(path)
-    assert "simulator config" in str(caught.value)
+    assert "simulator config" in str(caught.value) and says in str(caught.value), caught.value
 
 
 def test_rehearsal_outputs_replace_a_planted_symlink(tmp_path: Path) -> None:
