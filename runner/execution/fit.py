@@ -2,7 +2,8 @@
 
 A window is refused, before it drains anything, when the site it would run on cannot give
 its rule what the rule needs: a plan and a site that disagree on GPU clocks, a server that
-does not answer its model list, a win2-v1 window on a server whose metrics endpoint is
+does not answer its model list or serves a context too short for a cell's prompt plus
+``max_tokens``, a win2-v1 window on a server whose metrics endpoint is
 absent (the rule decides on engine round counters). ``tally window run --dry-run`` prints
 the same refusals; ``--execute`` raises the first as one ``PolicyError`` line, before any
 host action is recorded. The probes are read-only requests to production's serving and
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from ..drivers.base import HostDriver
     from ..plan.model import Plan
 
-__all__ = ["PROBE_TIMEOUT_S", "probe_refusals", "recorded_fields", "refuse_unfit", "site_refusals", "unfit"]
+__all__ = [
+    "PROBE_TIMEOUT_S", "context_refusals", "probe_refusals", "recorded_fields", "refuse_unfit", "site_refusals",
+    "unfit",
+]
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -63,11 +67,14 @@ def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
 def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     """What production's serving and metrics endpoints say the window cannot get (read-only requests)."""
     from ..measure.sources import counter_source
-    from ..measure.wave import list_models, scrape_metrics
+    from ..measure.wave import scrape_metrics, served_models
 
     refusals: list[str] = []
-    if not list_models(driver.serving_url, timeout_s=PROBE_TIMEOUT_S):  # ExternalError when it does not answer
+    models = served_models(driver.serving_url, timeout_s=PROBE_TIMEOUT_S)  # ExternalError when it does not answer
+    if not models:
         refusals.append(f"{driver.serving_url}/v1/models lists no model: the measurement client has nothing to ask")
+    else:  # the waves ask the first model listed
+        refusals += context_refusals(plan, models[0].id, models[0].max_model_len)
     source = counter_source(driver.counter_source)
     if plan.protocol == "win2-v1" and source.scrapes:
         with httpx.Client() as http:
@@ -81,6 +88,21 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
                     refusals.append(f"win2-v1 decides on engine round counters, and {url} has none a "
                                     f"{source.label} source reads: " + "; ".join(check.reasons))
     return refusals
+
+
+def context_refusals(plan: Plan, model: str, max_model_len: int | None) -> list[str]:
+    """Cells whose prompt plus generation would not fit the server's context (nothing when it does not say).
+
+    A request asks for its cell's declared context plus ``max_tokens`` (the sampling's, or
+    the priming's when larger): over ``max_model_len`` the server refuses it (vLLM: HTTP
+    400), so every wave of that cell would fail after the drain.
+    """
+    if max_model_len is None:
+        return []
+    asked = max(plan.sampling.max_tokens, plan.priming.max_tokens if plan.priming is not None else 0)
+    return [f"cell {cell.name}: its {cell.tokens}-token context plus max_tokens {asked} is {cell.tokens + asked} "
+            f"tokens, over the {max_model_len} {model} serves (max_model_len): every request would be refused"
+            for cell in plan.cells if cell.tokens + asked > max_model_len]
 
 
 def recorded_fields(ledger: Ledger, window: str) -> dict[str, Any] | None:

@@ -26,6 +26,15 @@ field                             honoured when                                 
 ``stream_options.include_usage``  ``usage`` (a stream) carries usage                   behaviour
 ``priority``                      ``priority-type`` (a JSON object) is refused         type check
 ``cache_salt``                    ``cache-salt-type`` (a JSON object) is refused       type check
+``min_tokens``                    ``min-tokens`` (EOS forced, ``min_tokens`` 3) runs   behaviour
+                                  on for 3 tokens
+``stop``                          ``stop-string`` (a word of ``stop-reference``, the   behaviour
+                                  T=0 baseline) ends the text right before that word
+``structured_outputs``            ``structured-outputs`` (vLLM's ``{"json": schema}``  behaviour
+                                  on the counting prompt) answers the schema's value
+``guided_json``                   ``guided-json`` (vLLM before v0.12) likewise         behaviour
+``response_format``               ``response-format`` (chat, llama-cpp-python's        behaviour
+                                  ``json_object`` with a ``schema``) likewise
 ================================  ===================================================  ==========
 
 Forcing is read against the baseline's own ending, never from a prompt a model may end
@@ -33,7 +42,9 @@ by itself (the admission's ``terminator``, "Stop here.", stops at once on a smal
 whether or not ``allowed_token_ids`` is honoured). ``ignore-eos`` and ``stop-token-ids``
 force their token with ``allowed_token_ids`` when ``allowed-eos`` showed it works, else
 with ``logit_bias`` when ``bias-eos`` did; with neither they are not sent and the fields
-are ``unclear``. A *type check* shows the server reads the field, not that it acts on it
+are ``unclear`` (``min-tokens`` likewise). The structured-output schema admits one value,
+the string ``"tally"``: a server that honours the field can answer nothing else, one that
+drops it goes on counting. A *type check* shows the server reads the field, not that it acts on it
 (vLLM V1 reads ``priority`` and, without ``--scheduling-policy priority``, schedules
 first come first served; a prefix-cache hit is not observable in a tiny probe).
 
@@ -71,12 +82,15 @@ __all__ = [
     "plan_needs",
     "smoke_needs",
     "smoke_refusals",
+    "stop_word",
+    "structured_probes",
     "vllm_needs",
 ]
 
 FIELDS: tuple[str, ...] = (
     "seed", "ignore_eos", "max_tokens", "priority", "cache_salt", "allowed_token_ids", "stop_token_ids",
-    "return_token_ids", "stream_options.include_usage", "logit_bias",
+    "return_token_ids", "stream_options.include_usage", "logit_bias", "min_tokens", "stop",
+    "structured_outputs", "guided_json", "response_format",
 )
 Status = Literal["honoured", "ignored", "refused", "unclear", "no_answer"]
 Want = Literal["honoured", "refused", "accepted"]
@@ -88,6 +102,11 @@ FORCED_TOKEN = 1000          # an ordinary id in any real vocabulary (not a spec
 COUNT_PROMPT = "Count from one to one hundred: one, two, three,"
 OPEN_PROMPT = "Write eight random, unrelated words:"
 WRONG_TYPE = {"tally": "a JSON object: not an integer, a string or a boolean"}
+MIN_TOKENS = 3
+STRUCTURED_VALUE = "tally"
+STRUCTURED_SCHEMA: Mapping[str, Any] = {"type": "string", "enum": [STRUCTURED_VALUE]}
+STRUCTURED_PROBES: Mapping[str, str] = {"structured_outputs": "structured-outputs", "guided_json": "guided-json",
+                                        "response_format": "response-format"}
 
 
 @dataclass(frozen=True)
@@ -148,11 +167,17 @@ def smoke_needs(plan: Plan) -> tuple[Need, ...]:
     if smoke.compare == "token_ids" and ("greedy_identity" in smoke.probes or "stop" in smoke.probes):
         needs.append(Need("return_token_ids", "honoured", "the smoke stage compares emitted token ids "
                                                           '(declare compare = "text" on a server that gives none)'))
+    if "stop" in smoke.probes:
+        needs.append(Need("stop", "honoured", "the smoke stage's stop probe ends a stream on a stop string"))
     if "stop" in smoke.probes and smoke.compare == "token_ids":
         needs.append(Need("stop_token_ids", "honoured", "the smoke stage's stop probe ends a stream on a token id"))
     if "eos" in smoke.probes:
         needs.append(Need("allowed_token_ids", "honoured", "the smoke stage's eos probe forces EOS with "
                                                            "allowed_token_ids"))
+        needs.append(Need("min_tokens", "honoured", "the smoke stage's eos probe holds EOS back with min_tokens"))
+    if "structured" in smoke.probes:
+        needs.append(Need(smoke.structured_field, "honoured", "the smoke stage's structured probe constrains its "
+                                                              f"answer with {smoke.structured_field}"))
     return tuple(needs)
 
 
@@ -214,8 +239,43 @@ def capability_probes(eos: int, model: str | None, results: Mapping[str, ProbeRe
         Probe("usage", "/v1/completions",
               {**baseline, "stream": True, "stream_options": {"include_usage": True}},
               "a stream ending with a usage chunk"),
+        Probe("stop-reference", "/v1/completions", _greedy(baseline, MAX_TOKENS),
+              "HTTP 200: the T=0 text the stop string is taken from"),
+        *structured_probes(model),
     ]
     return tuple(probes)
+
+
+def _greedy(body: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
+    return {**body, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "seed": SEED}
+
+
+def structured_probes(model: str | None) -> tuple[Probe, ...]:
+    """One request per structured-output field; its schema admits the one value ``"tally"``."""
+    baseline, _, _ = _bases(model)
+    body = _greedy(baseline, MAX_TOKENS)
+    schema = dict(STRUCTURED_SCHEMA)
+    chat = {k: v for k, v in body.items() if k != "prompt"}
+    chat["messages"] = [{"role": "user", "content": COUNT_PROMPT}]
+    want = f"the JSON string {STRUCTURED_VALUE!r}, the only value the schema admits"
+    return (
+        Probe("structured-outputs", "/v1/completions", {**body, "structured_outputs": {"json": schema}}, want),
+        Probe("guided-json", "/v1/completions", {**body, "guided_json": schema}, want),
+        Probe("response-format", "/v1/chat/completions",
+              {**chat, "response_format": {"type": "json_object", "schema": schema}}, want),
+    )
+
+
+def stop_word(result: ProbeResult | None) -> tuple[str, str] | None:
+    """(stop string, the text expected before it) from the T=0 reference: its middle word, or ``None``."""
+    if result is None or result.status != 200 or not isinstance(result.parts.get("text"), str):
+        return None
+    text: str = result.parts["text"]
+    words = text.split()
+    if len(words) < 2:
+        return None
+    word = words[len(words) // 2]
+    return word, text[: text.find(word)]
 
 
 def forced_probes(eos: int, model: str | None, results: Mapping[str, ProbeResult]) -> tuple[Probe, ...]:
@@ -232,6 +292,15 @@ def forced_probes(eos: int, model: str | None, results: Mapping[str, ProbeResult
         probes.append(Probe("stop-token-ids", "/v1/completions",
                             {**baseline, **token_force[1], "stop_token_ids": [token]},
                             f"finish_reason stop at token {token} (forced by {token_force[0]})"))
+    if eos_force is not None:
+        probes.append(Probe("min-tokens", "/v1/completions",
+                            {**_greedy(baseline, BASELINE_TOKENS), **eos_force[1], "min_tokens": MIN_TOKENS},
+                            f"at least {MIN_TOKENS} tokens: min_tokens holds back EOS forced by {eos_force[0]}"))
+    stop = stop_word(results.get("stop-reference"))
+    if stop is not None:
+        probes.append(Probe("stop-string", "/v1/completions",
+                            {**_greedy(baseline, MAX_TOKENS), "stop": [stop[0]]},
+                            f"the stop-reference text cut right before {stop[0]!r}, finish_reason stop"))
     return tuple(probes)
 
 
@@ -516,6 +585,67 @@ def _usage(r: Mapping[str, ProbeResult]) -> _Reading:
     return "ignored", f"usage: {parts.get('frames')} frames, none with usage"
 
 
+def _min_tokens(r: Mapping[str, ProbeResult]) -> _Reading:
+    unforced = _forced(r, "min-tokens", "EOS")
+    if unforced:
+        return unforced
+    missing = _missing(r, ["min-tokens"]) or _refused(r, "min-tokens")
+    if missing:
+        return missing
+    probe = r["min-tokens"]
+    n = token_count(probe.parts)
+    if n is None:
+        return "unclear", "min-tokens: HTTP 200 with neither usage nor token_ids to count its tokens"
+    if n >= MIN_TOKENS:
+        return "honoured", f"min-tokens: EOS forced with min_tokens {MIN_TOKENS}, {_finish(probe)}"
+    if _stopped_at_once(probe):
+        return "ignored", f"min-tokens: EOS forced with min_tokens {MIN_TOKENS}, yet {_finish(probe)}"
+    return "unclear", f"min-tokens: {_finish(probe)}"
+
+
+def _stop(r: Mapping[str, ProbeResult]) -> _Reading:
+    missing = _missing(r, ["stop-reference"])
+    if missing:
+        return missing
+    stop = stop_word(r["stop-reference"])
+    if stop is None:
+        return "unclear", f"stop-reference: {_status_of(r['stop-reference'])}, no two words to place a stop in"
+    missing = _missing(r, ["stop-string"]) or _refused(r, "stop-string")
+    if missing:
+        return missing
+    probe, (word, expected) = r["stop-string"], stop
+    text = probe.parts.get("text")
+    if not isinstance(text, str):
+        return "unclear", "stop-string: HTTP 200 without a text"
+    if text == expected and probe.parts.get("finish_reason") == "stop":
+        return "honoured", f"stop-string: stop {word!r} cut the text at character {len(expected)}, finish stop"
+    if text.startswith(expected + word):
+        return "ignored", f"stop-string: stop {word!r}, yet the text runs through it ({_finish(probe)})"
+    return "unclear", f"stop-string: stop {word!r}, the text differs from the T=0 reference's ({_finish(probe)})"
+
+
+def _structured(r: Mapping[str, ProbeResult], name: str) -> _Reading:
+    from ledger.errors import FormatError
+    from ledger.strictjson import read_json
+
+    missing = _missing(r, [name]) or _refused(r, name)
+    if missing:
+        return missing
+    probe = r[name]
+    text = probe.parts.get("text")
+    if probe.status != 200 or not isinstance(text, str):
+        return "unclear", f"{name}: {_status_of(probe)} without a text"
+    try:
+        value = read_json(text.strip().encode(), "the structured answer", max_bytes=1 << 16)
+    except FormatError:
+        value = None
+        if text.strip().startswith('"'):
+            return "unclear", f"{name}: a JSON string begun but not ended ({_finish(probe)}): cannot tell"
+    if value == STRUCTURED_VALUE:
+        return "honoured", f"{name}: answered {text.strip()!r}, the one value its schema admits"
+    return "ignored", f"{name}: answered {text[:60]!r}, not the schema's one value {STRUCTURED_VALUE!r}"
+
+
 def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
            accept_ignored: Sequence[str] = ()) -> tuple[FieldResult, ...]:
     """Every field's status from the probes' results, with what the window needs of it."""
@@ -534,6 +664,9 @@ def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
         "return_token_ids": (_token_ids(results), "behaviour", ("token-ids", "baseline")),
         "stream_options.include_usage": (_usage(results), "behaviour", ("usage", "baseline")),
         "logit_bias": (_logit_bias(results), "behaviour", ("control", "bias-eos", "baseline")),
+        "min_tokens": (_min_tokens(results), "behaviour", ("allowed-eos", "bias-eos", "min-tokens")),
+        "stop": (_stop(results), "behaviour", ("stop-reference", "stop-string")),
+        **{field: (_structured(results, name), "behaviour", (name,)) for field, name in STRUCTURED_PROBES.items()},
     }
     by_field = {need.field: need for need in needs}
     out = []

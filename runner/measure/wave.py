@@ -36,7 +36,8 @@ from .sources import CounterSource, GaugeReading, select_source
 from .totals import WaveTotals
 from .transport import StampingTransport
 
-__all__ = ["Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
+__all__ = ["ListedModel", "Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave",
+           "scrape_metrics", "served_models"]
 
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
                        # (and x 64 between two full ones)
@@ -104,11 +105,29 @@ def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0, *, hea
         return Scrape(None, f"metrics at {url} unreadable: {clip(str(exc), 300)}")
 
 
+MAX_CONTEXT = 1 << 31
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    """A model a server lists, with the context length it serves when it says (vLLM's ``max_model_len``)."""
+
+    id: str
+    max_model_len: int | None = None
+
+
 def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
                 headers: Mapping[str, str] | None = None) -> list[str]:
-    """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer.
+    """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer."""
+    return [m.id for m in served_models(base_url, timeout_s=timeout_s, http=http, headers=headers)]
+
+
+def served_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
+                  headers: Mapping[str, str] | None = None) -> list[ListedModel]:
+    """The models a server lists at ``/v1/models``; ``ExternalError`` if it does not answer.
 
     The whole exchange takes at most ``timeout_s`` and the reply at most 1 MiB.
+    ``max_model_len`` is kept only as an integer from 1 to 2^31 (anything else: not said).
     """
     client = http or httpx.Client(transport=StampingTransport(), headers=dict(headers or {}))
     url = f"{_base(base_url)}/v1/models"
@@ -130,9 +149,14 @@ def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | 
     try:
         body = read_json(reply.body, f"the reply of {url}", max_bytes=MAX_MODELS_BYTES)
         data = body.get("data", []) if isinstance(body, dict) else []
-        return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str | int)]
+        return [ListedModel(str(m["id"]), _context(m.get("max_model_len")))
+                for m in data if isinstance(m, dict) and isinstance(m.get("id"), str | int)]
     except (FormatError, TypeError, AttributeError):
         return []
+
+
+def _context(value: Any) -> int | None:
+    return value if type(value) is int and 1 <= value <= MAX_CONTEXT else None
 
 
 @dataclass(frozen=True)

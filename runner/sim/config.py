@@ -48,14 +48,15 @@ SPEC_SERIES = ("drafts", "draft_tokens", "accepted", "per_pos")
 # ignores only that member (no usage chunk); ``max_tokens`` covers ``max_completion_tokens``.
 IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_token_ids", "return_token_ids",
                     "max_tokens", "cache_salt", "stop_token_ids", "stream_options", "stream_options.include_usage",
-                    "logit_bias")
+                    "logit_bias", "stop", "structured_outputs", "guided_json", "response_format")
 REFUSABLE_FIELDS = IGNORABLE_FIELDS
 # How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
 STREAM_MODES = ("step", "token")
 # What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
 METRICS_FORMATS = ("vllm", "llamacpp", "none")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
-               "clock_cap_mismatch", "greedy_diverge", "ignore_schema", "ignore_stop", "hang_after_cancel")
+               "clock_cap_mismatch", "greedy_diverge", "ignore_schema", "ignore_stop", "hang_after_cancel",
+               "ignore_min_tokens")
 
 
 @dataclass(frozen=True)

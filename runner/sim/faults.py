@@ -22,6 +22,7 @@ fault                  shape                                               effec
 ``ignore_schema``      ``{arm="", count=1}``                               structured output answered as free
                                                                            text (``arm`` "": any arm)
 ``ignore_stop``        ``{arm="", count=1}``                               stop strings not honoured
+``ignore_min_tokens``  ``{arm="", count=1}``                               ``min_tokens`` not honoured
 ``hang_after_cancel``  ``{seconds, count=1}``                              after a client leaves a stream, every
                                                                            request waits ``seconds`` (real)
 ``host_clock_cap``     ``{host, cap_mhz, count=1}``                        at the next start, ``host`` alone logs
@@ -61,6 +62,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
                        "count": ("int", 1)},
     "ignore_schema": {"arm": ("arm", ""), "count": ("int", 1)},
     "ignore_stop": {"arm": ("arm", ""), "count": ("int", 1)},
+    "ignore_min_tokens": {"arm": ("arm", ""), "count": ("int", 1)},
     "hang_after_cancel": {"seconds": ("float", None), "count": ("int", 1)},
     "host_clock_cap": {"host": ("str", None), "cap_mhz": ("int", None), "count": ("int", 1)},
     "thermal_blip": {"cap_mhz": ("int", None), "count": ("int", 1)},

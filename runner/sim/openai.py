@@ -222,7 +222,8 @@ def _logprobs(kind: Kind, body: Mapping[str, Any]) -> int:
 
 def _schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The JSON schema of a structured-output request: vLLM's ``structured_outputs.json`` or
-    (before v0.12) ``guided_json``, or ``response_format`` ``json_schema``."""
+    (before v0.12) ``guided_json``, or ``response_format`` ``json_schema`` (``json_object`` with a
+    ``schema``: llama-cpp-python's)."""
     outputs = body.get("structured_outputs")
     schema: Any = outputs.get("json") if isinstance(outputs, dict) else None
     if schema is None:
@@ -231,6 +232,8 @@ def _schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if schema is None and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         inner = fmt.get("json_schema")
         schema = inner.get("schema") if isinstance(inner, dict) else None
+    if schema is None and isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        schema = fmt.get("schema")  # llama-cpp-python's form: json_object with a schema
     if schema is None:
         return None
     if not isinstance(schema, dict):

@@ -4,7 +4,8 @@
   before the string (vLLM's default, ``include_stop_str_in_output`` false) and the
   request finishes ``stop``;
 * *structured output*: a request carrying a JSON schema (vLLM's ``structured_outputs``
-  ``{"json": ...}``, ``guided_json`` before v0.12, or ``response_format`` ``json_schema``)
+  ``{"json": ...}``, ``guided_json`` before v0.12, ``response_format`` ``json_schema``, or
+  llama-cpp-python's ``json_object`` with a ``schema``)
   is answered with an instance of the schema, derived from the prompt's token stream;
 * *logprobs*: at T=0 each position's top-2 (the emitted token and the runner-up) with
   their log probabilities, in the completions API's legacy shape.

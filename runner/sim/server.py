@@ -406,6 +406,8 @@ class _Handler(BaseHTTPRequestHandler):
         arm = engine.arm.name
         stops = request.stop if request.stop and not faults.take_for("ignore_stop", arm) else ()
         schema = request.schema if request.schema is not None and not faults.take_for("ignore_schema", arm) else None
+        if request.params.min_tokens and faults.take_for("ignore_min_tokens", arm):
+            request = replace(request, params=replace(request.params, min_tokens=0))
         blip = faults.take("thermal_blip")
         if blip is not None:
             server.host.blip(blip["cap_mhz"])

@@ -149,3 +149,50 @@ def test_a_rule_the_counter_source_cannot_feed_is_refused(tmp_path: Path, plan_f
         assert w.book.size() == size
     finally:
         close(w)
+
+
+def test_a_cell_over_the_servers_context_is_refused_before_the_drain(tmp_path: Path) -> None:
+    """prompt + max_tokens over vLLM's max_model_len: every request of that cell would get HTTP 400 after the drain."""
+    from ledger.stricttoml import read_toml
+    from runner.plan.parse import parse_plan
+
+    from ..runner.script import EXAMPLES
+
+    plan = parse_plan(read_toml(small((EXAMPLES / "seed000-controlled.toml").read_text()).encode(), "plan"))
+    asked = {cell.name: cell.tokens + plan.sampling.max_tokens for cell in plan.cells}
+    longest = max(asked.values())
+    over = sorted(name for name, need in asked.items() if need == longest)
+    w = world(tmp_path, [window("seed000-controlled.toml", "long", edit=small, chain="none")],
+              sim_config={"max_model_len": longest - 1})
+    try:
+        gate_all(w)
+        size = w.book.size()
+        site = _site(tmp_path, w, "")
+        dry = _cli(tmp_path, "window", "run", "long", "--site", str(site), "--dry-run", "--json")
+        assert dry.returncode == 1, dry.stderr
+        refusals = json.loads(dry.stdout)["refusals"]
+        assert [r.split(":")[0] for r in refusals] == [f"cell {name}" for name in over], refusals
+        assert f"is {longest} tokens, over the {longest - 1} " in refusals[0] and "max_model_len" in refusals[0]
+        with pytest.raises(PolicyError, match="refused before any host action"):
+            _run(w, "long", site)
+        assert w.book.size() == size
+    finally:
+        close(w)
+
+
+@pytest.mark.parametrize(("value", "read"), [(4096, 4096), (True, None), (-1, None), (0, None), (1 << 40, None),
+                                             ("4096", None), (4096.0, None), (None, None)])
+def test_a_listed_context_length_is_read_as_hostile_input(value: Any, read: int | None) -> None:
+    from runner.measure.wave import served_models
+    from tests.measure.hostile import Handler, serve
+
+    class Models(Handler):
+        def do_GET(self) -> None:
+            model: dict[str, Any] = {"id": "m", "object": "model"}
+            if value is not None:
+                model["max_model_len"] = value
+            self.send_body(200, json.dumps({"object": "list", "data": [model]}).encode())
+
+    with serve(Models) as server:
+        listed = served_models(server.url, timeout_s=5.0)
+    assert [(m.id, m.max_model_len) for m in listed] == [("m", read)]

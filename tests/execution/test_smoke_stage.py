@@ -136,9 +136,9 @@ def test_a_near_tie_divergence_is_reported_and_rejects_only_when_registered_to(t
 @pytest.mark.parametrize(("probe", "faults", "sim", "kind"), [
     ("structured", {"ignore_schema": {"arm": CANDIDATE_ARM}}, {}, "grammar"),
     ("stop", {"ignore_stop": {"arm": CANDIDATE_ARM}}, {}, "stop"),
-    ("eos", {}, {"ignore_fields": ["min_tokens"]}, "stop"),
+    ("eos", {"ignore_min_tokens": {"arm": CANDIDATE_ARM}}, {}, "stop"),
     ("lifecycle", {"hang_after_cancel": {"seconds": 3.0}}, {}, "lifecycle"),
-], ids=["structured-ignored-schema", "stop-ignored-stop-string", "eos-min-tokens-ignored", "lifecycle-hang"])
+], ids=["structured-ignored-schema", "stop-ignored-stop-string", "eos-candidate-ignores-min-tokens", "lifecycle-hang"])
 def test_each_smoke_probe_failing_alone_rejects_with_its_kind(tmp_path: Path, probe: str, faults: dict[str, Any],
                                                                sim: dict[str, Any], kind: str) -> None:
     w, result, events = _window(tmp_path, _smoke(starts=["A1", "B1"], probes=["greedy_identity", probe],
@@ -247,6 +247,34 @@ def test_a_smoke_probe_on_a_field_the_server_ignores_is_refused_before_any_host_
         plan = registered_plan(w.book, "smoke-unfit").plan
         refusals = unfit(plan, w.driver, fields=recorded_fields(w.book, "smoke-unfit"))
         assert any("smoke stage relies on return_token_ids" in r for r in refusals), refusals
+        with pytest.raises(PolicyError):
+            run(w, "smoke-unfit")
+        assert not any(e.type == "host.action" for e in w.book.events(stream="window/smoke-unfit"))
+    finally:
+        close(w)
+
+
+@pytest.mark.parametrize(("probe", "field"), [("eos", "min_tokens"), ("stop", "stop"),
+                                            ("structured", "structured_outputs")])
+def test_a_smoke_probe_the_server_cannot_honour_is_refused_before_the_drain(tmp_path: Path, probe: str,
+                                                                            field: str) -> None:
+    """min_tokens, stop strings, the structured-output field: found ignored by the capability probe, refused at fit."""
+    from ledger.errors import PolicyError
+    from runner.execution.fit import recorded_fields, unfit
+
+    extra = {"eos_token_id": 1} if probe == "eos" else {}
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "smoke-unfit",
+                                edit=_plan_with(_smoke(starts=["A1", "B1"], probes=[probe], **extra)))],
+              sim_config={"ignore_fields": [field]})
+    try:
+        gate_all(w)
+        gate = next(e.payload for e in w.book.events(stream="window/smoke-unfit", types=["gate.result"])
+                    if e.payload["gate"] == "rehearsal")
+        assert gate["evidence"]["fields"][field] == "ignored" and gate["verdict"] == "FAIL"
+        assert f"{field} ignored (" in gate["summary"]
+        plan = registered_plan(w.book, "smoke-unfit").plan
+        refusals = unfit(plan, w.driver, fields=recorded_fields(w.book, "smoke-unfit"))
+        assert [r for r in refusals if r.startswith(f"the smoke stage relies on {field} (")], refusals
         with pytest.raises(PolicyError):
             run(w, "smoke-unfit")
         assert not any(e.type == "host.action" for e in w.book.events(stream="window/smoke-unfit"))

@@ -56,6 +56,9 @@ def _window(site: LlamaSite, home: Path, plan_name: str) -> tuple[str, dict[str,
     assert fields["seed"] == "honoured" and fields["max_tokens"] == "honoured"
     assert fields["ignore_eos"] == "honoured"  # serve.py honours it; llama_cpp.server alone drops it
     assert all(fields[f] == "ignored" for f in ACCEPTED)
+    # what the smoke probes would run on: llama-cpp-python honours these (its response_format, not vLLM's fields)
+    assert fields["stop"] == fields["min_tokens"] == fields["response_format"] == "honoured", fields
+    assert fields["structured_outputs"] == fields["guided_json"] == "ignored", fields
     dry = json.loads(_ok(_tally(home, "window", "run", window_id, "--site", str(site.site), "--dry-run", "--json")))
     assert dry["admitted"] and dry["refusals"] == []
     result = json.loads(_ok(_tally(home, "window", "run", window_id, "--site", str(site.site), "--execute",

@@ -50,7 +50,7 @@ def test_every_field_honoured_by_a_server_without_speculative_decoding() -> None
         result = probe(handle, vllm_checks=False)
     assert result.verdict == "PASS" and result.exit_code == 0, result.summary
     assert statuses(result) == dict.fromkeys(FIELDS, "honoured")
-    assert len(result.capability_results) == 13 and all(r.answered for r in result.capability_results)
+    assert len(result.capability_results) == 19 and all(r.answered for r in result.capability_results)
     assert all(r.request["max_tokens"] <= 8 for r in result.capability_results)  # tiny, as the admission's
 
 
@@ -123,16 +123,19 @@ def test_accepted_ignored_fields_pass_but_a_refusal_still_fails() -> None:
 def test_a_server_like_llama_cpp_python() -> None:
     """The fields llama-cpp-python's server drops (plus stop_token_ids, which it does not declare either)."""
     dropped = ["ignore_eos", "allowed_token_ids", "priority", "cache_salt", "return_token_ids", "stream_options",
-               "stop_token_ids"]
+               "stop_token_ids", "structured_outputs", "guided_json"]
     with simulator(production_arm="off", ignore_fields=dropped) as handle:
         result = probe(handle, vllm_checks=False)
     assert statuses(result) == {
         "seed": "honoured", "ignore_eos": "ignored", "max_tokens": "honoured", "priority": "ignored",
         "cache_salt": "ignored", "allowed_token_ids": "ignored", "stop_token_ids": "ignored",
-        "return_token_ids": "ignored", "stream_options.include_usage": "ignored", "logit_bias": "honoured"}
+        "return_token_ids": "ignored", "stream_options.include_usage": "ignored", "logit_bias": "honoured",
+        "min_tokens": "honoured", "stop": "honoured", "structured_outputs": "ignored", "guided_json": "ignored",
+        "response_format": "honoured"}
     # EOS and the stop token were forced with logit_bias, the only forcing this server honours
     forced = {r.name: r.request for r in result.capability_results}
     assert "logit_bias" in forced["ignore-eos"] and "logit_bias" in forced["stop-token-ids"]
+    assert "logit_bias" in forced["min-tokens"] and forced["min-tokens"]["min_tokens"] == 3
 
 
 def test_without_a_way_to_force_a_token_the_dependent_fields_are_unclear() -> None:
@@ -140,9 +143,10 @@ def test_without_a_way_to_force_a_token_the_dependent_fields_are_unclear() -> No
     with simulator(ignore_fields=["allowed_token_ids"]) as handle:
         result = probe(handle)
     got = statuses(result)
-    assert got["allowed_token_ids"] == "ignored" and got["ignore_eos"] == got["stop_token_ids"] == "unclear"
-    assert {r.name for r in result.capability_results}.isdisjoint({"ignore-eos", "stop-token-ids"})
-    assert failed_fields(result) == {"allowed_token_ids", "ignore_eos", "stop_token_ids"}  # unclear fails closed
+    assert got["allowed_token_ids"] == "ignored"
+    assert got["ignore_eos"] == got["stop_token_ids"] == got["min_tokens"] == "unclear"
+    assert {r.name for r in result.capability_results}.isdisjoint({"ignore-eos", "stop-token-ids", "min-tokens"})
+    assert failed_fields(result) == {"allowed_token_ids", "ignore_eos", "stop_token_ids", "min_tokens"}  # fails closed
 
 
 # ---------------------------------------------------------------------- what a plan needs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,26 @@ def test_smoke_probes_the_capability_probe_found_ignored_are_refused_before_any_
                                  "allowed_token_ids": "honoured"}) == []
     text = _plan('[smoke]\nstarts = ["A1", "B1"]\ncompare = "text"')  # a server that gives no ids
     assert smoke_refusals(text, {"return_token_ids": "ignored"}) == []
+
+
+@pytest.mark.parametrize(("probes", "field"), [
+    (["eos"], "min_tokens"),
+    (["stop"], "stop"),
+    (["structured"], "structured_outputs"),
+])
+def test_each_smoke_probe_needs_the_field_it_runs_on(probes: list[str], field: str) -> None:
+    """A server found ignoring min_tokens, stop strings or the structured-output field cannot run that probe."""
+    extra = '\neos_token_id = 2' if "eos" in probes else ""
+    plan = _plan(f'[smoke]\nstarts = ["A1", "B1"]\ncompare = "text"\nprobes = {json.dumps(probes)}{extra}')
+    assert {n.field: n.want for n in plan_needs(plan)}[field] == "honoured"
+    refusals = smoke_refusals(plan, {field: "ignored"})
+    assert len(refusals) == 1 and refusals[0].startswith(f"the smoke stage relies on {field} ("), refusals
+    assert smoke_refusals(plan, {field: "honoured"}) == []
+
+
+def test_the_structured_probe_needs_the_field_the_plan_declares() -> None:
+    plan = _plan('[smoke]\nstarts = ["A1", "B1"]\ncompare = "text"\nprobes = ["structured"]\n'
+                 'structured_field = "response_format"')
+    needs = {n.field for n in plan_needs(plan)}
+    assert "response_format" in needs and "structured_outputs" not in needs
+    assert smoke_refusals(plan, {"structured_outputs": "ignored", "response_format": "honoured"}) == []

@@ -86,6 +86,11 @@ _SET: dict[str, tuple[dict[str, Any], Any]] = {
     "stream_options.include_usage": ({"stream": True, "stream_options": {"include_usage": True}},
                                      lambda r: r.include_usage),
     "logit_bias": ({"logit_bias": {"5": 1.5}}, lambda r: (r.logit_bias, r.params.logit_bias)),
+    "stop": ({"stop": ["x"]}, lambda r: r.stop),
+    "structured_outputs": ({"structured_outputs": {"json": {"type": "string"}}}, lambda r: r.schema),
+    "guided_json": ({"guided_json": {"type": "string"}}, lambda r: r.schema),
+    "response_format": ({"response_format": {"type": "json_object", "schema": {"type": "string"}}},
+                        lambda r: r.schema),
 }
 
 
