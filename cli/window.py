@@ -144,14 +144,17 @@ def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_
         raise typer.Exit(EXIT_FAILED)
 
 
+ChainProductionOpt = Annotated[Path | None, typer.Option(
+    "--chain-production", help="Production capture ({sha256, identity}) for a window opened under another "
+                               "window's chain marker; its sha256 must be the marker's.")]
+
+
 def window_run(
     window: Annotated[str, typer.Argument(help="Registered window id.")],
     site: SiteOpt,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, gates and timeline; touch nothing.")] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Run the window for real (needs admission).")] = False,
-    chain_production: Annotated[Path | None, typer.Option(
-        "--chain-production", help="Production capture ({sha256, identity}) for a window opened under another "
-                                   "window's chain marker; its sha256 must be the marker's.")] = None,
+    chain_production: ChainProductionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Dry-run or execute a registered window against a site."""
@@ -176,9 +179,9 @@ def window_run(
 
 
 def window_resume(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
-                  json_out: JsonOpt = False) -> None:
+                  chain_production: ChainProductionOpt = None, json_out: JsonOpt = False) -> None:
     """Continue a window from replayed state (after a crash or an escalated restore)."""
-    _execute(window, site, json_out, resume=True)
+    _execute(window, site, json_out, resume=True, chain_production=chain_production)
 
 
 def window_abort(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,

@@ -116,6 +116,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                          fields=recorded_fields(self.ledger, self.window))
             if self.capture is not None:
                 check_capture(self.capture, marker, self.window)
+        elif self.capture is not None and ws.ending is None and ws.production_snapshot is None and not abort:
+            check_capture(self.capture, self.state.marker, self.window)  # a resume, before it appends anything
         if abort and ws.ending is None:
             self.append([("window.interrupted", p.WindowInterrupted(reason="abort", phase=ws.phase, detail={
                 "found_on": "abort", "open_actions": len(ws.open_actions)}), ())])

@@ -186,3 +186,46 @@ def test_allow_unreachable_per_mode_in_the_hold_and_the_probes(tmp_path: Path) -
         driver.close()
     finally:
         close(w)
+
+
+def test_a_wrong_capture_is_refused_on_the_resume_too(tmp_path: Path) -> None:
+    """Killed after the HOLD opened and before the snapshot: the resume checks its capture where it records it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
+                         window("seed000-controlled.toml", "chain-b", chain="last")])
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        drained = next(e.payload for e in w.book.events(stream="window/chain-a", types=["production.snapshot"]))
+        capture = _write(tmp_path / "capture.json", {"sha256": drained["sha256"], "identity": drained["identity"]})
+        wrong = _write(tmp_path / "wrong.json", {"sha256": "0" * 64, "identity": drained["identity"]})
+        run_prev_ok(w.book, w.root, "chain-b")
+        admit(w.book, w.root, "chain-b")
+        tally = str(Path(sys.executable).with_name("tally"))
+        env = dict(os.environ, TALLY_DB=str(w.directory / "tally.db"), TALLY_KEY=str(w.directory / ".tally/root.pem"))
+
+        def cli(*args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+            extra = {"TALLY_TEST_CRASH_AFTER": crash} if crash else {}
+            return subprocess.run([tally, "window", *args, "--site", str(w.directory / "site.toml"), "--json"],
+                                  env={**env, **extra}, capture_output=True, text=True, timeout=300)
+
+        killed = cli("run", "chain-b", "--execute", "--chain-production", str(capture), crash="hold.opened")
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+        assert not list(w.book.events(stream="window/chain-b", types=["production.snapshot"]))
+        size = w.book.size()
+        refused = cli("resume", "chain-b", "--chain-production", str(wrong))
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr[-2000:]
+        assert "but the chain marker of window chain-a left production at" in refused.stderr
+        assert not list(w.book.events(stream="window/chain-b", types=["production.snapshot"]))
+        assert w.book.size() == size  # refused before the resume appends or touches anything
+        resumed = cli("resume", "chain-b", "--chain-production", str(capture))
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        snaps = [e.payload for e in w.book.events(stream="window/chain-b", types=["production.snapshot"])]
+        assert [(s["source"], s["sha256"]) for s in snaps] == [("capture", drained["sha256"])]
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
