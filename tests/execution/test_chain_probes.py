@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,17 +54,26 @@ def test_prev_ok_with_the_hosts_as_the_ledger_says_passes(tmp_path: Path) -> Non
         close(w)
 
 
-def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp_path: Path) -> None:
+def _chained_to_b(tmp_path: Path) -> tuple[Any, dict[str, Any], Path]:
+    """chain-a run and chained, chain-b (the last) gated and admitted; (world, chain-a's snapshot, a wrong capture)."""
     w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
                          window("seed000-controlled.toml", "chain-b", chain="last")])
     try:
         gate_all(w)
         assert run(w, "chain-a").ending == "chained"
         drained = next(e.payload for e in w.book.events(stream="window/chain-a", types=["production.snapshot"]))
-        wrong = tmp_path / "wrong.json"
-        wrong.write_text(json.dumps({"sha256": "0" * 64, "identity": drained["identity"]}))
+        wrong = _write(tmp_path / "wrong.json", {"sha256": "0" * 64, "identity": drained["identity"]})
         run_prev_ok(w.book, w.root, "chain-b")
         admit(w.book, w.root, "chain-b")
+    except BaseException:
+        close(w)
+        raise
+    return w, drained, wrong
+
+
+def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp_path: Path) -> None:
+    w, drained, wrong = _chained_to_b(tmp_path)
+    try:
         size, actions = w.book.size(), len(w.sim.state()["actions"])
         with pytest.raises(PolicyError, match="but the chain marker of window chain-a left production at"):
             WindowRunner(w.book, w.root, "chain-b", w.driver, time_scale=w.time_scale, chain_production=wrong).run()
@@ -195,16 +205,9 @@ def test_a_wrong_capture_is_refused_on_the_resume_too(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    w = world(tmp_path, [window("seed000-production-policy.toml", "chain-a", chain="chained"),
-                         window("seed000-controlled.toml", "chain-b", chain="last")])
+    w, drained, wrong = _chained_to_b(tmp_path)
     try:
-        gate_all(w)
-        assert run(w, "chain-a").ending == "chained"
-        drained = next(e.payload for e in w.book.events(stream="window/chain-a", types=["production.snapshot"]))
         capture = _write(tmp_path / "capture.json", {"sha256": drained["sha256"], "identity": drained["identity"]})
-        wrong = _write(tmp_path / "wrong.json", {"sha256": "0" * 64, "identity": drained["identity"]})
-        run_prev_ok(w.book, w.root, "chain-b")
-        admit(w.book, w.root, "chain-b")
         tally = str(Path(sys.executable).with_name("tally"))
         env = dict(os.environ, TALLY_DB=str(w.directory / "tally.db"), TALLY_KEY=str(w.directory / ".tally/root.pem"))
 
