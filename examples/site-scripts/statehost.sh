@@ -10,13 +10,18 @@
 #
 # State:   production (up|down|draining), identity (production's identity), snapshot (sha256),
 #          engine ("ARM ROLE STATUS"), engine.log, placeholders/HOST, fenced/HOST,
-#          caps/ARM (an arm's clock cap; caps/default, else 2300), actions.log (what ran, in order).
+#          caps/ARM (an arm's clock cap; caps/default, else 2300), actions.log (what ran, in order),
+#          identities/ARM.json (what a start of ARM reports about the hosts: a JSON object with any of
+#          worker_identity, markov_identity, experiment_commit, worker_tree; start_arm reports it),
+#          tag.HOST ("TAG COMMIT": the git tag checked out on HOST and the commit it points at,
+#          reported by placeholder_proof as tag and tag_commit).
 # Faults (for tests; each is used once): inject/ACTION.fail holds an exit code;
 #          inject/ACTION.hang makes the action hang (with a child process) until killed;
 #          inject/config_digest holds the config_digest the next start_arm reports;
 #          inject/dial_back holds MHz: before the next action the clock dials back to it and
 #          recovers (two THERMAL-WATCH lines in thermal.log, read by read_thermal);
-#          inject/host_cap.HOST holds MHz: the next read_clock_cap logs that cap on HOST.
+#          inject/host_cap.HOST holds MHz: the next read_clock_cap or restore logs that cap on HOST
+#          (a restore prints each host's own line for the hosts in $TALLY_HOSTS).
 #          commit.HOST (not a fault): the commit checked out on HOST, reported by placeholder_proof.
 set -euo pipefail
 
@@ -96,12 +101,20 @@ case "$ACTION" in
     # A real host reports what it started: the engine's effective speculative config (from its
     # config dump, null without speculative decoding), the digest of its configuration and its
     # identity; this pretend host reports what it was asked to start ($TALLY_ARM_CONFIG).
-    reported=$(python3 -c 'import json, os
+    # The host identities it reports (worker and Markov identity hashes, the experiment commit, the
+    # worker tree) come from identities/ARM.json, as a real host reads them from its launch line.
+    reported=$(IDENTITIES="$S/identities/$arm.json" python3 -c 'import json, os
 arm = json.loads(os.environ.get("TALLY_ARM_CONFIG") or "{}")
 spec = arm.get("speculative")
 spec = None if spec == "none" else spec
-print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_digest"),
-                  "identity": {"arm": arm.get("name"), "config_digest": arm.get("config_digest")}})[1:-1])')
+out = {"speculative_config": spec, "config_digest": arm.get("config_digest"),
+       "identity": {"arm": arm.get("name"), "config_digest": arm.get("config_digest")}}
+if os.path.isfile(os.environ["IDENTITIES"]):
+    with open(os.environ["IDENTITIES"], encoding="utf-8") as f:
+        declared = json.load(f)
+    names = ("worker_identity", "markov_identity", "experiment_commit", "worker_tree")
+    out.update({k: v for k, v in declared.items() if k in names})
+print(json.dumps(out)[1:-1])')
     if [ -f "$S/inject/config_digest" ]; then  # a test fault: the engine is not the declared config
       reported=$(printf '%s' "$reported" | sed "s/\"config_digest\": \"[0-9a-f]*\"/\"config_digest\": \"$(cat "$S/inject/config_digest")\"/")
       rm -f "$S/inject/config_digest"
@@ -152,7 +165,9 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
     [ -f "$S/placeholders/$host" ] || fail "no placeholder on $host"
     echo "placeholder present on $host"
     commit=$(cat "$S/commit.$host" 2>/dev/null || true)   # the commit checked out on the host, if known
-    facts "{\"placeholders\":$(host_list placeholders)${commit:+,\"commit\":\"$commit\"}}"
+    tag=""; tag_commit=""                                   # the tag checked out there, and its commit
+    if [ -f "$S/tag.$host" ]; then read -r tag tag_commit <"$S/tag.$host" || true; fi
+    facts "{\"placeholders\":$(host_list placeholders)${commit:+,\"commit\":\"$commit\"}${tag:+,\"tag\":\"$tag\"}${tag_commit:+,\"tag_commit\":\"$tag_commit\"}}"
     ;;
   restore)
     want=${1:?snapshot sha256}
@@ -163,6 +178,14 @@ print(json.dumps({"speculative_config": spec, "config_digest": arm.get("config_d
     printf 'starting engine: arm production role production\nclock cap %s MHz\nengine ready\n' \
       "$(cap_of production)" >"$S/engine.log"
     echo "production production ready" >"$S/engine"; echo up >"$S/production"
+    line=$(grep -m1 '^clock cap ' "$S/engine.log")
+    for h in ${TALLY_HOSTS:+${TALLY_HOSTS//,/ }}; do   # each host's own line first, the engine's line last
+      if [ -f "$S/inject/host_cap.$h" ]; then
+        echo "$h: clock cap $(cat "$S/inject/host_cap.$h") MHz"; rm -f "$S/inject/host_cap.$h"
+      else
+        echo "$h: $line"
+      fi
+    done
     cat "$S/engine.log"
     echo "production restored to snapshot $want"
     facts "{\"snapshot_sha256\":\"$want\",\"serving\":\"up\"}"

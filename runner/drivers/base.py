@@ -212,7 +212,8 @@ def _fact_problem(name: str, value: Any) -> str | None:
     if name == "quiet" and not isinstance(value, bool):
         return f"quiet must be true or false, got {value!r}"
     if name in ("arm", "role", "engine", "log_line", "commit", "worker_identity", "markov_identity",
-                "experiment_commit", "worker_tree") and value is not None and not isinstance(value, str):
+                "experiment_commit", "worker_tree", "tag", "tag_commit") and value is not None \
+            and not isinstance(value, str):
         return f"{name} must be a string or null, got {value!r}"
     return None
 
@@ -250,6 +251,20 @@ def settle(action: str, host: str | None, params: Mapping[str, Any], ok: bool,
     return ok, out
 
 
+def _tag_problems(host: str, tag: str, commit: Any, facts: Mapping[str, Any]) -> list[str]:
+    """A chained start's tag check: ``tag`` checked out on ``host``, pointing at the window's ``commit``."""
+    have, points = facts.get("tag"), facts.get("tag_commit")
+    if have is None:
+        return [f"{host} reports no tag checked out, not the window's tag {tag}"]
+    if have != tag:
+        return [f"{host} has tag {str(have)[:200]} checked out, not the window's tag {tag}"]
+    if points is None:
+        return [f"{host} does not report the commit its tag {tag} points at"]
+    if isinstance(commit, str) and points != commit:
+        return [f"tag {tag} on {host} points at commit {str(points)[:64]}, not the window's {commit}"]
+    return []
+
+
 def _contradictions(action: str, host: str | None, params: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
     problems = []
     serving = facts.get("serving")
@@ -272,6 +287,9 @@ def _contradictions(action: str, host: str | None, params: Mapping[str, Any], fa
     expected, commit = params.get("expected_commit"), facts.get("commit")
     if action == "placeholder_proof" and isinstance(expected, str) and commit is not None and commit != expected:
         problems.append(f"{host or 'the site'} runs commit {str(commit)[:40]}, not the window's {expected}")
+    tag = params.get("expected_tag")
+    if action == "placeholder_proof" and isinstance(tag, str):
+        problems += _tag_problems(host or "the site", tag, expected, facts)
     if action == "quiet_proof" and facts.get("quiet") is False:
         problems.append("hosts are not quiet")
     return problems

@@ -168,6 +168,8 @@ class SimDriver:
             body["sha256"] = params["snapshot_sha256"]
             if isinstance(params.get("snapshot_identity"), Mapping):
                 body["identity"] = dict(params["snapshot_identity"])
+        elif action == "placeholder_proof":
+            body.update({k: params[k] for k in ("expected_tag", "expected_commit") if isinstance(params.get(k), str)})
         elif action == "drain":
             # let the simulator give up on in-flight requests before our call times out
             body["timeout_s"] = max(0.0, self._timeouts["drain"] * 0.8)
@@ -271,6 +273,9 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
         commits = answer.get("commits")
         if isinstance(commits, dict) and host in commits:
             facts["commit"] = commits[host]
+        tags = answer.get("tags")
+        if isinstance(tags, dict) and isinstance(tags.get(host), dict):
+            facts["tag"], facts["tag_commit"] = tags[host].get("tag"), tags[host].get("commit")
     elif action == "quiet_proof":
         facts["quiet"] = True
     elif action == "restore":

@@ -18,6 +18,7 @@ from .opening import OpeningSteps
 from .recorder import Pending, Recorder, RunResult, StepHandler, plain
 
 if TYPE_CHECKING:
+    from ..drivers.base import ActionResult
     from .steps import Step, StepKind
 
 __all__ = ["HANDLERS", "EndingSteps"]
@@ -41,31 +42,45 @@ class EndingSteps(Recorder):
         identity = self.snapshot_identity(sha) if sha else None
         if identity is not None:
             params["snapshot_identity"] = identity
-        self.action("restore", None, params, then=lambda res: [
+        self.action("restore", None, params, verify=self._verify_restored_clock, then=lambda res: [
             ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt,
                                                    detail={**plain(res.facts), **self._restored_clock(res.facts)},
                                                    **self._snapshot_member()), ())])
 
     def _restored_clock(self, facts: dict[str, Any]) -> dict[str, Any]:
         """Production's cap after the restore, from every host's own log line (``detail.clock``)."""
-        from ..gates.clocks import read_caps
+        from ..gates.clocks import restored_clock
 
-        expected = self.plan.production_clock_cap_mhz
-        if expected is None or (facts.get("clock_cap_mhz") is None and facts.get("hosts") is None):
-            return {}
-        reading = read_caps(facts, self.driver.hosts)
-        problems = list(reading.problems)
-        if reading.cap is not None and reading.cap != expected:
-            problems.append(f"production restored at {reading.cap} MHz, configured at {expected} MHz")
-        return {"clock": {**reading.to_json(), "clock_cap_mhz": reading.cap, "problems": problems}}
+        clock = restored_clock(facts, self.driver.hosts, self.plan.production_clock_cap_mhz)
+        return {} if clock is None else {"clock": clock}
+
+    def _verify_restored_clock(self, res: ActionResult) -> dict[str, Any] | None:
+        """A restore that brought production back at another cap (or hosts that disagree) is not verified."""
+        clock = self._restored_clock(res.facts).get("clock")
+        if clock is None or not clock["problems"]:
+            return None
+        return {"clock": clock, "restore_verified": False,
+                "error": "restore not verified: " + "; ".join(clock["problems"])}
+
+    def _last_restore_error(self) -> str | None:
+        """Why the window's last restore attempt failed (its recorded ``error``), if one did."""
+        last = None
+        for event in self.ledger.events(stream=f"window/{self.window}", types=["host.action"]):
+            payload = event.payload
+            if payload.get("action") in ("restore", "watch") and payload.get("phase") == "finished":
+                error = (payload.get("detail") or {}).get("error")
+                last = str(error)[:500] if not payload.get("ok") and error else None
+        return last
 
     def restore_failed(self, step: Step, _r: RunResult) -> None:
+        last = self._last_restore_error()
         self.append([("restore.finished", p.RestoreFinished(
             status="failed", attempts=int(step.args.get("attempts", 0)),
-            detail={"escalated": True, "reason": step.reason,
+            detail={"escalated": True, "reason": step.reason, **({"last_error": last} if last else {}),
                     "next": "fix the site, then `tally window resume` retries the restore"},
             **self._snapshot_member()), ())])
-        self.say(f"RESTORE ESCALATED: {step.reason}; the HOLD stays with {self.owner}")
+        self.say(f"RESTORE ESCALATED: {step.reason}{f' (last: {last})' if last else ''}; "
+                 f"the HOLD stays with {self.owner}")
 
     def watch(self, _s: Step, _r: RunResult) -> None:
         sha = self.snapshot_sha()

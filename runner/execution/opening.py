@@ -35,8 +35,10 @@ class OpeningSteps(Recorder):
     def host_step(self, step: Step, _r: RunResult) -> None:
         """A step that is one host action and records nothing else (a proof, a fence, the experiment's stop)."""
         params: dict[str, object] = {}
-        if step.kind == "placeholder_proof":   # a chained start: the hosts must run the window's commit
+        if step.kind == "placeholder_proof":   # a chained start: the hosts must run the window's commit (and tag)
             params["expected_commit"] = self.ws.commit
+            if self.plan.tag is not None:
+                params["expected_tag"] = self.plan.tag
         self.action(HOST_STEP_ACTIONS[step.kind], step.host, params)
 
     def drain(self, _s: Step, _r: RunResult) -> None:

@@ -9,6 +9,7 @@ An action found started and never finished (a crash) is re-probed by the next ru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -142,8 +143,13 @@ class Recorder:
         start: str | None = None,
         probe_of: str | None = None,
         then: Callable[[ActionResult], list[Pending]] | None = None,
+        verify: Callable[[ActionResult], dict[str, Any] | None] | None = None,
     ) -> ActionResult:
-        """``host.action started`` -> run it -> ``finished`` plus what it established, atomically."""
+        """``host.action started`` -> run it -> ``finished`` plus what it established, atomically.
+
+        ``verify`` checks a success against what the runner expects (a restore at production's
+        cap): the facts it returns (with an ``error``) turn the success into a failure.
+        """
         from ..drivers.base import ActionResult
 
         action_id = uuid.uuid4().hex[:16]
@@ -159,6 +165,10 @@ class Recorder:
         except ExternalError as exc:
             result = ActionResult(action=name, host=host, ok=False, exit_code=None, duration_s=0.0, timed_out=False,
                                   stdout=b"", stderr=str(exc).encode(), facts={"error": str(exc)})
+        if verify is not None and result.ok:
+            refused = verify(result)
+            if refused is not None:
+                result = dataclasses.replace(result, ok=False, facts={**result.facts, **refused})
         output = Blob(json.dumps({"stdout": result.stdout.decode("utf-8", "replace"),
                                   "stderr": result.stderr.decode("utf-8", "replace")}, sort_keys=True).encode(),
                       "application/json")

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CAP_LINE", "ClockReading", "cap_in_line", "new_dial_backs", "read_caps"]
+__all__ = ["CAP_LINE", "ClockReading", "cap_in_line", "new_dial_backs", "read_caps", "restored_clock"]
 
 CAP_LINE = re.compile(r"clock cap (\d{1,6}) ?MHz")
 MAX_HOSTS = 64          # a hostile site cannot make the evidence huge
@@ -58,22 +58,22 @@ def _one(name: str, reading: Mapping[str, Any], problems: list[str]) -> int | No
     return stated if stated is not None else number
 
 
-def read_caps(facts: Mapping[str, Any], hosts: Collection[str]) -> ClockReading:
-    """Every host's cap from a ``read_clock_cap`` answer; the problems fail the start."""
+def read_caps(facts: Mapping[str, Any], hosts: Collection[str], action: str = "read_clock_cap") -> ClockReading:
+    """Every host's cap from a ``read_clock_cap`` (or ``restore``) answer; the problems fail the start."""
     problems: list[str] = []
     site = _one("the site", facts, problems)
     per_host: dict[str, dict[str, Any]] = {}
     raw = facts.get("hosts")
     if raw is not None and not isinstance(raw, Mapping):
-        problems.append("read_clock_cap's hosts is not a table of host -> reading")
+        problems.append(f"{action}'s hosts is not a table of host -> reading")
         raw = None
     caps: dict[str, int | None] = {}
     for name, reading in list((raw or {}).items())[:MAX_HOSTS]:
         if not isinstance(reading, Mapping):
-            problems.append(f"read_clock_cap's reading of {str(name)[:64]} is not a table")
+            problems.append(f"{action}'s reading of {str(name)[:64]} is not a table")
             continue
         if name not in hosts:
-            problems.append(f"read_clock_cap reports host {str(name)[:64]!r}, which the site does not have")
+            problems.append(f"{action} reports host {str(name)[:64]!r}, which the site does not have")
             continue
         caps[name] = _one(name, reading, problems)
         line = reading.get("log_line")
@@ -95,6 +95,29 @@ def read_caps(facts: Mapping[str, Any], hosts: Collection[str]) -> ClockReading:
     agreed = set(known.values())
     cap = next(iter(agreed)) if len(agreed) == 1 else site
     return ClockReading(cap, per_host, tuple(problems))
+
+
+def restored_clock(facts: Mapping[str, Any], hosts: Collection[str], expected: int | None) -> dict[str, Any] | None:
+    """Production's cap after a restore, checked against ``expected`` (production's registered cap).
+
+    ``None`` when no cap applies (no GPU clocks) or the restore reported none. Otherwise
+    ``{hosts, problems, clock_cap_mhz, expected_clock_cap_mhz}``: a host that brought
+    production back at another cap, and hosts that disagree, are problems (each names the
+    host, the cap read and the cap expected); a restore with problems is not verified.
+    """
+    if expected is None or (facts.get("clock_cap_mhz") is None and facts.get("hosts") is None):
+        return None
+    reading = read_caps(facts, hosts, "restore")
+    problems = list(reading.problems)
+    wrong = {h: v["clock_cap_mhz"] for h, v in reading.hosts.items()
+             if v.get("clock_cap_mhz") is not None and v["clock_cap_mhz"] != expected}
+    for host, cap in wrong.items():
+        problems.append(f"{host} restored production at {cap} MHz, expected {expected} MHz (production's cap)")
+    if not reading.hosts and reading.cap is not None and reading.cap != expected:
+        problems.append(f"the site restored production at {reading.cap} MHz, expected {expected} MHz "
+                        "(production's cap)")
+    return {**reading.to_json(), "problems": problems, "clock_cap_mhz": reading.cap,
+            "expected_clock_cap_mhz": expected}
 
 
 def new_dial_backs(facts: Mapping[str, Any], start_cap: int | None, recorded: Collection[tuple[str, int]],

@@ -437,6 +437,7 @@ class Plan:
     power: Power | None = None  # registered only when declared, so plans without it keep their digest
     priming: Priming | None = None  # prefix priming per block (None: none registered)
     smoke: Smoke | None = None  # the smoke stage ([smoke], or implied by greedy_check starts)
+    tag: str | None = None  # the git tag the hosts must have checked out at ``commit`` (checked at a chained start)
 
     # ------------------------------------------------------------------ JSON
 
@@ -447,6 +448,7 @@ class Plan:
             "protocol": self.protocol,
             "mode": self.mode,
             "commit": self.commit,
+            **({"tag": self.tag} if self.tag is not None else {}),   # only when registered: old digests stand
             "chain": self.chain,
             "description": self.description,
             "production_clock_cap_mhz": self.production_clock_cap_mhz,

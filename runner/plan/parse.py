@@ -55,6 +55,9 @@ __all__ = ["LoadedPlan", "check_family_files", "load_plan", "parse_plan", "read_
 WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# A git tag name (``git check-ref-format`` rules, in a conservative alphabet): no "..", "//",
+# "@{", no component starting with "." or ending ".lock", not ending "/" or "."; at most 200.
+GIT_TAG = re.compile(r"(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9_][A-Za-z0-9._+/-]{0,199}(?<![./])")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 IDENTITY_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 WORKER_TREE = re.compile(r"/?[A-Za-z0-9._@+=:,-]+(/[A-Za-z0-9._@+=:,-]+)*/?")
@@ -426,6 +429,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     protocol = f.string("protocol", choices=PROTOCOLS)
     mode = f.string("mode", choices=MODES[protocol])
     commit = f.string("commit", pattern=COMMIT, what="a full commit id (40 or 64 lowercase hex)")
+    tag = f.string("tag", None, pattern=GIT_TAG, what="a git tag name (letters, digits, . _ + / -; at most 200)")
     chain = f.string("chain", "none", choices=CHAIN_MODES)
     description = f.string("description", "")
     cap = _clock_cap(f)
@@ -455,7 +459,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power, priming=priming, smoke=smoke,
+        power=power, priming=priming, smoke=smoke, tag=tag,
     )
     _check_bounded_blocks(plan, path)
     return plan

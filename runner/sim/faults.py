@@ -29,6 +29,11 @@ fault                  shape                                               effec
                                                                            (and runs) this cap: the hosts disagree
 ``host_commit``        ``{host, commit, count=1}``                         the next placeholder_proof of ``host``
                                                                            reports this commit checked out there
+``host_tag``           ``{host, tag="", commit="", count=1}``              the next placeholder_proof of ``host``
+                                                                           reports this tag ("": none checked out)
+                                                                           pointing at ``commit`` ("": the window's)
+``restore_clock_cap``  ``{cap_mhz, host="", count=1}``                     the next restore brings production up
+                                                                           at this cap on ``host`` ("": every host)
 ``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
                                                                            host identity ``member`` (worker_identity...)
 ``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
@@ -67,6 +72,8 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "host_clock_cap": {"host": ("str", None), "cap_mhz": ("int", None), "count": ("int", 1)},
     "thermal_blip": {"cap_mhz": ("int", None), "count": ("int", 1)},
     "host_commit": {"host": ("str", None), "commit": ("str", None), "count": ("int", 1)},
+    "host_tag": {"host": ("str", None), "tag": ("opt", ""), "commit": ("opt", ""), "count": ("int", 1)},
+    "restore_clock_cap": {"cap_mhz": ("int", None), "host": ("opt", ""), "count": ("int", 1)},
     "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
 }
 
@@ -83,7 +90,7 @@ def _field(f: Fields, name: str, kind: str, default: Any) -> Any:
         return f.number(name, required, low=0)
     if kind == "bool":
         return f.boolean(name, default)
-    if kind == "arm":  # an arm name, or "" for any arm
+    if kind in ("arm", "opt"):  # an arm name ("" for any arm), or an optional string ("" for none)
         return f.string(name, default)
     return f.string(name, required, nonempty=True)
 

@@ -375,7 +375,16 @@ class Host:
             other = self.faults.take("host_commit")
             if other is not None:
                 commits[other["host"]] = other["commit"]
-        return {"hosts": hosts, **({"commits": commits} if commits else {}),
+        tags: dict[str, dict[str, str | None]] = {}
+        wanted = args.get("expected_tag")
+        if isinstance(wanted, str):   # the simulated hosts have checked out the tag asked for, at the window's commit
+            tags = {h: {"tag": wanted, "commit": args.get("expected_commit")} for h in hosts}
+        armed_tag = self.faults.snapshot().get("host_tag")
+        if isinstance(armed_tag, dict) and armed_tag["host"] in hosts:
+            odd = self.faults.take("host_tag")
+            if odd is not None:
+                tags[odd["host"]] = {"tag": odd["tag"] or None, "commit": odd["commit"] or args.get("expected_commit")}
+        return {"hosts": hosts, **({"commits": commits} if commits else {}), **({"tags": tags} if tags else {}),
                 "output": f"placeholders present on {', '.join(hosts)}"}
 
     def _do_quiet_proof(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -407,8 +416,11 @@ class Host:
             self._stop_session()
             slow = args.get("slow_start_s")
             ready_in = float(slow) if isinstance(slow, int | float) else self._scaled(self.config.start_s)
+            odd = self.faults.take("restore_clock_cap")   # production comes back at another cap
             session = self._new_session(self.config.arm(self.config.production_arm), "production", ready_in,
-                                        production=True)
+                                        production=True, cap_mhz=odd["cap_mhz"] if odd and not odd["host"] else None)
+            if odd is not None and odd["host"]:
+                session.host_caps[odd["host"]] = odd["cap_mhz"]
             self.production = "up"
             snap = dict(self.snapshot_taken)
         if args.get("wait", True):
@@ -416,8 +428,9 @@ class Host:
         return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
                 "session": session.session,
                 "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
-                "hosts": {h: {"clock_cap_mhz": session.clock_cap_mhz,
-                              "log_line": f"clock cap {session.clock_cap_mhz} MHz"} for h in self.config.hosts},
+                "hosts": {h: {"clock_cap_mhz": session.host_caps.get(h, session.clock_cap_mhz),
+                              "log_line": f"clock cap {session.host_caps.get(h, session.clock_cap_mhz)} MHz"}
+                          for h in self.config.hosts},
                 "output": f"production restored to snapshot {snap['sha256']}"}
 
     def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -553,6 +553,9 @@ def _chain_aborted(s: State, ws: WindowState, e: Event, p: pl.ChainAborted) -> N
 
 def _restore(s: State, ws: WindowState, e: Event, p: pl.RestoreFinished) -> None:
     ws.restore = {"status": p.status, "attempts": p.attempts, "seq": e.seq}
+    problems = (p.detail.get("clock") or {}).get("problems") if isinstance(p.detail.get("clock"), dict) else None
+    if problems:   # an ok restore at another cap (recorded before restores were verified): not a clean restore
+        ws.restore["clock_problems"] = [str(x) for x in problems]
     _closing(ws)
 
 

@@ -232,3 +232,101 @@ def test_a_wrong_capture_is_refused_on_the_resume_too(tmp_path: Path) -> None:
         assert run_audit(book=w.book).ok
     finally:
         close(w)
+
+
+TAG = "pp4-v2-stage"
+
+
+def _proofs(w: object, window_id: str) -> list[dict[str, object]]:
+    book = w.book  # type: ignore[attr-defined]
+    return [e.payload for e in book.events(stream=f"window/{window_id}", types=["host.action"])
+            if e.payload["action"] == "placeholder_proof" and e.payload["phase"] == "finished"]
+
+
+def _tagged_chain(tmp_path: Path, first: str = "seed000-production-policy.toml") -> object:
+    return world(tmp_path, [window(first, "chain-a", chain="chained"),
+                            window("seed000-controlled.toml", "chain-b", chain="chained", tag=TAG)])
+
+
+def test_a_chained_start_checks_the_registered_tag_on_every_host(tmp_path: Path) -> None:
+    w = _tagged_chain(tmp_path)
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        assert run(w, "chain-b").ending == "chained"
+        commit = state(w.book).windows["chain-b"].commit
+        opening = [p for p in _proofs(w, "chain-b")][:2]   # the chained start's proofs (the close has its own)
+        assert [(p["host"], p["ok"], p["detail"]["tag"], p["detail"]["tag_commit"]) for p in opening] == [
+            ("sim-head", True, TAG, commit), ("sim-worker", True, TAG, commit)]
+        started = [e.payload for e in w.book.events(stream="window/chain-b", types=["host.action"])
+                   if e.payload["action"] == "placeholder_proof" and e.payload["phase"] == "started"]
+        assert started[0]["detail"]["params"] == {"expected_commit": commit, "expected_tag": TAG}
+        untagged = [e.payload for e in w.book.events(stream="window/chain-a", types=["host.action"])
+                    if e.payload["action"] == "placeholder_proof" and e.payload["phase"] == "started"]
+        assert all("expected_tag" not in p["detail"]["params"] for p in untagged)   # no tag registered: no check
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+@pytest.mark.parametrize(("fault", "named"), [
+    pytest.param({"tag": ""}, f"sim-worker reports no tag checked out, not the window's tag {TAG}", id="tag-missing"),
+    pytest.param({"tag": TAG, "commit": "e" * 40}, f"tag {TAG} on sim-worker points at commit {'e' * 40}, not the "
+                 "window's", id="tag-at-another-commit"),
+    pytest.param({"tag": "pp4-v1"}, f"sim-worker has tag pp4-v1 checked out, not the window's tag {TAG}",
+                 id="another-tag"),
+])
+def test_a_chained_start_on_a_host_without_the_windows_tag_aborts_the_chain(
+        tmp_path: Path, fault: dict[str, str], named: str) -> None:
+    w = _tagged_chain(tmp_path)
+    try:
+        gate_all(w)
+        assert run(w, "chain-a").ending == "chained"
+        w.sim.set_faults(host_tag={"host": "sim-worker", **fault})
+        result = run(w, "chain-b")
+        assert result.ending == "aborted" and result.decision == "REJECT"
+        failed = [p for p in _proofs(w, "chain-b") if not p["ok"]]
+        assert [p["host"] for p in failed] == ["sim-worker"]
+        assert named in str(failed[0]["detail"]["error"])   # type: ignore[index]
+        aborted = next(e.payload for e in w.book.events(stream="window/chain-b", types=["chain.aborted"]))
+        assert aborted["reason"] == "placeholder proof failed on sim-worker before the HOLD"
+        assert not list(w.book.events(stream="window/chain-b", types=["wave.measured"]))
+        s = state(w.book)
+        assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_command_site_chained_start_reads_each_hosts_tag_file(tmp_path: Path) -> None:
+    import shutil
+
+    from runner.demo.scenarios import EXAMPLES
+    from runner.drivers.site import load_site
+
+    w = _tagged_chain(tmp_path, "seed000-controlled.toml")   # the command site's P identity is not production's
+    try:
+        gate_all(w)
+        shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
+        text = (EXAMPLES / "site-commands.toml").read_text().replace("http://127.0.0.1:8000", w.sim.url)
+        (tmp_path / "site.toml").write_text(text)
+        driver = load_site(tmp_path / "site.toml")
+        try:
+            assert run(w, "chain-a", driver=driver).ending == "chained"
+            commit = state(w.book).windows["chain-b"].commit
+            site = tmp_path / "site-state"
+            (site / "tag.spark-head").write_text(f"{TAG} {commit}\n")
+            (site / "tag.spark-worker").write_text(f"{TAG} {'d' * 40}\n")   # the tag moved on the worker
+            result = run(w, "chain-b", driver=driver)
+            assert result.ending == "aborted"
+            proofs = _proofs(w, "chain-b")
+            assert proofs[0]["host"] == "spark-head" and proofs[0]["ok"]
+            assert proofs[1]["host"] == "spark-worker" and not proofs[1]["ok"]
+            assert f"tag {TAG} on spark-worker points at commit {'d' * 40}" in str(proofs[1]["detail"]["error"])  # type: ignore[index]
+            s = state(w.book)
+            assert s.production == "up" and s.marker is None and s.hold is None
+            assert (site / "production").read_text().strip() == "up"
+        finally:
+            driver.close()
+    finally:
+        close(w)

@@ -154,3 +154,58 @@ def test_the_restore_reads_production_cap_from_every_hosts_own_line(tmp_path: Pa
         assert {h: v["clock_cap_mhz"] for h, v in restored["hosts"].items()} == {h: 2300 for h in HOSTS}
     finally:
         close(w)
+
+
+def _restore_actions(w: Any) -> list[dict[str, Any]]:
+    return [a for a in _events(w, "host.action") if a["action"] == "restore" and a["phase"] == "finished"]
+
+
+def test_restore_at_a_wrong_production_cap_is_not_a_clean_restore(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:   # every restore brings production back at 2100 MHz on every host; production's cap is 2300
+        w.sim.set_faults(restore_clock_cap={"cap_mhz": 2100, "count": 3})
+        said: list[str] = []
+        result = run(w, WINDOW, say=said.append)
+        assert result.escalated and result.ending is None          # not a clean restore: no ending at all
+        attempts = _restore_actions(w)
+        assert [a["ok"] for a in attempts] == [False, False, False]
+        for host in HOSTS:
+            assert f"{host} restored production at 2100 MHz, expected 2300 MHz" in attempts[0]["detail"]["error"]
+        assert attempts[0]["detail"]["restore_verified"] is False
+        assert attempts[0]["detail"]["clock"]["expected_clock_cap_mhz"] == 2300
+        finished = _events(w, "restore.finished")
+        assert [f["status"] for f in finished] == ["failed"]       # no restore.finished ok was ever recorded
+        assert "restored production at 2100 MHz, expected 2300 MHz" in finished[0]["detail"]["last_error"]
+        escalated = next(line for line in said if line.startswith("RESTORE ESCALATED"))
+        assert f"{HOSTS[0]} restored production at 2100 MHz, expected 2300 MHz" in escalated
+        assert not _events(w, "window.closed") and not _events(w, "decision.recorded")
+        s = state(w.book)
+        assert s.hold is not None and s.hold["owner"] == WINDOW and s.production == "down"   # the HOLD stays ours
+        assert run_audit(book=w.book).ok
+        # the site fixed: the resumed window restores at production's cap and closes cleanly
+        second = WindowRunner(w.book, w.root, WINDOW, w.driver, time_scale=w.time_scale).run(resume=True)
+        assert second.ending == "restored" and second.decision is not None
+        assert _events(w, "restore.finished")[-1]["detail"]["clock"]["problems"] == []
+        assert replay_window(w.book, WINDOW).match and run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_restore_with_hosts_disagreeing_on_the_cap_is_named(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:   # the first restore brings production back at 2100 MHz on the worker alone
+        w.sim.set_faults(restore_clock_cap={"cap_mhz": 2100, "host": HOSTS[1]})
+        assert run(w, WINDOW).ending == "restored"
+        first, second = _restore_actions(w)
+        assert not first["ok"] and second["ok"]                     # the wrong restore counted as a failed attempt
+        error = first["detail"]["error"]
+        assert error.startswith("restore not verified: ")
+        assert f"the hosts disagree on the clock cap: {HOSTS[0]} 2300 MHz, {HOSTS[1]} 2100 MHz" in error
+        assert f"{HOSTS[1]} restored production at 2100 MHz, expected 2300 MHz" in error
+        assert HOSTS[0] + " restored" not in error
+        finished = _events(w, "restore.finished")
+        assert [(f["status"], f["attempts"]) for f in finished] == [("ok", 2)]
+        assert finished[0]["detail"]["clock"]["problems"] == []
+        assert replay_window(w.book, WINDOW).match and run_audit(book=w.book).ok
+    finally:
+        close(w)

@@ -60,7 +60,8 @@ def run(w: World, window_id: str, **kwargs: Any) -> RunResult:
     state = replay(w.book)
     if state.windows[window_id].admitted_seq is None:
         admit(w.book, w.root, window_id)
-    runner = WindowRunner(w.book, w.root, window_id, w.driver, time_scale=w.time_scale, **kwargs)
+    driver = kwargs.pop("driver", None) or w.driver   # another site on the same world (a command site)
+    runner = WindowRunner(w.book, w.root, window_id, driver, time_scale=w.time_scale, **kwargs)
     return runner.run()
 
 

@@ -417,3 +417,22 @@ def test_bounded_runs_over_the_block_limit_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FieldError, match=r"plan\.measurement\.decode_bound_s: block A1's bounded decode runs alone "
                                          r"take 12 min, over the 11-minute block limit"):
         load_plan(path)
+
+
+def test_tag_is_registered_only_when_given(tmp_path: Path) -> None:
+    """A plan without a tag keeps its registered form and digest; the tag adds exactly one member."""
+    untagged = load_plan(EXAMPLES / PP)
+    assert "tag" not in untagged.to_json() and untagged.tag is None
+    path = _edited(tmp_path, PP, ("\nchain = ", '\ntag = "pp4-v2/stage-1"\nchain = '))
+    tagged = load_plan(path)
+    assert tagged.tag == "pp4-v2/stage-1" and tagged.to_json()["tag"] == "pp4-v2/stage-1"
+    assert parse_plan(json.loads(canonical(tagged.to_json()))) == tagged
+    assert tagged.sha256 != untagged.sha256
+    assert plan_sha256({k: v for k, v in tagged.to_json().items() if k != "tag"}) == untagged.sha256
+
+
+@pytest.mark.parametrize("tag", ["v1..2", "-v1", "v1.lock", "a//b", "a/.b", "v1/", "with space", "v1.", "", "x" * 201])
+def test_a_malformed_tag_is_refused(tmp_path: Path, tag: str) -> None:
+    path = _edited(tmp_path, PP, ("\nchain = ", f"\ntag = {json.dumps(tag)}\nchain = "))
+    with pytest.raises(FieldError, match=r"plan\.tag: .* is not a git tag name"):
+        load_plan(path)
