@@ -188,13 +188,17 @@ def check_seq(value: int, name: str, low: int = 1) -> int:
 
 
 def read_bounded(source: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """At most ``limit`` bytes of a file (``-`` is stdin); ``FormatError`` if unreadable or longer."""
+    """At most ``limit`` bytes of a file (``-`` is stdin); ``FormatError`` if unreadable or longer.
+
+    A file is read with ``ledger.strictfile.read_limited``: a regular file, never through
+    a symbolic link, a FIFO refused without blocking.
+    """
+    if str(source) != "-":
+        from ledger.strictfile import read_limited
+
+        return read_limited(source, what, limit)
     try:
-        if str(source) == "-":
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(source, "rb") as handle:
-                data = handle.read(limit + 1)
+        data = sys.stdin.buffer.read(limit + 1)
     except OSError as exc:
         raise FormatError(f"cannot read {what} {source}: {exc.strerror or exc}") from None
     if len(data) > limit:

@@ -250,18 +250,9 @@ def rehearse(
 
 def _probe_list(path: Path, model: str | None) -> ProbeList:
     """The --probes file, read as hostile input: a regular file, bounded, every line validated."""
-    import os
-    import stat
-
     from runner.gates.probe_list import MAX_FILE_BYTES, read_probe_list
     from runner.gates.rehearsal import RESERVED_NAMES
 
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise FormatError(f"cannot read --probes {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise FormatError(f"--probes {path} is not a regular file")
     data = read_bounded(path, "--probes", limit=MAX_FILE_BYTES)
     return read_probe_list(data, f"--probes {path}", reserved=RESERVED_NAMES, model=model)
 
