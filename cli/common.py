@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypeVar
 
 import typer
 
@@ -372,6 +372,23 @@ class OutDir:
 
     def write(self, name: str, data: bytes, mode: int = 0o666) -> Path:
         """Write ``name`` whole (temporary file, fsync, rename); refuse a symlink or a non-file there."""
+        with self.stream(name, mode) as handle:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(handle.fileno(), view):]
+            except OSError as exc:
+                raise _write_error(self.option, self.path / name, exc) from None
+        return self.path / name
+
+    @contextmanager
+    def stream(self, name: str, mode: int = 0o666) -> Iterator[BinaryIO]:
+        """Write ``name`` as it is produced: a fresh temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``),
+        synced and renamed into place when the block ends; removed if the block raises.
+
+        A symlink or a non-file at ``name`` is refused before anything is written; the rename
+        replaces whatever appeared there meanwhile (a link included) and never follows it.
+        """
         _plain_name(name)
         target = self.path / name
         _check_target(target, _lstat(name, self.fd), self.option)
@@ -380,26 +397,59 @@ class OutDir:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
         except OSError as exc:
             raise _write_error(self.option, target, exc) from None
+        handle = os.fdopen(fd, "wb")
+        finished = False
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            yield handle
+            finished = True
+        finally:
+            if not finished:
+                self._discard(handle, temp)
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
             os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)  # replaces a link, never follows it
         except OSError as exc:
-            with suppress(OSError):
-                os.unlink(temp, dir_fd=self.fd)
+            self._discard(handle, temp)
             raise _write_error(self.option, target, exc) from None
         except BaseException:
-            with suppress(OSError):
-                os.unlink(temp, dir_fd=self.fd)
+            self._discard(handle, temp)
             raise
         with suppress(OSError):  # the rename is durable once the directory is synced
             os.fsync(self.fd)
-        return target
+
+    @contextmanager
+    def growing(self, name: str, mode: int = 0o666) -> Iterator[BinaryIO]:
+        """Write ``name`` in place as it grows (a log others may follow while it is written).
+
+        An old regular file there is removed first, then ``name`` is created with
+        ``O_CREAT | O_EXCL | O_NOFOLLOW``: a symlink or a non-file there is refused, and
+        one planted between the removal and the creation makes the creation fail (one
+        line), so nothing is written through a link. What was written stays if the block
+        raises (it is a record of what happened); the file is synced when the block ends.
+        """
+        _plain_name(name)
+        target = self.path / name
+        _check_target(target, _lstat(name, self.fd), self.option)
+        try:
+            with suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self.fd)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
+        except OSError as exc:
+            _check_target(target, _lstat(name, self.fd), self.option)  # planted meanwhile: say so
+            raise _write_error(self.option, target, exc) from None
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            with suppress(OSError):
+                os.fsync(handle.fileno())
+
+    def _discard(self, handle: BinaryIO, temp: str) -> None:
+        with suppress(OSError):
+            handle.close()
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=self.fd)
 
     def publish(self, stage: Path) -> None:
         """Copy every file under ``stage`` (a private staging directory) into this directory."""
