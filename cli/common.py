@@ -30,6 +30,7 @@ from ledger.errors import (
     StorageError,
     TallyError,
 )
+from ledger.event import check_seq
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -45,7 +46,6 @@ __all__ = [
     "EXIT_NO_ANSWER",
     "EXIT_OK",
     "MAX_INPUT_BYTES",
-    "MAX_SEQ",
     "OutDir",
     "State",
     "check_out",
@@ -54,6 +54,7 @@ __all__ = [
     "exit_code",
     "fail",
     "print_json",
+    "printable",
     "read_bounded",
     "read_json_arg",
     "read_json_file",
@@ -78,7 +79,6 @@ EXIT_NO_ANSWER = 3
 F = TypeVar("F", bound=Callable[..., Any])
 
 MAX_INPUT_BYTES = 64 << 20  # the most the CLI reads of any one input file (strictjson's document bound)
-MAX_SEQ = 2**63 - 1  # seq and sizes are signed 64-bit integers in both databases
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -148,6 +148,12 @@ def default_key_path(db: str | None) -> Path:
 state = State()
 
 
+def printable(text: str) -> str:
+    """One line whatever a server or a bundle put in ``text``: whitespace collapsed, control characters escaped."""
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
+
+
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None, sort_keys=False) + "\n")
 
@@ -180,13 +186,6 @@ def command(group: typer.Typer, name: str | None = None, **kwargs: Any) -> Calla
     return decorate
 
 
-def check_seq(value: int, name: str, low: int = 1) -> int:
-    """A seq or a size given on the command line: ``low`` .. 2^63-1, else one line (exit 2)."""
-    if not low <= value <= MAX_SEQ:
-        raise FormatError(f"{name} {value} is out of range ({low} .. 2^63-1)")
-    return value
-
-
 def read_bounded(source: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """At most ``limit`` bytes of a file (``-`` is stdin); ``FormatError`` if unreadable or longer.
 
@@ -206,11 +205,13 @@ def read_bounded(source: str | Path, what: str, limit: int = MAX_INPUT_BYTES) ->
     return data
 
 
-def read_json_file(source: str | Path, what: str) -> Any:
-    """One JSON document from a file (``-`` = stdin), read as hostile input (``ledger.strictjson``)."""
+def read_json_file(source: str | Path, what: str, name: str | None = None) -> Any:
+    """One JSON document from a file (``-`` = stdin), read as hostile input (``read_bounded``, then
+    ``ledger.strictjson``). Read errors name ``what`` and the file; parse errors name ``name``
+    (default ``"{what} {source}"``)."""
     from ledger.strictjson import read_json
 
-    return read_json(read_bounded(source, what), f"{what} {source}")
+    return read_json(read_bounded(source, what), f"{what} {source}" if name is None else name)
 
 
 def read_json_arg(value: str, what: str = "payload", *, payload_rules: bool = False) -> Any:

@@ -11,7 +11,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, read_bounded
+from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, printable, read_bounded
 
 if TYPE_CHECKING:
     from runner.gates.promotion import ReceiptFiles
@@ -118,14 +118,10 @@ def promote_check(
         print(f"{verdict}: decision receipt seq {result.seq}"
               f"{f' of window {result.window}' if result.window else ''} under policy {policy.name}")
         for check in result.checks:
-            print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}: {_printable(check.detail)}")
+            print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}: {printable(check.detail)}")
     if result.verdict != "PROMOTABLE":
         raise typer.Exit(EXIT_FAILED)
 
-
-def _printable(text: str) -> str:
-    flat = " ".join(text.split())
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:
