@@ -111,7 +111,7 @@ def test_hosts_disagreeing_on_the_clock_cap_fail_the_start(tmp_path: Path) -> No
     try:
         w.sim.set_faults(host_clock_cap={"host": HOSTS[1], "cap_mhz": 2100})
         result = run(w, WINDOW)
-        assert result.ending == "aborted" or result.ending == "restored"
+        assert result.ending == "aborted"   # a start_config FAIL aborts the window; production is still restored
         began = _events(w, "start.began")[0]
         assert began["clock"]["hosts"][HOSTS[1]]["clock_cap_mhz"] == 2100
         assert any("the hosts disagree on the clock cap" in p for p in began["clock"]["problems"])
