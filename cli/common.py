@@ -262,6 +262,19 @@ def read_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
         raise FormatError(f"{what} {path} is not UTF-8 text") from None
 
 
+def read_optional_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> str | None:
+    """As :func:`read_text`, but ``None`` when nothing is at ``path`` (a symlink there is still refused)."""
+    from ledger.strictfile import read_optional
+
+    data = read_optional(path, what, limit)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{what} {path} is not UTF-8 text") from None
+
+
 def print_appended(event: Event, json_out: bool) -> None:
     if json_out:
         sys.stdout.write(event.line() + "\n")
