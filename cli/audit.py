@@ -10,7 +10,7 @@ import typer
 
 from ledger.errors import FormatError, VerificationError
 
-from .common import EXIT_FAILED, JsonOpt, command, print_json, state
+from .common import EXIT_FAILED, JsonOpt, command, print_json, printable, state
 
 
 def verify(
@@ -92,18 +92,13 @@ def audit(
     else:
         if report.crypto_error is not None:  # one line on stderr, as `verify`
             (line,) = report.lines()
-            print(_one_line(line), file=sys.stderr)
+            print(printable(line), file=sys.stderr)
         else:
             for line in report.lines():
                 print(line)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
 
-
-def _one_line(text: str) -> str:
-    """``text`` on one line, whatever a hostile bundle put in it: whitespace collapsed, control characters escaped."""
-    flat = " ".join(text.split())
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypeVar
 
 import typer
 
@@ -30,6 +30,7 @@ from ledger.errors import (
     StorageError,
     TallyError,
 )
+from ledger.event import check_seq
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -45,7 +46,6 @@ __all__ = [
     "EXIT_NO_ANSWER",
     "EXIT_OK",
     "MAX_INPUT_BYTES",
-    "MAX_SEQ",
     "OutDir",
     "State",
     "check_out",
@@ -54,6 +54,7 @@ __all__ = [
     "exit_code",
     "fail",
     "print_json",
+    "printable",
     "read_bounded",
     "read_json_arg",
     "read_json_file",
@@ -78,7 +79,6 @@ EXIT_NO_ANSWER = 3
 F = TypeVar("F", bound=Callable[..., Any])
 
 MAX_INPUT_BYTES = 64 << 20  # the most the CLI reads of any one input file (strictjson's document bound)
-MAX_SEQ = 2**63 - 1  # seq and sizes are signed 64-bit integers in both databases
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -148,6 +148,12 @@ def default_key_path(db: str | None) -> Path:
 state = State()
 
 
+def printable(text: str) -> str:
+    """One line whatever a server or a bundle put in ``text``: whitespace collapsed, control characters escaped."""
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
+
+
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None, sort_keys=False) + "\n")
 
@@ -180,21 +186,18 @@ def command(group: typer.Typer, name: str | None = None, **kwargs: Any) -> Calla
     return decorate
 
 
-def check_seq(value: int, name: str, low: int = 1) -> int:
-    """A seq or a size given on the command line: ``low`` .. 2^63-1, else one line (exit 2)."""
-    if not low <= value <= MAX_SEQ:
-        raise FormatError(f"{name} {value} is out of range ({low} .. 2^63-1)")
-    return value
-
-
 def read_bounded(source: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """At most ``limit`` bytes of a file (``-`` is stdin); ``FormatError`` if unreadable or longer."""
+    """At most ``limit`` bytes of a file (``-`` is stdin); ``FormatError`` if unreadable or longer.
+
+    A file is read with ``ledger.strictfile.read_limited``: a regular file, never through
+    a symbolic link, a FIFO refused without blocking.
+    """
+    if str(source) != "-":
+        from ledger.strictfile import read_limited
+
+        return read_limited(source, what, limit)
     try:
-        if str(source) == "-":
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(source, "rb") as handle:
-                data = handle.read(limit + 1)
+        data = sys.stdin.buffer.read(limit + 1)
     except OSError as exc:
         raise FormatError(f"cannot read {what} {source}: {exc.strerror or exc}") from None
     if len(data) > limit:
@@ -202,11 +205,13 @@ def read_bounded(source: str | Path, what: str, limit: int = MAX_INPUT_BYTES) ->
     return data
 
 
-def read_json_file(source: str | Path, what: str) -> Any:
-    """One JSON document from a file (``-`` = stdin), read as hostile input (``ledger.strictjson``)."""
+def read_json_file(source: str | Path, what: str, name: str | None = None) -> Any:
+    """One JSON document from a file (``-`` = stdin), read as hostile input (``read_bounded``, then
+    ``ledger.strictjson``). Read errors name ``what`` and the file; parse errors name ``name``
+    (default ``"{what} {source}"``)."""
     from ledger.strictjson import read_json
 
-    return read_json(read_bounded(source, what), f"{what} {source}")
+    return read_json(read_bounded(source, what), f"{what} {source}" if name is None else name)
 
 
 def read_json_arg(value: str, what: str = "payload", *, payload_rules: bool = False) -> Any:
@@ -253,6 +258,19 @@ def read_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     """A UTF-8 text file of at most ``limit`` bytes; ``FormatError`` otherwise."""
     try:
         return read_bounded(path, what, limit).decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{what} {path} is not UTF-8 text") from None
+
+
+def read_optional_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> str | None:
+    """As :func:`read_text`, but ``None`` when nothing is at ``path`` (a symlink there is still refused)."""
+    from ledger.strictfile import read_optional
+
+    data = read_optional(path, what, limit)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise FormatError(f"{what} {path} is not UTF-8 text") from None
 
@@ -368,6 +386,23 @@ class OutDir:
 
     def write(self, name: str, data: bytes, mode: int = 0o666) -> Path:
         """Write ``name`` whole (temporary file, fsync, rename); refuse a symlink or a non-file there."""
+        with self.stream(name, mode) as handle:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(handle.fileno(), view):]
+            except OSError as exc:
+                raise _write_error(self.option, self.path / name, exc) from None
+        return self.path / name
+
+    @contextmanager
+    def stream(self, name: str, mode: int = 0o666) -> Iterator[BinaryIO]:
+        """Write ``name`` as it is produced: a fresh temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``),
+        synced and renamed into place when the block ends; removed if the block raises.
+
+        A symlink or a non-file at ``name`` is refused before anything is written; the rename
+        replaces whatever appeared there meanwhile (a link included) and never follows it.
+        """
         _plain_name(name)
         target = self.path / name
         _check_target(target, _lstat(name, self.fd), self.option)
@@ -376,26 +411,59 @@ class OutDir:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
         except OSError as exc:
             raise _write_error(self.option, target, exc) from None
+        handle = os.fdopen(fd, "wb")
+        finished = False
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            yield handle
+            finished = True
+        finally:
+            if not finished:
+                self._discard(handle, temp)
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
             os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)  # replaces a link, never follows it
         except OSError as exc:
-            with suppress(OSError):
-                os.unlink(temp, dir_fd=self.fd)
+            self._discard(handle, temp)
             raise _write_error(self.option, target, exc) from None
         except BaseException:
-            with suppress(OSError):
-                os.unlink(temp, dir_fd=self.fd)
+            self._discard(handle, temp)
             raise
         with suppress(OSError):  # the rename is durable once the directory is synced
             os.fsync(self.fd)
-        return target
+
+    @contextmanager
+    def growing(self, name: str, mode: int = 0o666) -> Iterator[BinaryIO]:
+        """Write ``name`` in place as it grows (a log others may follow while it is written).
+
+        An old regular file there is removed first, then ``name`` is created with
+        ``O_CREAT | O_EXCL | O_NOFOLLOW``: a symlink or a non-file there is refused, and
+        one planted between the removal and the creation makes the creation fail (one
+        line), so nothing is written through a link. What was written stays if the block
+        raises (it is a record of what happened); the file is synced when the block ends.
+        """
+        _plain_name(name)
+        target = self.path / name
+        _check_target(target, _lstat(name, self.fd), self.option)
+        try:
+            with suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self.fd)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=self.fd)
+        except OSError as exc:
+            _check_target(target, _lstat(name, self.fd), self.option)  # planted meanwhile: say so
+            raise _write_error(self.option, target, exc) from None
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            with suppress(OSError):
+                os.fsync(handle.fileno())
+
+    def _discard(self, handle: BinaryIO, temp: str) -> None:
+        with suppress(OSError):
+            handle.close()
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=self.fd)
 
     def publish(self, stage: Path) -> None:
         """Copy every file under ``stage`` (a private staging directory) into this directory."""

@@ -22,6 +22,7 @@ from .common import (
     command,
     ledger_and_signer,
     print_json,
+    printable,
     read_bounded,
     read_json_arg,
     registered,
@@ -223,22 +224,22 @@ def rehearse(
         print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
                         admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))
     else:
-        print(_printable(f"rehearsal {result.summary}"))
+        print(printable(f"rehearsal {result.summary}"))
         for probe in data["probes"]:
             label = f"{probe['probe']} (vLLM)" if probe["probe"] in VLLM_PROBES else probe["probe"]
             mark = ("ok  " if probe["ok"] else "FAIL") if vllm_checks or probe["probe"] not in VLLM_PROBES \
                 else ("ok  " if probe["ok"] else "no  ")
             print(f"  {label:<17} {probe['status'] if probe['status'] is not None else '---'}  {mark} "
-                  f"{_printable(probe['detail'])}")
+                  f"{printable(probe['detail'])}")
         for probe in data.get("listed_probes", []):
             print(f"  {probe['probe']:<17} {probe['status'] if probe['status'] is not None else '---'}  "
-                  f"{'ok  ' if probe['ok'] else 'FAIL'} {_printable(probe['detail'])} (listed)")
+                  f"{'ok  ' if probe['ok'] else 'FAIL'} {printable(probe['detail'])} (listed)")
         print(f"  fields ({'needs from the plan' if reg is not None else 'no --window: no plan needs'}"
               f"{', vLLM checks' if vllm_checks else ', vLLM checks off'}):")
         for field in data["capabilities"]:
             print(f"  {'ok  ' if field['ok'] else 'FAIL'} {field['field']:<29} {field['status']:<9} "
                   f"[{_NEED_LABELS[field['want']] if field['needed'] else 'not needed'}"
-                  f"{', ignored and accepted' if field['accepted_ignored'] else ''}] {_printable(field['detail'])}")
+                  f"{', ignored and accepted' if field['accepted_ignored'] else ''}] {printable(field['detail'])}")
         print(f"wrote {summary_path} and {responses_path}")
         if record is not None:
             print(f"recorded gate.result at seq {record.event.seq} for window {window}")
@@ -250,29 +251,15 @@ def rehearse(
 
 def _probe_list(path: Path, model: str | None) -> ProbeList:
     """The --probes file, read as hostile input: a regular file, bounded, every line validated."""
-    import os
-    import stat
-
     from runner.gates.probe_list import MAX_FILE_BYTES, read_probe_list
     from runner.gates.rehearsal import RESERVED_NAMES
 
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise FormatError(f"cannot read --probes {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise FormatError(f"--probes {path} is not a regular file")
     data = read_bounded(path, "--probes", limit=MAX_FILE_BYTES)
     return read_probe_list(data, f"--probes {path}", reserved=RESERVED_NAMES, model=model)
 
 
 _NEED_LABELS = {"honoured": "needed", "refused": "vLLM check: must be refused", "accepted": "sent: not refused"}
 
-
-def _printable(text: str) -> str:
-    """One line whatever a server put in it: whitespace collapsed, control characters escaped."""
-    flat = " ".join(text.split())
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ command so that ``tally --version`` stays fast.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, command, state
+from .common import EXIT_FAILED, OutDir, check_out, command, state
 
 if TYPE_CHECKING:
     from runner.measure import Family, Prompt, RequestRecord, WaveResult
@@ -156,6 +157,7 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
         if any(name.lower() == "authorization" for name in headers):
             raise FormatError("credentials in --url and an Authorization --header: give one of them")
         headers.update(server.headers)
+    check_out(out, "requests.jsonl", "summary.json")  # a planted symlink is refused before any request
     loaded = load_family(family)
     prompts = _Cycle(loaded.prompts, requests if requests is not None else len(loaded.prompts))
     if ledger:
@@ -170,43 +172,42 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
     if ledger:  # fail before measuring, not after
         book, signer = state.ledger(), state.signer()
     mid = measure_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + os.urandom(3).hex()
-    records_file = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        records_file = (out / "requests.jsonl").open("wb")
-    try:
-        wave, interrupted = _run(base, metrics.url if metrics is not None else f"{base}/metrics", prompts, loaded,
-                                 model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
-                                 deadline=deadline, wave_deadline=wave_deadline, chat=chat, ignore_eos=ignore_eos,
-                                 priority=priority, token_ids=token_ids, headers=headers,
-                                 metrics_headers=metrics.headers if metrics is not None else None,
-                                 keep_records=ledger, records_file=records_file, spool_parent=out,
-                                 show_progress=not as_json and sys.stderr.isatty(), counter_source=counter_source,
-                                 speculative=False if spec_off else None)
-    finally:
-        if records_file is not None:
-            records_file.close()
-    try:
-        _report(wave, interrupted, context={
-            "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
-            "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
-            "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline, "wave_deadline_s": wave_deadline,
-            "interrupted": interrupted, "notes": list(wave.notes), "counter_source": counter_source,
-            "spec_off": spec_off,
-        }, out=out, ledger=(book, signer, mid) if ledger else None, as_json=as_json)
-    finally:
-        wave.close()
+    with contextlib.ExitStack() as stack:
+        out_dir = stack.enter_context(OutDir.open(out)) if out is not None else None
+        with contextlib.ExitStack() as records:  # requests.jsonl grows in place as requests finish
+            records_file = records.enter_context(out_dir.growing("requests.jsonl")) if out_dir is not None else None
+            wave, interrupted = _run(base, metrics.url if metrics is not None else f"{base}/metrics", prompts,
+                                     loaded, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
+                                     deadline=deadline, wave_deadline=wave_deadline, chat=chat,
+                                     ignore_eos=ignore_eos, priority=priority, token_ids=token_ids, headers=headers,
+                                     metrics_headers=metrics.headers if metrics is not None else None,
+                                     keep_records=ledger, records_file=records_file, spool_parent=out,
+                                     show_progress=not as_json and sys.stderr.isatty(),
+                                     counter_source=counter_source, speculative=False if spec_off else None)
+        try:
+            _report(wave, interrupted, context={
+                "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
+                "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
+                "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline,
+                "wave_deadline_s": wave_deadline, "interrupted": interrupted, "notes": list(wave.notes),
+                "counter_source": counter_source, "spec_off": spec_off,
+            }, out=out_dir, ledger=(book, signer, mid) if ledger else None, as_json=as_json)
+        finally:
+            wave.close()
 
 
-def _report(wave: WaveResult, interrupted: bool, *, context: dict[str, Any], out: Path | None,
+def _report(wave: WaveResult, interrupted: bool, *, context: dict[str, Any], out: OutDir | None,
             ledger: tuple[Any, Any, str] | None, as_json: bool) -> None:
     from runner.measure.spool import dump_json
 
     report = {"measure": context, "wave": wave.summary(), "figures": wave.figures()}
     if out is not None:
-        with (out / "summary.json").open("w", encoding="utf-8") as f:
-            dump_json(report, f, indent=2)
-            f.write("\n")
+        with out.stream("summary.json") as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+            dump_json(report, text, indent=2)
+            text.write("\n")
+            text.flush()
+            text.detach()
     if ledger is not None:
         book, signer, mid = ledger
         report["event"] = _append(book, signer, mid, wave, context)
@@ -214,7 +215,7 @@ def _report(wave: WaveResult, interrupted: bool, *, context: dict[str, Any], out
         dump_json(report, sys.stdout, indent=None)
         sys.stdout.write("\n")
     else:
-        _print_report(report, wave, out)
+        _print_report(report, wave, None if out is None else out.path)
     if interrupted:
         print("tally: interrupted; what was measured is recorded (marked interrupted)", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)

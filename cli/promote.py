@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,7 +11,7 @@ import typer
 
 from ledger.errors import FormatError
 
-from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, read_bounded
+from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, printable, read_bounded
 
 if TYPE_CHECKING:
     from runner.gates.promotion import ReceiptFiles
@@ -22,21 +21,13 @@ MAX_ENTRIES = 10_000      # entries of RECEIPT_DIR looked at
 MAX_FILE_BYTES = 64 << 20  # any one receipt file (a window's context is the largest)
 
 
-def _regular(path: Path, what: str) -> bool:
-    """True for a regular file (not followed through a symlink); False if absent; refused otherwise."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise FormatError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise FormatError(f"{what} {path} is not a regular file")
-    return True
+def _text(path: Path, what: str) -> str | None:
+    """A receipt file's text (a regular file, bounded, UTF-8); ``None`` when it is absent."""
+    from ledger.strictfile import read_optional
 
-
-def _text(path: Path, what: str) -> str:
-    data = read_bounded(path, what, limit=MAX_FILE_BYTES)
+    data = read_optional(path, what, MAX_FILE_BYTES)
+    if data is None:
+        return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -57,8 +48,9 @@ def _decision_seqs(directory: Path) -> list[int]:
                 if match is None:
                     continue
                 event = directory / f"{match.group(1)}.event.json"
-                if _regular(event, "event file"):
-                    obj = read_json(_text(event, "event file"), f"event file {event}")
+                text = _text(event, "event file")
+                if text is not None:
+                    obj = read_json(text, f"event file {event}")
                     if isinstance(obj, dict) and obj.get("type") == "decision.recorded":
                         seqs.append(int(match.group(1)))
     except OSError as exc:
@@ -87,12 +79,9 @@ def read_receipt_dir(directory: Path, seq: int | None) -> ReceiptFiles:
     for key, name in names.items():
         path = directory / name
         what = key.replace("_", " ") + " file"
-        if _regular(path, what):
-            texts[key] = _text(path, what)
-        elif key in ("envelope", "proof", "event"):
+        texts[key] = _text(path, what)
+        if texts[key] is None and key in ("envelope", "proof", "event"):
             raise FormatError(f"RECEIPT_DIR {directory} has no {name}")
-        else:
-            texts[key] = None
     envelope, proof, event = texts["envelope"], texts["proof"], texts["event"]
     assert envelope is not None and proof is not None and event is not None
     return ReceiptFiles(seq, envelope, proof, event, texts["context"], texts["context_proofs"])
@@ -119,8 +108,6 @@ def promote_check(
 
     if seq is not None:
         check_seq(seq, "--seq")
-    if not _regular(policy_file, "--policy"):
-        raise FormatError(f"cannot read --policy {policy_file}: no such file")
     policy = read_policy(read_bounded(policy_file, "--policy", limit=MAX_POLICY_BYTES), f"policy {policy_file}")
     files = read_receipt_dir(receipt_dir, seq)
     result = check_promotion(files, policy)
@@ -131,14 +118,10 @@ def promote_check(
         print(f"{verdict}: decision receipt seq {result.seq}"
               f"{f' of window {result.window}' if result.window else ''} under policy {policy.name}")
         for check in result.checks:
-            print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}: {_printable(check.detail)}")
+            print(f"  {'ok  ' if check.ok else 'FAIL'} {check.name}: {printable(check.detail)}")
     if result.verdict != "PROMOTABLE":
         raise typer.Exit(EXIT_FAILED)
 
-
-def _printable(text: str) -> str:
-    flat = " ".join(text.split())
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
 def register(app: typer.Typer) -> None:

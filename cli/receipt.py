@@ -10,7 +10,18 @@ import typer
 
 from ledger.errors import VerificationError
 
-from .common import EXIT_FAILED, JsonOpt, OutDir, check_out, check_seq, command, print_json, read_text, state
+from .common import (
+    EXIT_FAILED,
+    JsonOpt,
+    OutDir,
+    check_out,
+    check_seq,
+    command,
+    print_json,
+    read_optional_text,
+    read_text,
+    state,
+)
 
 if TYPE_CHECKING:
 
@@ -135,7 +146,7 @@ def receipt_verify(
     # Hostile input first: bounded size and nesting, one value per member, no NaN (one line, exit 2).
     envelope_text = read_text(envelope_file, "receipt")
     read_json(envelope_text, f"receipt {envelope_file}")
-    event_text = read_text(event_path, "event") if (event is not None or event_path.exists()) else None
+    event_text = read_text(event_path, "event") if event is not None else read_optional_text(event_path, "event")
     if event_text is not None:
         read_json(event_text, f"event {event_path}")
     proof_text = read_text(proof_path, "tlog-proof")

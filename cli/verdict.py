@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger.errors import FormatError
-
-from .common import command, print_json, read_bounded, restage, staged_out
+from .common import command, print_json, read_json_file, restage, staged_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,13 +23,7 @@ INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads st
 def read_input(source: str) -> Any:
     """The JSON document in file ``source`` (``-`` = stdin), read as hostile input (``ledger.strictjson``):
     ``FormatError`` if unreadable, not UTF-8, over the size or nesting bound, or not strict JSON."""
-    from ledger.strictjson import read_json
-
-    data = read_bounded(source, "input")
-    try:
-        return read_json(data, "input")
-    except FormatError as error:
-        raise FormatError(f"{source}: {error}") from None
+    return read_json_file(source, "input", name=f"{source}: input")
 
 
 def verdict_console() -> Console:

@@ -223,10 +223,9 @@ def window_power(
 
     Appends nothing. Exit 1 when the spread cannot be estimated (too few comparable archive entries).
     """
-    from ledger.strictjson import read_json
     from runner.gates.power import check_power
 
-    from .common import read_bounded
+    from .common import read_json_file
 
     if spread_from not in ("archive", "pilot"):
         raise FormatError(f"--spread-from must be archive or pilot, got {spread_from[:40]!r}")
@@ -242,7 +241,7 @@ def window_power(
         raise FormatError("--seed must be in 0..2^53-1")
     book = state.ledger()
     reg = registered(book, window)
-    document = None if pilot is None else read_json(read_bounded(pilot, "--pilot"), f"pilot file {pilot}")
+    document = None if pilot is None else read_json_file(pilot, "--pilot", name=f"pilot file {pilot}")
     result = check_power(book, reg.plan, effect=effect, target=target, windows=windows, seed=seed, pilot=document,
                          until=book.size())
     figures = result.evidence.get("figures")

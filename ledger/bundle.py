@@ -37,6 +37,7 @@ from .errors import FormatError, TallyError, VerificationError
 from .event import Event, event_from_json, format_time, signing_message
 from .keys import KEY_EVENT_TYPES, KeyRing, Signer, verify_signature
 from .stored import referenced_blobs
+from .strictfile import file_kind
 from .strictjson import read_json
 from .verify import verify_events
 
@@ -230,22 +231,6 @@ def _bundle_error(message: str, seq: int | None = None) -> VerificationError:
     return VerificationError(message, seq=seq, rule="bundle")
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "regular file"
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISLNK(mode):
-        return "symbolic link"
-    return "special file"
-
-
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -292,7 +277,7 @@ class _Files:
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise _bundle_error(f"{shown} is a {_kind(info.st_mode)}, not a regular file")
+                raise _bundle_error(f"{shown} is a {file_kind(info.st_mode)}, not a regular file")
             if info.st_size > limit:
                 raise _bundle_error(f"{shown} is {info.st_size} bytes, over the {limit}-byte {limit_is}")
             return os.fdopen(fd, "rb", buffering=_CHUNK), info.st_size
@@ -345,7 +330,7 @@ class _Files:
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux says ENOTDIR for a symlink with O_DIRECTORY
                 mode = self._io("blobs", lambda: os.stat("blobs", dir_fd=self.fd, follow_symlinks=False)).st_mode
-                raise _bundle_error(f"blobs is a {_kind(mode)}, not a directory") from None
+                raise _bundle_error(f"blobs is a {file_kind(mode)}, not a directory") from None
             raise FormatError(f"cannot read {self.path / 'blobs'}: {exc.strerror}") from None
         names = sorted(self._io("blobs", lambda: os.listdir(self.blobs_fd)))
         for name in names:

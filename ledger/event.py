@@ -22,9 +22,11 @@ from .errors import FormatError, PayloadError
 
 __all__ = [
     "GENESIS_PREV",
+    "MAX_SEQ",
     "SIGNING_PREFIX",
     "Event",
     "body_bytes",
+    "check_seq",
     "event_from_json",
     "format_time",
     "signing_message",
@@ -32,6 +34,14 @@ __all__ = [
 
 GENESIS_PREV = "0" * 64
 SIGNING_PREFIX = b"tally-event-v1\n"
+MAX_SEQ = 2**63 - 1  # seq (and a tree size) is a signed 64-bit integer in both databases
+
+
+def check_seq(value: int, name: str, low: int = 1) -> int:
+    """A seq or a size the database can hold (``low`` .. 2^63-1); ``FormatError`` otherwise, before any query."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
+        raise FormatError(f"{name} {value!r} is out of range ({low} .. 2^63-1)")
+    return value
 
 
 def format_time(moment: datetime | None = None) -> str:

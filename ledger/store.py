@@ -41,7 +41,7 @@ from .db import (
     sqlite_path,
 )
 from .errors import ExternalError, FormatError, PayloadError, PolicyError, StorageError, TallyError
-from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, format_time
+from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, check_seq, format_time
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
 from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
 
@@ -63,14 +63,7 @@ _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, act
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _INSERT_NODE = 'INSERT INTO merkle_nodes (level, "index", hash) VALUES (?, ?, ?)'
 APPEND_RETRIES = 3  # under the append lock a race cannot happen; this guards writers that bypass it
-MAX_SEQ = 2**63 - 1  # seq is a signed 64-bit integer in both databases
 _READ_ERRORS = (SQLAlchemyError, sqlite3.Error, OverflowError)
-
-
-def _check_seq(name: str, value: int, low: int = 1) -> None:
-    """A seq (or a size) the database can hold; ``FormatError`` otherwise, before any query."""
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
-        raise FormatError(f"{name} {value!r} is out of range ({low} .. 2^63-1)")
 
 
 @dataclass(frozen=True)
@@ -429,8 +422,11 @@ class Ledger:
             raise PolicyError(f"key events must be signed by a root key; {name} is not root")
         added: set[str] = set()
         # Active root keys as the batch proceeds: revoking the last one would leave a ledger
-        # that can never append a key event again (key events need a root signature).
-        roots: set[str] | None = None
+        # that can never append a key event again (key events need a root signature). The
+        # root keys this batch adds are kept as it goes; the database's active ones are
+        # read once, at the first revocation.
+        roots: set[str] = set()
+        stored_roots_read = False
         for item in key_events:
             if item.type == "key.added":
                 _, _, _, new_roles = parse_key_entry(item.payload, "key.added")
@@ -439,23 +435,21 @@ class Ledger:
                 added.add(item.payload["id"])
                 if tx.one("SELECT id FROM keys WHERE id = ?", (item.payload["id"],)):
                     raise PolicyError(f"key {item.payload['id'][:16]} is already in the ledger")
-                if roots is not None and "root" in new_roles:
+                if "root" in new_roles:
                     roots.add(item.payload["id"])
             elif item.type == "key.revoked":
                 kid = item.payload.get("id")
                 if not isinstance(kid, str):
                     raise FormatError(f"key.revoked: id must be a key id, not {kid!r}")
-                found = tx.one("SELECT revoked_at_seq, roles FROM keys WHERE id = ?", (kid,))
+                found = tx.one("SELECT revoked_at_seq FROM keys WHERE id = ?", (kid,))
                 if found is None:
                     raise FormatError(f"key.revoked: unknown key {kid!r}")
                 if found[0] is not None:
                     raise PolicyError(f"key {kid[:16]} is already revoked")
-                if roots is None:
-                    roots = {str(row[0]) for row in tx.all("SELECT id, roles FROM keys WHERE revoked_at_seq IS NULL")
-                             if "root" in str(row[1]).split(",")}
-                    roots |= {str(i.payload["id"]) for i in key_events
-                              if i.type == "key.added" and "root" in (i.payload.get("roles") or ())
-                              and i.payload["id"] in added}
+                if not stored_roots_read:
+                    roots |= {str(row[0]) for row in tx.all("SELECT id, roles FROM keys WHERE revoked_at_seq IS NULL")
+                              if "root" in str(row[1]).split(",")}
+                    stored_roots_read = True
                 if kid in roots and len(roots) == 1:
                     raise PolicyError(f"key {kid[:16]} is the last active root key; add another root key "
                                       "(tally keys add --role root) before revoking it")
@@ -510,7 +504,7 @@ class Ledger:
         return self.head()[0]
 
     def get(self, seq: int) -> Event:
-        _check_seq("seq", seq)
+        check_seq(seq, "seq")
         with self._read() as conn:
             row = conn.execute(select(*_EVENT_COLUMNS).where(_EVENTS.c.seq == seq)).first()
         if row is None:
@@ -545,9 +539,9 @@ class Ledger:
         Keyset pagination on ``seq``: each batch is one short read on the raw DB-API
         connection, so a long scan holds no transaction open.
         """
-        _check_seq("after", after, low=0)
+        check_seq(after, "after", low=0)
         if until is not None:
-            _check_seq("until", until, low=0)
+            check_seq(until, "until", low=0)
         where = ["seq > ?"]
         params: list[Any] = []
         if stream is not None:

@@ -91,7 +91,7 @@ Phase = Literal[
 ]
 Ending = Literal["restored", "chained", "aborted"]
 SnapshotSource = Literal["drain", "marker", "capture"]
-ThermalKind = Literal["dial_back", "recovered"]
+ThermalKind = Literal["dial_back", "recovered", "malformed"]
 MeasurementEndReason = Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed",
                                "truncated"]
 BudgetAction = Literal["stop_admitting", "truncate_block", "begin_restore"]

@@ -46,6 +46,10 @@ __all__ = [
     "decision_for", "pp3_failures", "recorded_builder", "replay", "replay_window", "smoke_findings",
 ]
 
+# a THERMAL-WATCH line naming a host the site does not have (``malformed``) still reported a
+# dial-back: the window cannot show its clocks held, so it counts as one (fail closed)
+_DIAL_BACKS = ("dial_back", "malformed")
+
 INPUT_BUILDER = 3
 """The builder new decisions use (recorded as ``decision.recorded.input_builder``).
 
@@ -240,7 +244,7 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
                 "client_tokens_after_first": client.get("tokens_after_first"),
                 "client_decode_s": client.get("decode_s"),
             })
-    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") == "dial_back"]
+    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") in _DIAL_BACKS]
     used.extend(thermal)
     for start in plan.starts:  # a start that never began still appears, with no clock cap
         starts.setdefault(start.id, {"role": start.role, "clock_cap_mhz": None})
@@ -353,7 +357,7 @@ def _pp3_clocks(plan: Plan, events: Sequence[Event]) -> tuple[dict[str, Any], li
         if event.type == "start.began" and event.payload.get("start") in blocks:
             blocks[event.payload["start"]] = event.payload.get("clock_cap_mhz")
             used.append(event)
-    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") == "dial_back"]
+    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") in _DIAL_BACKS]
     return ({"production_clock_cap_mhz": plan.production_clock_cap_mhz, "blocks": blocks,
              "thermal_dialbacks_in_hold": len(thermal)}, used + thermal)
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import ExternalError, FormatError
+from ledger.errors import ExternalError
+from ledger.strictfile import read_limited
 from ledger.stricttoml import MAX_TOML_BYTES, MAX_TOML_DEPTH, read_toml
 
 from ..fields import Fields
@@ -48,11 +49,7 @@ def load_site(path: str | Path, *, check_programs: bool = True) -> HostDriver:
     program exists here (turn off to check a site written for another machine).
     """
     path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read site file {path}: {exc.strerror}") from None
+    raw = read_limited(path, "site file", MAX_TOML_BYTES)  # a regular file, not through a symlink
     data = read_toml(raw, f"site file {path}", invalid="not TOML")
     return site_from_dict(data, base_dir=path.resolve().parent, where=f"site file {path}",
                           check_programs=check_programs)

@@ -302,8 +302,8 @@ class StartSteps(Recorder):
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
                                         types=["thermal.event"]):
             detail = event.payload.get("detail") or {}
-            if isinstance(detail.get("watch_seq"), int):
-                out.add((event.payload["host"], detail["watch_seq"]))
+            if isinstance(detail.get("watch_seq"), int):  # a malformed reading is keyed by the name it gave
+                out.add((str(detail.get("watch_host") or event.payload["host"]), detail["watch_seq"]))
         return out
 
     def thermal_watch(self, start_id: str) -> None:
@@ -322,10 +322,13 @@ class StartSteps(Recorder):
 
         def events(res: ActionResult) -> list[Pending]:
             return [("thermal.event", p.ThermalEvent(
-                host=d["host"], kind="dial_back", clock_cap_mhz=d["clock_mhz"], at=d["at"],
+                host=d["host"], kind="malformed" if "malformed" in d else "dial_back", clock_cap_mhz=d["clock_mhz"],
+                at=d["at"],
                 detail={"start": start_id, "start_cap_mhz": cap, "from_mhz": d["from_mhz"], "watch_seq": d["seq"],
-                        "source": "read_thermal"}), ())
-                for d in new_dial_backs(res.facts, cap, recorded, since=since if isinstance(since, str) else None)]
+                        "source": "read_thermal",
+                        **({"watch_host": d["watch_host"], "reason": d["malformed"]} if "malformed" in d else {})}), ())
+                for d in new_dial_backs(res.facts, cap, recorded, since=since if isinstance(since, str) else None,
+                                        hosts=self.driver.hosts)]
 
         self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events)
 

@@ -7,7 +7,9 @@ cap from the number in its own log line ("clock cap N MHz") where the line has o
 says what is wrong: a host whose line and number disagree, hosts that disagree with each
 other, a site-wide number that is not theirs. Any problem fails the start (the
 ``start_config`` gate). :func:`new_dial_backs` turns a ``read_thermal`` answer (the
-host's THERMAL-WATCH log) into the dial-backs not yet recorded. Pure: facts in, values out.
+host's THERMAL-WATCH log) into the dial-backs not yet recorded, and a line naming a host
+the site does not have into a malformed reading (never that host's dial-back). Pure:
+facts in, values out.
 """
 
 from __future__ import annotations
@@ -121,10 +123,17 @@ def restored_clock(facts: Mapping[str, Any], hosts: Collection[str], expected: i
 
 
 def new_dial_backs(facts: Mapping[str, Any], start_cap: int | None, recorded: Collection[tuple[str, int]],
-                   host: str = "site", since: str | None = None) -> list[dict[str, Any]]:
+                   host: str = "site", since: str | None = None,
+                   hosts: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The dial-backs of a ``read_thermal`` answer not yet recorded (keyed by host and the log's ``seq``).
 
     ``since`` (a ledger time) leaves out dial-backs the log stamps earlier (before the HOLD).
+
+    ``hosts`` (the site's hosts): a line naming a host that is not one of them is a
+    malformed reading, never a dial-back of a host that does not exist. It is returned
+    under ``host`` (the site) with ``malformed`` (the reason) and ``watch_host`` (the name
+    the line gave, cut to 64 characters), keyed by that name and its ``seq`` so that it is
+    recorded once.
 
     A site that keeps no THERMAL-WATCH log and reports only ``current_clock_mhz`` gives
     one dial-back when the clock is below the start's cap (keyed ``seq`` 0 with that clock).
@@ -138,13 +147,18 @@ def new_dial_backs(facts: Mapping[str, Any], start_cap: int | None, recorded: Co
             seq, to = entry.get("seq"), _cap(entry.get("to_mhz"))
             named = entry.get("host")
             where: str = named[:64] if isinstance(named, str) and named else host
-            if isinstance(seq, bool) or not isinstance(seq, int) or to is None or (where, seq) in recorded:
+            unknown = hosts is not None and named is not None and named != "" and named not in hosts
+            key = str(named)[:64] if unknown else where
+            if isinstance(seq, bool) or not isinstance(seq, int) or to is None or (key, seq) in recorded:
                 continue
             at = entry.get("at") if isinstance(entry.get("at"), str) and _TIME.fullmatch(entry["at"]) else None
             if at is not None and since is not None and at < since:
                 continue
-            out.append({"host": where, "seq": seq, "clock_mhz": to, "from_mhz": _cap(entry.get("from_mhz")),
-                        "at": at})
+            reading = {"host": where, "seq": seq, "clock_mhz": to, "from_mhz": _cap(entry.get("from_mhz")), "at": at}
+            if unknown:
+                reading.update(host=host, watch_host=key,
+                               malformed=f"THERMAL-WATCH line {seq} names host {key!r}, which the site does not have")
+            out.append(reading)
         return out
     current = _cap(facts.get("current_clock_mhz"))
     if current is not None and start_cap is not None and current < start_cap and (host, -current) not in recorded:

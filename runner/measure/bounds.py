@@ -46,6 +46,7 @@ __all__ = [
     "Reply",
     "ReplyRefused",
     "chunk_limit",
+    "content_encoding",
     "fetch",
     "mib",
     "read_capped",
@@ -92,10 +93,15 @@ class Reply:
         return self.body.decode("utf-8", "replace")
 
 
+def content_encoding(response: httpx.Response) -> str:
+    """The reply's ``content-encoding``, lower case (``identity`` when it names none)."""
+    return response.headers.get("content-encoding", "identity").strip().lower() or "identity"
+
+
 def _decoded(response: httpx.Response, limit: int) -> Iterator[bytes]:
     """The response's body bytes, decompressed (gzip/deflate) with ``limit`` on the output."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
+    encoding = content_encoding(response)
+    if encoding == "identity":
         yield from response.iter_raw()
         return
     if encoding not in ("gzip", "x-gzip", "deflate"):

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FieldError, FormatError
+from ledger.strictfile import read_limited
 from ledger.strictjson import MAX_DEPTH, nesting_depth, read_json
 
 from ..fields import Fields
 
-__all__ = ["Family", "Prompt", "family_bytes", "load_family", "parse_family", "write_family"]
+__all__ = ["MAX_FAMILY_BYTES", "Family", "Prompt", "family_bytes", "load_family", "parse_family", "write_family"]
+
+MAX_FAMILY_BYTES = 256 << 20  # a family file (seed 003's largest is ~1 MiB: 153600-word contexts)
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,7 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
 def load_family(path: str | Path, name: str | None = None) -> Family:
     """Read a family file; its name defaults to the file's stem."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read family file {path}: {exc.strerror}") from None
+    data = read_limited(path, "family file", MAX_FAMILY_BYTES)  # a regular file, not through a symlink
     family = parse_family(data, name or path.stem, str(path))
     return Family(family.name, family.prompts, family.sha256, str(path))
 

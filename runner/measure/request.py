@@ -36,6 +36,7 @@ from .bounds import (
     MAX_ERROR_BODY_BYTES,
     ReplyRefused,
     chunk_limit,
+    content_encoding,
     read_capped,
 )
 from .record import (
@@ -56,6 +57,7 @@ from .transport import deadline_guard, move_deadline, read_time
 __all__ = ["Cutter", "Ticket", "run_request"]
 
 _POLL_S = 0.02          # how often the cutter looks at the cancel event
+_ENCODING_BYTES = 40    # of a refused content-encoding, kept in the reason
 
 
 def utc_now() -> str:
@@ -354,17 +356,16 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                 http.stream("POST", url, json=dict(body), headers=IDENTITY, timeout=timeout) as response:
             http_status = response.status_code
             if response.status_code != 200:
-                raw = b""
-                for part in response.iter_raw():
-                    raw += part
-                    if len(raw) > MAX_ERROR_BODY_BYTES:
-                        raw = raw[:MAX_ERROR_BODY_BYTES]
-                        break
                 try:
-                    progress.error = bounded_json(read_json(raw, "the error body"))
-                except FormatError:
-                    progress.error = clip(raw[:2000].decode("utf-8", "replace"), 2000)
-                progress.error_reason = f"HTTP {response.status_code}: {_error_message(progress.error)}"
+                    raw = read_capped(response, MAX_ERROR_BODY_BYTES, None, "the error body")
+                except ReplyRefused as exc:
+                    progress.error_reason = f"HTTP {response.status_code}: {exc}"
+                else:
+                    try:
+                        progress.error = bounded_json(read_json(raw, "the error body"))
+                    except FormatError:
+                        progress.error = clip(raw[:2000].decode("utf-8", "replace"), 2000)
+                    progress.error_reason = f"HTTP {response.status_code}: {_error_message(progress.error)}"
             elif response.headers.get("content-type", "").startswith("application/json"):
                 # A server that ignored stream=true: one answer, its tokens counted at its arrival.
                 try:
@@ -373,6 +374,10 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                     progress.refuse(str(exc))
                 else:
                     progress.whole_answer(raw, time.perf_counter())
+            elif content_encoding(response) != "identity":
+                # identity was asked: compressed bytes are never fed to the SSE decoder
+                progress.refuse(f"content-encoding {clip(content_encoding(response), _ENCODING_BYTES)} refused "
+                                "(identity was asked)")
             else:
                 stream = response.extensions.get("network_stream")
                 ticket.attach(stream.get_extra_info("socket") if stream is not None else None)

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from ledger.errors import FormatError
+from ledger.strictfile import read_limited
 
 from ..fields import FieldError, Fields
 from .model import (
@@ -495,14 +496,16 @@ def read_family_file(data: bytes, name: str, where: str) -> dict[str, Any]:
 
 def check_family_files(plan: Plan, base: Path, path: str = "plan") -> dict[str, bytes]:
     """Check every family file against the plan (sha256, ids, contexts); return their bytes."""
+    from ..measure.family import MAX_FAMILY_BYTES
+
     out: dict[str, bytes] = {}
     for index, family in enumerate(plan.families):
         where = f"{path}.families[{index}]"
         file = base / family.prompts
         try:
-            data = file.read_bytes()
-        except OSError as exc:
-            raise FieldError(f"{where}.prompts", f"cannot read {file}: {exc.strerror or exc}") from None
+            data = read_limited(file, "family file", MAX_FAMILY_BYTES)
+        except FormatError as exc:
+            raise FieldError(f"{where}.prompts", str(exc)) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != family.sha256:
             raise FieldError(f"{where}.sha256", f"does not match {family.prompts} (the file has {digest})")
@@ -536,11 +539,7 @@ def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) ->
     """Read a TOML plan, apply top-level ``overrides``, validate it and check its family files."""
     from ledger.stricttoml import MAX_TOML_BYTES, read_toml
 
-    try:
-        with path.open("rb") as handle:
-            source = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        raise FormatError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    source = read_limited(path, "plan", MAX_TOML_BYTES)  # a regular file, not through a symlink
     data = read_toml(source, str(path))  # bounded in size and nesting; one line otherwise
     for key, value in (overrides or {}).items():
         data[key] = value

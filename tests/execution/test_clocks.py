@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,59 @@ def test_dial_back_that_recovers_before_the_start_ends_is_caught(tmp_path: Path)
         close(w)
 
 
+def test_a_thermal_watch_line_naming_an_unknown_host_is_a_malformed_reading_not_a_dial_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = _world(tmp_path)
+    try:
+        real = w.driver.run
+        ghost = {"host": "ghost-gpu", "seq": 7, "from_mhz": 2300, "to_mhz": 1500, "at": None}
+
+        def run_action(action: str, host: str | None, params: Any) -> Any:
+            result = real(action, host, params)
+            if action == "read_thermal" and result.ok:  # every THERMAL-WATCH answer carries the foreign line
+                return dataclasses.replace(result, facts={**result.facts,
+                                                          "dial_backs": [*result.facts["dial_backs"], ghost]})
+            return result
+
+        monkeypatch.setattr(w.driver, "run", run_action)
+        run(w, WINDOW)
+        thermal = _events(w, "thermal.event")
+        assert "ghost-gpu" not in {t["host"] for t in thermal}           # no event for a host that does not exist
+        (malformed,) = [t for t in thermal if t["kind"] == "malformed"]  # recorded once, however often it is read
+        assert malformed["host"] == "site" and malformed["clock_cap_mhz"] == 1500
+        assert malformed["detail"]["watch_host"] == "ghost-gpu" and malformed["detail"]["watch_seq"] == 7
+        assert malformed["detail"]["reason"] == ("THERMAL-WATCH line 7 names host 'ghost-gpu', "
+                                                 "which the site does not have")
+        assert not [t for t in thermal if t["kind"] == "dial_back"]
+        decision = _events(w, "decision.recorded")[0]["result"]        # fail closed: the clocks are not shown held
+        assert decision["decision"] == "INCONCLUSIVE"
+        assert any("thermal dial-back inside the HOLD (1 event(s))" in r for r in decision["reasons"])
+        assert replay_window(w.book, WINDOW).match
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_new_dial_backs_keeps_a_known_hosts_line_and_refuses_an_unknown_one() -> None:
+    from runner.gates.clocks import new_dial_backs
+
+    facts = {"dial_backs": [{"host": "a", "seq": 1, "to_mhz": 1800, "from_mhz": 2300},
+                            {"host": "zz", "seq": 1, "to_mhz": 1700, "from_mhz": 2300},
+                            {"seq": 2, "to_mhz": 1600}]}
+    found = new_dial_backs(facts, 2300, set(), hosts=("a", "b"))
+    assert [(d["host"], d["seq"], d.get("watch_host"), "malformed" in d) for d in found] == [
+        ("a", 1, None, False), ("site", 1, "zz", True), ("site", 2, None, False)]
+    # keyed by the name the line gave: recording the malformed one does not hide the site's own seq 1
+    assert new_dial_backs(facts, 2300, {("a", 1), ("zz", 1)}, hosts=("a", "b")) == [found[2]]
+    assert [d["host"] for d in new_dial_backs(facts, 2300, set())] == ["a", "zz", "site"]  # no hosts given: unchecked
+
+
 def test_hosts_disagreeing_on_the_clock_cap_fail_the_start(tmp_path: Path) -> None:
     w = _world(tmp_path)
     try:
         w.sim.set_faults(host_clock_cap={"host": HOSTS[1], "cap_mhz": 2100})
         result = run(w, WINDOW)
-        assert result.ending == "aborted" or result.ending == "restored"
+        assert result.ending == "aborted"   # a start_config FAIL aborts the window; production is still restored
         began = _events(w, "start.began")[0]
         assert began["clock"]["hosts"][HOSTS[1]]["clock_cap_mhz"] == 2100
         assert any("the hosts disagree on the clock cap" in p for p in began["clock"]["problems"])

@@ -231,3 +231,20 @@ def test_receipt_with_a_cosigned_checkpoint(workdir: Path) -> None:
                                                   "other.example", generate_key_file(workdir / "x.pem")))
     code, _, err = tally("receipt", "export", "2", "--out", "r2", "--checkpoint", "forged.txt")
     assert code == 1 and err
+
+
+def test_receipt_verify_refuses_a_symlinked_event_or_proof_beside_the_receipt(workdir: Path) -> None:
+    assert tally("receipt", "export", "2", "--out", "receipts")[0] == 0
+    log_vkey = vkey(workdir)
+    for name in ("2.event.json", "2.tlog-proof"):
+        moved = workdir / f"real-{name}"
+        (workdir / "receipts" / name).rename(moved)
+        (workdir / "receipts" / name).symlink_to(moved)
+        code, out, err = tally("receipt", "verify", "receipts/2.dsse.json", "--vkey", log_vkey)
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert err.strip().endswith(f"receipts/{name} is a symbolic link; refusing to follow it"), err
+        (workdir / "receipts" / name).unlink()
+        moved.rename(workdir / "receipts" / name)
+    (workdir / "receipts" / "2.event.json").unlink()  # the event beside the receipt is optional
+    code, _, err = tally("receipt", "verify", "receipts/2.dsse.json", "--vkey", log_vkey)
+    assert code == 0, err
