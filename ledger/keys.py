@@ -200,15 +200,22 @@ def generate_key_file(path: Path, name: str = "") -> Signer:
 
 
 def _read_key_file(path: Path, private: bool) -> bytes:
-    """A key file's bytes (bounded); a private key must not be open to group or others."""
+    """A key file's bytes (bounded); a private key must not be open to group or others.
+
+    Opened non-blocking (a FIFO planted at the path is refused, not waited on) and checked
+    a regular file on the open descriptor. A symlink is followed on purpose: secret mounts
+    (Kubernetes, systemd credentials) present keys through links; the mode check is on the
+    file reached.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
     except OSError as exc:
         raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory with its own exception
+        os.close(fd)
+        raise FormatError(f"key {path} is not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise FormatError(f"key {path} is not a regular file")
         if private and info.st_mode & 0o077:
             raise FormatError(f"key {path} has mode {stat.S_IMODE(info.st_mode):04o}: group or others can reach "
                               f"it; run chmod 600 {path}")

@@ -160,3 +160,28 @@ def test_an_at_file_argument_through_a_symlink_is_refused(site: Site, tmp_path: 
     result = tally("append", "x.y", "--stream", "s", "--payload", f"@{link}")
     assert result.code == 2 and "is a symbolic link; refusing to follow it" in _one_line(result.err)
     assert site.size() == size
+
+
+def test_a_fifo_planted_as_the_signing_key_is_refused_promptly(tmp_path: Path) -> None:
+    """The key is opened non-blocking: a FIFO is refused at once, a symlinked key (secret mounts) still loads."""
+    from ledger.errors import FormatError
+    from ledger.keys import generate_key_file, load_signer
+
+    fifo = tmp_path / "root.pem"
+    os.mkfifo(fifo)
+    code = ("import sys\nfrom ledger.keys import load_signer\nfrom ledger.errors import FormatError\n"
+            f"try:\n    load_signer({str(fifo)!r})\nexcept FormatError as e:\n    print(e)\n    sys.exit(2)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading a key blocked on a FIFO")
+    assert done.returncode == 2 and "is not a regular file" in done.stdout, (done.stdout, done.stderr)
+    real = tmp_path / "keys" / "root.pem"
+    real.parent.mkdir()
+    signer = generate_key_file(real)
+    link = tmp_path / "mounted.pem"
+    link.symlink_to(real)
+    assert load_signer(link).public_raw == signer.public_raw
+    with pytest.raises(FormatError, match="not a regular file"):
+        load_signer(tmp_path / "keys")
