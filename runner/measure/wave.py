@@ -38,6 +38,8 @@ from .transport import StampingTransport
 
 __all__ = ["Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
 
+SETTLE_S = 5.0         # how long the after-scrape waits for a settling source's in-flight gauge to reach 0
+SETTLE_POLL_S = 0.05   # between two scrapes while it waits
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
                        # (and x 64 between two full ones)
 
@@ -366,6 +368,7 @@ def measure_wave(
     continuous_usage: bool = False,
     decode_bound_s: float | None = None,
     keep_token_ids: bool = False,
+    settle_s: float = SETTLE_S,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -404,6 +407,12 @@ def measure_wave(
     ``deadline_s`` then bounds the wait for its first token, and it is cut (``bounded``)
     that long after its first token.
 
+    A source that counts a request only when the server releases it (llama.cpp:
+    ``CounterSource.settle_series``) is scraped after the wave until that gauge reads 0
+    (every ``SETTLE_POLL_S``, for at most ``settle_s``; not after a cancel): a request the
+    client cut may still hold its slot for a moment. Still above 0 by then, the wave is
+    incomplete and says so.
+
     Never raises for what the server does: failures are recorded; only bad arguments
     raise ``FormatError``.
     """
@@ -414,7 +423,8 @@ def measure_wave(
     if max_tokens < 1:
         raise FormatError(f"max_tokens must be at least 1, got {max_tokens}")
     for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s),
-                        ("metrics_timeout_s", metrics_timeout_s), ("decode_bound_s", decode_bound_s)):
+                        ("metrics_timeout_s", metrics_timeout_s), ("decode_bound_s", decode_bound_s),
+                        ("settle_s", settle_s)):
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
     source = select_source(counter_source)
@@ -449,6 +459,22 @@ def measure_wave(
 
         def scrape() -> tuple[Scrape, ...] | None:
             return tuple(scrape_one(url) for url in urls) if urls else None
+
+        def settled(scrapes: tuple[Scrape, ...] | None) -> tuple[tuple[Scrape, ...] | None, str | None]:
+            """Scrape again until the source's in-flight gauge reads 0 (the scrapes, and why not, if not)."""
+            series = source.settle_series
+            if series is None or scrapes is None:
+                return scrapes, None
+            limit = time.perf_counter() + settle_s
+            while True:
+                running = sum(s.snapshot.values.get(series, 0.0) for s in scrapes if s.snapshot is not None)
+                if running <= 0 or (cancel is not None and cancel.is_set()):
+                    return scrapes, None
+                if time.perf_counter() + SETTLE_POLL_S > limit:
+                    return scrapes, (f"{series} still {running:g} {settle_s:g} s after the wave: the counters may "
+                                     f"miss those requests ({source.label} counts a request when it releases it)")
+                time.sleep(SETTLE_POLL_S)
+                scrapes = scrape() or scrapes  # never None: the URLs are there
 
         try:
             load_before = host_load()
@@ -506,7 +532,7 @@ def measure_wave(
             for thread in threads:
                 thread.join()
             duration = time.perf_counter() - start
-            after = scrape()
+            after, unsettled = settled(scrape())
             load_after = host_load()
         finally:
             cutter.close()
@@ -516,7 +542,7 @@ def measure_wave(
                      started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_urls=urls,
                      model=model, chat=chat, ignore_eos=ignore_eos,
                      cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0],
-                     source=source, speculative=speculative, loads=(load_before, load_after))
+                     source=source, speculative=speculative, loads=(load_before, load_after), unsettled=unsettled)
     if errors:
         raise errors[0]
     return result
@@ -541,7 +567,8 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
             cancelled: bool,
             totals: WaveTotals | None = None, unlisted: int = 0, source: CounterSource | None = None,
             speculative: bool | None = None,
-            loads: tuple[tuple[float, float, float] | None, ...] = (None, None)) -> WaveResult:
+            loads: tuple[tuple[float, float, float] | None, ...] = (None, None),
+            unsettled: str | None = None) -> WaveResult:
     streamed = totals is not None
     tally = totals if totals is not None else WaveTotals.of(records)
     source = source if source is not None else select_source()
@@ -575,6 +602,8 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
                 reasons.extend(f"metrics at {u}: {problem}" for problem in problems
                                if f"metrics at {u}: {problem}" not in reasons)
     notes.extend(deltas.notes)
+    if unsettled is not None:
+        reasons.append(unsettled)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
         count = tally.counts[status]
         if count:
