@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -38,6 +39,7 @@ from .transport import StampingTransport
 
 __all__ = ["Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave", "scrape_metrics"]
 
+MAX_PARALLEL_SCRAPES = 8  # metrics URLs scraped at once (each on its own connection)
 SETTLE_S = 5.0         # how long the after-scrape waits for a settling source's in-flight gauge to reach 0
 SETTLE_POLL_S = 0.05   # between two scrapes while it waits
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
@@ -434,7 +436,8 @@ def measure_wave(
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     total = len(prompts)
     workers = min(concurrency, total)
-    limits = httpx.Limits(max_connections=workers + 1, max_keepalive_connections=workers + 1)
+    scrapers = max(1, min(len(urls), MAX_PARALLEL_SCRAPES))
+    limits = httpx.Limits(max_connections=workers + scrapers, max_keepalive_connections=workers + scrapers)
     streamed = totals is not None
     records: list[RequestRecord | None] = [] if streamed else [None] * total
     errors: list[BaseException] = []
@@ -458,7 +461,11 @@ def measure_wave(
                 cutter.release(ticket)
 
         def scrape() -> tuple[Scrape, ...] | None:
-            return tuple(scrape_one(url) for url in urls) if urls else None
+            """Every URL's scrape, in URL order; several at once (at most ``MAX_PARALLEL_SCRAPES``)."""
+            if len(urls) < 2:
+                return tuple(scrape_one(url) for url in urls) if urls else None
+            with ThreadPoolExecutor(scrapers, thread_name_prefix="tally-scrape") as pool:
+                return tuple(pool.map(scrape_one, urls))
 
         def settled(scrapes: tuple[Scrape, ...] | None) -> tuple[tuple[Scrape, ...] | None, str | None]:
             """Scrape again until the source's in-flight gauge reads 0 (the scrapes, and why not, if not)."""
@@ -556,8 +563,10 @@ def _merged(scrapes: tuple[Scrape, ...] | None, *, all_read: bool = True) -> Met
     return merge_snapshots(snaps)
 
 
-def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None) -> GaugeReading | None:
-    snapshot = _merged(scrapes, all_read=False)
+def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None,
+            merged: MetricsSnapshot | None) -> GaugeReading | None:
+    """The gauges of the scrapes that were read (``merged``: all of them, already summed)."""
+    snapshot = merged if merged is not None else _merged(scrapes, all_read=False)
     return source.gauges(snapshot) if snapshot is not None else None
 
 
@@ -627,7 +636,7 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
         model=model, chat=chat, ignore_eos=ignore_eos, cancelled=cancelled,
         before=merged_before, after=merged_after, metrics_urls=metrics_urls, per_url=tuple(per_url),
         totals=tally, streamed=streamed, unlisted=unlisted, source=source, speculative=speculative,
-        gauges_before=_gauges(source, before), gauges_after=_gauges(source, after),
+        gauges_before=_gauges(source, before, merged_before), gauges_after=_gauges(source, after, merged_after),
         load_before=loads[0], load_after=loads[1],
     )
 
