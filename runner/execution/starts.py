@@ -317,7 +317,8 @@ class StartSteps(Recorder):
                         "source": "read_thermal"}), ())
                 for d in new_dial_backs(res.facts, cap, recorded, since=since if isinstance(since, str) else None)]
 
-        self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events)
+        # read-only: its finished record goes with the step's next append (the wave's, or the next action's start)
+        self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events, hold=True)
 
     def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
         """Record a probe: the fold then knows the start's engine no longer serves."""

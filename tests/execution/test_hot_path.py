@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,5 +80,54 @@ def test_thermal_rows_are_not_rescanned_per_wave_and_the_fold_equals_the_old_sca
         as_json = state(book).to_json(WINDOW)["windows"][WINDOW]
         assert as_json["dial_back_caps"] == caps and sorted(map(tuple, as_json["dial_backs_recorded"])) == sorted(
             recorded)
+    finally:
+        close(w)
+
+
+def test_a_thermal_read_is_recorded_before_it_runs_and_finished_with_the_wave_in_one_commit(tmp_path: Path) -> None:
+    from runner.audit.full import run_audit
+    from runner.decide.inputs import replay_window
+
+    w = world(tmp_path, [window("seed000-controlled.toml", WINDOW, chain="none", edit=small)])
+    gate_all(w)
+    try:
+        book, driver = w.book, w.driver
+        commits: list[list[str]] = []
+        append_many, run_action = book.append_many, driver.run
+        checked: list[str] = []
+
+        def counted(events: Any, signer: Any) -> Any:
+            stored = append_many(events, signer)
+            commits.append([e.type for e in stored])
+            return stored
+
+        def acting(action: str, host: Any, params: Any) -> Any:
+            if action == "read_thermal":  # record-before-act: its started record is committed already
+                last = list(book.events(book.size() - 1))[-1]
+                assert last.type == "host.action" and last.payload["phase"] == "started"
+                assert last.payload["action"] == "read_thermal"
+                checked.append(last.payload["action_id"])
+            return run_action(action, host, params)
+
+        labels: list[tuple[str, int]] = []
+
+        def on_wave(_n: int, _total: int, label: str) -> None:
+            labels.append((label.split()[0], len(commits)))
+
+        book.append_many = counted  # type: ignore[method-assign]
+        driver.run = acting  # type: ignore[method-assign]
+        try:
+            assert run(w, WINDOW, on_wave=on_wave).ending == "restored"
+        finally:
+            book.append_many = append_many  # type: ignore[method-assign]
+            driver.run = run_action  # type: ignore[method-assign]
+        between = [b[1] - a[1] for a, b in itertools.pairwise(labels) if a[0] == b[0]]
+        assert between and set(between) == {2}  # the read's start; its end with the wave
+        wave_commits = [c for c in commits if "wave.measured" in c]
+        assert all(c[0] == "host.action" for c in wave_commits)
+        finished = {e.payload["action_id"] for e in book.events(types=["host.action"])
+                    if e.payload["phase"] == "finished" and e.payload["action"] == "read_thermal"}
+        assert checked and set(checked) == finished  # every read was finished, none left open
+        assert replay_window(book, WINDOW).match and run_audit(book=book).ok
     finally:
         close(w)
