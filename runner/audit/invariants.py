@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.canonical import canonical
 from ledger.errors import FormatError, TallyError
 
+from ..decide.smoke import smoke_tally
 from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX
 from ..plan.model import Plan, plan_sha256
 from ..plan.parse import parse_plan
@@ -462,19 +463,16 @@ def _check_smoke(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _
     smoke = None if plan is None else plan.smoke
     if plan is None or smoke is None or (plan.protocol == "win2-v1" and smoke.win2_effect != "inconclusive"):
         return
-    results = [x for x in t.events if x.type == "smoke.result"]
-    if not smoke.declared and not results:
+    tally = smoke_tally(plan, t.events)
+    if not tally.counts:
         return  # a stage implied by greedy_check in a window recorded before the stage ran
     if (p.get("result") or {}).get("decision") not in ("CANDIDATE", "WIN"):
         return
-    missing = [f"{probe} on {start}" for start in smoke.starts for probe in smoke.probes
-               if probe not in ((ws.starts.get(start) or {}).get("smoke") or ())]
+    missing = [f"{probe} on {start}" for start, probe in tally.missing]
     if missing:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} depends on smoke "
                f"probes that did not run: {', '.join(missing)}", ws.id)
-    failed = [f"{x.payload.get('probe')} on {x.payload.get('start')}" for x in results
-              if x.payload.get("outcome") == "fail"
-              or (x.payload.get("outcome") == "near_tie" and smoke.near_tie_rejects)]
+    failed = [f"{r.payload.get('probe')} on {r.payload.get('start')}" for r in tally.failed]
     if failed:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} despite failed "
                f"smoke probes: {', '.join(failed)}", ws.id)

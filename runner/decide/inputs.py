@@ -34,6 +34,7 @@ from ..state.archive import ARCHIVE_TYPES
 from .compare import Difference, diff
 from .digest import inputs_digest
 from .rules import compute
+from .smoke import smoke_tally
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -172,29 +173,18 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
 def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list[str]]:
     """The smoke stage's failures (named by kind) and its registered probes that did not run.
 
-    A near tie is a failure only when the plan registers ``near_tie_rejects``.
+    A near tie is a failure only when the plan registers ``near_tie_rejects`` (``runner.decide.smoke``).
     """
-    smoke = plan.smoke
-    if smoke is None:
-        return [], []
-    failures: list[str] = []
-    ran: set[tuple[str, str]] = set()
-    for event in events:
-        if event.type != "smoke.result":
-            continue
-        p = event.payload
-        ran.add((str(p.get("start")), str(p.get("probe"))))
-        if p.get("outcome") == "fail" or (p.get("outcome") == "near_tie" and smoke.near_tie_rejects):
-            failures.append(f"{p.get('kind')}: {p.get('summary')}")
-    missing = [f"smoke probe {probe} did not run on {start}" for start in smoke.starts for probe in smoke.probes
-               if (start, probe) not in ran]
+    tally = smoke_tally(plan, events)
+    failures = [f"{r.payload.get('kind')}: {r.payload.get('summary')}" for r in tally.failed]
+    missing = [f"smoke probe {probe} did not run on {start}" for start, probe in tally.missing]
     return failures, missing
 
 
 def _smoke_counts(plan: Plan, events: Sequence[Event]) -> bool:
     """Does the smoke stage enter the decision input? (A declared stage, or one that recorded results:
     windows recorded before the stage existed rebuild to their own input.)"""
-    return plan.smoke is not None and (plan.smoke.declared or any(e.type == "smoke.result" for e in events))
+    return smoke_tally(plan, events).counts
 
 
 def build_input(plan: Plan, events: Sequence[Event], archive: Iterable[Event] = (),

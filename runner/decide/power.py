@@ -30,11 +30,16 @@ from .spread import Spread
 if TYPE_CHECKING:
     from ..plan.model import Plan
 
-__all__ = ["MAX_FAMILIES", "MAX_REPEATS", "NOISE_MODEL", "SEARCH_WINDOWS", "design_of", "power_figures"]
+__all__ = ["MAX_FAMILIES", "MAX_REPEATS", "NOISE_MODEL", "SEARCH_WINDOWS", "SEARCH_WINDOWS_WIN2", "design_of",
+           "power_figures"]
 
 MAX_REPEATS = 100      # a plan's repeats are at most 100
 MAX_FAMILIES = 16      # pp3-v1 pairs are searched up to this many source families
 SEARCH_WINDOWS = 2000  # pp3-v1 windows simulated per step of the pairs search (each runs the bootstrap)
+# win2-v1 windows simulated per step of the repeats search: the default window count (a step costs
+# windows x repeats x cells draws, up to 100 repeats: 10,000 windows keep a step near 8 MB a cell,
+# where the 1,000,000 windows a plan may ask for would need 800 MB)
+SEARCH_WINDOWS_WIN2 = 10_000
 NOISE_MODEL = {
     "win2-v1": ("log rate = unit level + start offset (start-to-start, start_sd) + repeat noise (repeat-to-repeat, "
                 "repeat_sd); the paired difference d_r = (1+E)(1 + b + eps_r) - 1 with b ~ N(0, 1.5 start_sd^2) "
@@ -92,6 +97,7 @@ def _search(design: Win2Design | Pp3Design, spreads: Sequence[Spread], effect: f
     """The smallest repeats (win2) / families (pp3) whose MDE is at most ``effect``."""
     if isinstance(design, Win2Design):
         first, cap, what = design.repeats, MAX_REPEATS, "repeats"
+        n = min(n, SEARCH_WINDOWS_WIN2)
 
         def build(size: int) -> Win2Design | Pp3Design:
             assert isinstance(design, Win2Design)

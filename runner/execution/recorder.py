@@ -127,7 +127,15 @@ class Recorder:
         return ws
 
     def append(self, items: Sequence[Pending]) -> list[Event]:
-        """Validate and append ``items`` (type, payload, blobs) in one transaction."""
+        """Validate and append ``items`` (type, payload, blobs) in one transaction.
+
+        What a read-only host action left to record (``action(..., hold=True)``) goes first in it.
+        """
+        held = self.__dict__.pop("_held", None)
+        if held:
+            items = [*held, *items]
+        if not items:
+            return []
         events = [window_event(self.window, self.registration.plan_sha256, t, payload, b, ledger=self.ledger)
                   for t, payload, b in items]
         stored = self.ledger.append_many(events, self.signer)
@@ -144,11 +152,17 @@ class Recorder:
         probe_of: str | None = None,
         then: Callable[[ActionResult], list[Pending]] | None = None,
         verify: Callable[[ActionResult], dict[str, Any] | None] | None = None,
+        hold: bool = False,
     ) -> ActionResult:
         """``host.action started`` -> run it -> ``finished`` plus what it established, atomically.
 
         ``verify`` checks a success against what the runner expects (a restore at production's
         cap): the facts it returns (with an ``error``) turn the success into a failure.
+
+        The ``started`` record is always committed before the action runs. With ``hold`` (a
+        read-only action: it changes nothing on the host) its ``finished`` record and what it
+        established are kept and go first into the step's next append (one commit fewer);
+        ``flush_held`` appends them when a step ends without one.
         """
         from ..drivers.base import ActionResult
 
@@ -179,10 +193,18 @@ class Recorder:
         items: list[Pending] = [("host.action", finished, (output,))]
         if then is not None and result.ok:
             items += then(result)
-        self.append(items)
+        if hold:
+            self.__dict__.setdefault("_held", []).extend(items)
+        else:
+            self.append(items)
         verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
         self.say(f"  {name}{' ' + host if host else ''}{' ' + start if start else ''}: {verdict}")
         return result
+
+    def flush_held(self) -> None:
+        """Append what a held read-only action left to record (nothing if nothing is held)."""
+        if self.__dict__.get("_held"):
+            self.append([])
 
     def arm_params(self, start_id: str) -> dict[str, Any]:
         """What a host action on a start's engine is told about its arm."""

@@ -20,6 +20,7 @@ from ..decide.win2 import pooled_values
 from ..events import payloads as p
 from ..plan.model import CONTROL_ROLE
 from ..plan.register import family_prompts
+from ..state.replay import replay
 from ..vocabulary import ArmRole
 from .clock import parse_time
 from .recorder import Pending, Recorder, RunResult, StepHandler, plain
@@ -36,11 +37,9 @@ __all__ = ["HANDLERS", "StartSteps", "block_began", "block_ended", "wave_payload
 
 def block_began(ws: WindowState, start: str) -> datetime | None:
     """When the start's block began: its arm's start began (the start_arm action that started its
-    engine; ledgers older than the fold's ``started_time``: when it finished), else its start.began."""
-    for item in ws.finished:
-        if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
-            return parse_time(item.get("started_time") or item["time"])
-    began = (ws.starts.get(start) or {}).get("began_time")
+    engine; ledgers older than the fold's ``started_time``: when it finished), else its start.began.
+    The fold keeps both (``WindowState.block_began``, the start's ``began_time``)."""
+    began = ws.block_began.get(start) or (ws.starts.get(start) or {}).get("began_time")
     return parse_time(began) if began else None
 
 
@@ -297,15 +296,6 @@ class StartSteps(Recorder):
             for e in since)
         return last[2] if read_only else None
 
-    def _dial_backs_recorded(self) -> set[tuple[str, int]]:
-        out: set[tuple[str, int]] = set()
-        for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
-                                        types=["thermal.event"]):
-            detail = event.payload.get("detail") or {}
-            if isinstance(detail.get("watch_seq"), int):  # a malformed reading is keyed by the name it gave
-                out.add((str(detail.get("watch_host") or event.payload["host"]), detail["watch_seq"]))
-        return out
-
     def thermal_watch(self, start_id: str) -> None:
         """Poll the site's THERMAL-WATCH (``read_thermal``) between waves: every dial-back an event.
 
@@ -317,7 +307,7 @@ class StartSteps(Recorder):
         if self.plan.production_clock_cap_mhz is None or "read_thermal" not in self.driver.actions:
             return
         cap = (self.ws.starts.get(start_id) or {}).get("clock_cap_mhz")
-        recorded = self._dial_backs_recorded()
+        recorded = self.ws.dial_backs_recorded  # folded from the window's thermal.event rows
         since = self.ws.clock.get("hold_opened")
 
         def events(res: ActionResult) -> list[Pending]:
@@ -330,7 +320,8 @@ class StartSteps(Recorder):
                 for d in new_dial_backs(res.facts, cap, recorded, since=since if isinstance(since, str) else None,
                                         hosts=self.driver.hosts)]
 
-        self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events)
+        # read-only: its finished record goes with the step's next append (the wave's, or the next action's start)
+        self.action("read_thermal", None, self.arm_params(start_id), start=start_id, then=events, hold=True)
 
     def _engine_lost(self, start_id: str, seen: dict[str, Any]) -> None:
         """Record a probe: the fold then knows the start's engine no longer serves."""
@@ -449,12 +440,12 @@ class StartSteps(Recorder):
         from ..state.archive import production_commit
 
         items: list[Pending] = []
-        info = self.ws.starts.get(start_id) or {}
+        # the state as of now: this step's own THERMAL-WATCH read may have recorded dial-backs
+        ws = replay(self.ledger, self.state).windows[self.window]
+        info = ws.starts.get(start_id) or {}
         nominal = info.get("clock_cap_mhz")
         # a dial-back during the start: archived at the real (lowest) clock and flagged
-        dialled = [e.payload.get("clock_cap_mhz") for e in self.ledger.events(
-            self.ws.registered_seq or 0, stream=f"window/{self.window}", types=["thermal.event"])
-            if e.payload.get("kind") == "dial_back" and (e.payload.get("detail") or {}).get("start") == start_id]
+        dialled = ws.dial_back_caps.get(start_id, ())
         real = min([c for c in dialled if isinstance(c, int)], default=nominal)
         snapshot = self.snapshot_sha()
         commit = production_commit(self.snapshot_identity(snapshot)) if snapshot else None

@@ -206,8 +206,11 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 return
 
     def perform(self, step: Step, result: RunResult) -> None:
-        """Take one step: the handler registered for its kind."""
-        STEP_HANDLERS[step.kind](self, step, result)
+        """Take one step: the handler registered for its kind (what it held recorded at its end)."""
+        try:
+            STEP_HANDLERS[step.kind](self, step, result)
+        finally:
+            self.flush_held()
 
     def _perform_opening(self, result: RunResult) -> str | None:
         """Take an opening step under the site-wide opening lock (one window opens a HOLD at a

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -39,6 +40,9 @@ from .transport import StampingTransport
 __all__ = ["ListedModel", "Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave",
            "scrape_metrics", "served_models"]
 
+MAX_PARALLEL_SCRAPES = 8  # metrics URLs scraped at once (each on its own connection)
+SETTLE_S = 5.0         # how long the after-scrape waits for a settling source's in-flight gauge to reach 0
+SETTLE_POLL_S = 0.05   # between two scrapes while it waits
 _COLLECT_EVERY = 256   # finished requests between two young-generation collections in a streamed wave
                        # (and x 64 between two full ones)
 
@@ -390,6 +394,7 @@ def measure_wave(
     continuous_usage: bool = False,
     decode_bound_s: float | None = None,
     keep_token_ids: bool = False,
+    settle_s: float = SETTLE_S,
 ) -> WaveResult:
     """Run one wave of streaming requests and read the server's counters around it.
 
@@ -428,6 +433,12 @@ def measure_wave(
     ``deadline_s`` then bounds the wait for its first token, and it is cut (``bounded``)
     that long after its first token.
 
+    A source that counts a request only when the server releases it (llama.cpp:
+    ``CounterSource.settle_series``) is scraped after the wave until that gauge reads 0
+    (every ``SETTLE_POLL_S``, for at most ``settle_s``; not after a cancel): a request the
+    client cut may still hold its slot for a moment. Still above 0 by then, the wave is
+    incomplete and says so.
+
     Never raises for what the server does: failures are recorded; only bad arguments
     raise ``FormatError``.
     """
@@ -438,7 +449,8 @@ def measure_wave(
     if max_tokens < 1:
         raise FormatError(f"max_tokens must be at least 1, got {max_tokens}")
     for name, value in (("deadline_s", deadline_s), ("wave_deadline_s", wave_deadline_s),
-                        ("metrics_timeout_s", metrics_timeout_s), ("decode_bound_s", decode_bound_s)):
+                        ("metrics_timeout_s", metrics_timeout_s), ("decode_bound_s", decode_bound_s),
+                        ("settle_s", settle_s)):
         if value is not None and value <= 0:
             raise FormatError(f"{name} must be positive, got {value}")
     source = select_source(counter_source)
@@ -448,7 +460,8 @@ def measure_wave(
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     total = len(prompts)
     workers = min(concurrency, total)
-    limits = httpx.Limits(max_connections=workers + 1, max_keepalive_connections=workers + 1)
+    scrapers = max(1, min(len(urls), MAX_PARALLEL_SCRAPES))
+    limits = httpx.Limits(max_connections=workers + scrapers, max_keepalive_connections=workers + scrapers)
     streamed = totals is not None
     records: list[RequestRecord | None] = [] if streamed else [None] * total
     errors: list[BaseException] = []
@@ -472,7 +485,27 @@ def measure_wave(
                 cutter.release(ticket)
 
         def scrape() -> tuple[Scrape, ...] | None:
-            return tuple(scrape_one(url) for url in urls) if urls else None
+            """Every URL's scrape, in URL order; several at once (at most ``MAX_PARALLEL_SCRAPES``)."""
+            if len(urls) < 2:
+                return tuple(scrape_one(url) for url in urls) if urls else None
+            with ThreadPoolExecutor(scrapers, thread_name_prefix="tally-scrape") as pool:
+                return tuple(pool.map(scrape_one, urls))
+
+        def settled(scrapes: tuple[Scrape, ...] | None) -> tuple[tuple[Scrape, ...] | None, str | None]:
+            """Scrape again until the source's in-flight gauge reads 0 (the scrapes, and why not, if not)."""
+            series = source.settle_series
+            if series is None or scrapes is None:
+                return scrapes, None
+            limit = time.perf_counter() + settle_s
+            while True:
+                running = sum(s.snapshot.values.get(series, 0.0) for s in scrapes if s.snapshot is not None)
+                if running <= 0 or (cancel is not None and cancel.is_set()):
+                    return scrapes, None
+                if time.perf_counter() + SETTLE_POLL_S > limit:
+                    return scrapes, (f"{series} still {running:g} {settle_s:g} s after the wave: the counters may "
+                                     f"miss those requests ({source.label} counts a request when it releases it)")
+                time.sleep(SETTLE_POLL_S)
+                scrapes = scrape() or scrapes  # never None: the URLs are there
 
         try:
             load_before = host_load()
@@ -530,7 +563,7 @@ def measure_wave(
             for thread in threads:
                 thread.join()
             duration = time.perf_counter() - start
-            after = scrape()
+            after, unsettled = settled(scrape())
             load_after = host_load()
         finally:
             cutter.close()
@@ -540,7 +573,7 @@ def measure_wave(
                      started_at=started_at, ended_at=ended_at, duration=duration, url=base, metrics_urls=urls,
                      model=model, chat=chat, ignore_eos=ignore_eos,
                      cancelled=cancel is not None and cancel.is_set(), totals=totals, unlisted=total - listed[0],
-                     source=source, speculative=speculative, loads=(load_before, load_after))
+                     source=source, speculative=speculative, loads=(load_before, load_after), unsettled=unsettled)
     if errors:
         raise errors[0]
     return result
@@ -554,8 +587,10 @@ def _merged(scrapes: tuple[Scrape, ...] | None, *, all_read: bool = True) -> Met
     return merge_snapshots(snaps)
 
 
-def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None) -> GaugeReading | None:
-    snapshot = _merged(scrapes, all_read=False)
+def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None,
+            merged: MetricsSnapshot | None) -> GaugeReading | None:
+    """The gauges of the scrapes that were read (``merged``: all of them, already summed)."""
+    snapshot = merged if merged is not None else _merged(scrapes, all_read=False)
     return source.gauges(snapshot) if snapshot is not None else None
 
 
@@ -565,7 +600,8 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
             cancelled: bool,
             totals: WaveTotals | None = None, unlisted: int = 0, source: CounterSource | None = None,
             speculative: bool | None = None,
-            loads: tuple[tuple[float, float, float] | None, ...] = (None, None)) -> WaveResult:
+            loads: tuple[tuple[float, float, float] | None, ...] = (None, None),
+            unsettled: str | None = None) -> WaveResult:
     streamed = totals is not None
     tally = totals if totals is not None else WaveTotals.of(records)
     source = source if source is not None else select_source()
@@ -599,6 +635,8 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
                 reasons.extend(f"metrics at {u}: {problem}" for problem in problems
                                if f"metrics at {u}: {problem}" not in reasons)
     notes.extend(deltas.notes)
+    if unsettled is not None:
+        reasons.append(unsettled)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
         count = tally.counts[status]
         if count:
@@ -622,7 +660,7 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
         model=model, chat=chat, ignore_eos=ignore_eos, cancelled=cancelled,
         before=merged_before, after=merged_after, metrics_urls=metrics_urls, per_url=tuple(per_url),
         totals=tally, streamed=streamed, unlisted=unlisted, source=source, speculative=speculative,
-        gauges_before=_gauges(source, before), gauges_after=_gauges(source, after),
+        gauges_before=_gauges(source, before, merged_before), gauges_after=_gauges(source, after, merged_after),
         load_before=loads[0], load_after=loads[1],
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..decide.smoke import smoke_tally
 from .document import Bullets, Para, Section, Table
 
 if TYPE_CHECKING:
@@ -206,26 +207,21 @@ def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
 def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
     """The smoke stage's results, and banners for its failures, near ties and probes that did not run."""
     rows: list[tuple[str, ...]] = []
-    ran: set[tuple[str, str]] = set()
     banners: list[str] = []
-    for e in events:
-        if e.type != "smoke.result":
-            continue
-        p = e.payload
-        ran.add((str(p.get("start")), str(p.get("probe"))))
+    tally = smoke_tally(plan, events)
+    for result in tally.results:
+        p = result.payload
         margin = p.get("margin")
-        rows.append((str(p.get("start")), str(p.get("probe")), str(p.get("outcome")), str(p.get("kind")),
+        rows.append((result.start, result.probe, str(p.get("outcome")), str(p.get("kind")),
                      "-" if p.get("position") is None else str(p.get("position")),
-                     "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(e.seq),
+                     "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(result.event.seq),
                      _clip(str(p.get("summary") or ""))))
-        if p.get("outcome") in ("fail", "near_tie"):
+        if p.get("outcome") in ("fail", "near_tie"):  # a near tie is shown whether or not the plan rejects it
             what = "near tie" if p.get("outcome") == "near_tie" else f"{p.get('kind')} failure"
             banners.append(f"smoke {what}: {_clip(str(p.get('summary') or ''))}")
-    if plan.smoke is not None and (plan.smoke.declared or rows):
-        missing = [f"{probe} on {start}" for start in plan.smoke.starts for probe in plan.smoke.probes
-                   if (start, probe) not in ran]
-        if missing:
-            banners.append(f"registered smoke probes that did not run: {', '.join(missing)}")
+    if tally.counts and tally.missing:
+        banners.append(f"registered smoke probes that did not run: "
+                       f"{', '.join(f'{probe} on {start}' for start, probe in tally.missing)}")
     return rows, banners
 
 

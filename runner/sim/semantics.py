@@ -26,9 +26,11 @@ _MAX_DEPTH = 8
 
 
 def cut_at_stop(step: Step, stops: Sequence[str], before: str, eos: int) -> tuple[Step, str, bool]:
-    """The step cut at the first stop string (``before``: the text emitted so far).
+    """The step cut at the first stop string (``before``: the text emitted so far, or its last
+    ``max(len(s) for s in stops)`` characters: a stop string wholly in it has ended the text already).
 
-    Returns the (possibly cut) step, its text and whether a stop string ended it.
+    Returns the (possibly cut) step, its text and whether a stop string ended it. Linear in
+    ``before`` and the step: a caller keeps the tail, not the whole text.
     """
     text = before
     longest = max(len(s) for s in stops)

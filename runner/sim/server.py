@@ -420,7 +420,9 @@ class _Handler(BaseHTTPRequestHandler):
         created = int(time.time())
         planned = truth.arrival
         completion_tokens = 0
-        text_parts: list[str] = []
+        text_parts: list[str] = []   # the full text, for a reply that is not streamed
+        stop_tail = ""               # the emitted text's last characters: all a stop string can still span
+        longest_stop = max((len(stop) for stop in stops), default=0)
         token_ids: list[int] = []
         finish_reason: str | None = None
         stop_reason: int | None = None
@@ -434,7 +436,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if stops:
-                    step, text, stopped = cut_at_stop(step, stops, "".join(text_parts), config.eos_token_id)
+                    step, text, stopped = cut_at_stop(step, stops, stop_tail, config.eos_token_id)
                     if stopped:
                         generation.finish_reason = "stop"
                 chunk_index = len(truth.planned)
@@ -473,8 +475,10 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     sent = time.perf_counter()
                     token_ids.extend(step.tokens)
-                if not request.stream or stops:
+                if not request.stream:
                     text_parts.append(text)
+                if stops:
+                    stop_tail = (stop_tail + text)[-longest_stop:]
                 truth.planned.append(planned)
                 truth.sent.append(sent)
                 truth.completion_tokens = completion_tokens

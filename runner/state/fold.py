@@ -131,6 +131,13 @@ class WindowState:
     budget: list[dict[str, Any]] = field(default_factory=list)
     stop_admitting: bool = False
     thermal: list[dict[str, Any]] = field(default_factory=list)
+    # per start: when its block began (the started time of its first ok start_arm; ledgers older
+    # than ``started_time``: when it finished); a start with none begins at its start.began
+    block_began: dict[str, str] = field(default_factory=dict)
+    # the THERMAL-WATCH entries already recorded as thermal.event: (host, the log's watch_seq)
+    dial_backs_recorded: frozenset[tuple[str, int]] = frozenset()
+    # per start: the clock caps (MHz) its recorded dial-backs fell to, in seq order
+    dial_back_caps: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
     clock: dict[str, str | None] = field(default_factory=lambda: {
         "first_action": None, "hold_opened": None, "measurement_ended": None, "closed": None, "last": None,
     })
@@ -150,6 +157,8 @@ class WindowState:
         new.open_actions = dict(self.open_actions)
         new.budget = list(self.budget)
         new.thermal = list(self.thermal)
+        new.block_began = dict(self.block_began)
+        new.dial_back_caps = dict(self.dial_back_caps)  # its values are tuples: shared safely
         new.clock = dict(self.clock)
         new.extra_registrations = list(self.extra_registrations)
         return new
@@ -191,6 +200,9 @@ class WindowState:
             "budget": copy.deepcopy(self.budget),
             "stop_admitting": self.stop_admitting,
             "thermal": copy.deepcopy(self.thermal),
+            "block_began": dict(self.block_began),
+            "dial_backs_recorded": [list(key) for key in sorted(self.dial_backs_recorded)],
+            "dial_back_caps": {sid: list(caps) for sid, caps in self.dial_back_caps.items()},
             "clock": dict(self.clock),
         }
 
@@ -418,6 +430,9 @@ def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
         ok = bool(p.ok)
         ws.finished.append({"action": p.action, "host": p.host, "ok": ok, "seq": e.seq, "time": e.time,
                             "start": facts.get("start"), "started_time": opened["time"] if opened else None})
+        start = facts.get("start")
+        if p.action == "start_arm" and ok and isinstance(start, str) and e.time and start not in ws.block_began:
+            ws.block_began[start] = opened["time"] if opened and opened.get("time") else e.time
         _engine(ws, p.action, ok, facts)
 
 
@@ -507,6 +522,14 @@ def _smoke(s: State, ws: WindowState, e: Event, p: pl.SmokeResult) -> None:
 def _thermal(s: State, ws: WindowState, e: Event, p: pl.ThermalEvent) -> None:
     ws.thermal.append({"host": p.host, "kind": p.kind, "seq": e.seq,
                        "inside_hold": s.hold is not None and s.hold.get("owner") == ws.id})
+    detail = p.detail or {}
+    watch_seq = detail.get("watch_seq")
+    if isinstance(watch_seq, int):  # a malformed reading is keyed by the host name its line gave
+        ws.dial_backs_recorded = ws.dial_backs_recorded | {(str(detail.get("watch_host") or p.host), watch_seq)}
+    start = detail.get("start")
+    if p.kind == "dial_back" and isinstance(start, str):
+        cap = p.clock_cap_mhz
+        ws.dial_back_caps[start] = (*ws.dial_back_caps.get(start, ()), cap if isinstance(cap, int) else None)
 
 
 def _measurement_ended(s: State, ws: WindowState, e: Event, p: pl.MeasurementEnded) -> None:

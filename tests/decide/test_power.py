@@ -232,3 +232,23 @@ def test_brute_force_simulator_windows_win_as_often_as_the_power_figures_predict
     assert 0.2 < predicted < 0.8, predicted  # a design where power is informative
     assert abs(observed - predicted) <= 3 * se, (observed, predicted, spread)
     assert decided <= observed
+
+
+def test_the_win2_repeats_search_simulates_at_most_its_cap_of_windows_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.decide import power
+
+    sizes: list[tuple[int, int]] = []
+    draws = power._draws
+
+    def counted(design: Win2Design | Pp3Design, spreads: list[Spread], n: int, seed: int) -> Win2Draws | Pp3Draws:
+        sizes.append((n, design.repeats if isinstance(design, Win2Design) else 0))
+        return draws(design, spreads, n, seed)
+
+    monkeypatch.setattr(power, "_draws", counted)
+    spread = [_spread(0.002, 0.015)]
+    needed = power._search(_win2(3), spread, 0.035, 0.8, 1_000_000, 1)  # a plan may ask for 1,000,000 windows
+    assert needed["windows_per_step"] == power.SEARCH_WINDOWS_WIN2 == 10_000
+    assert sizes and all(n == power.SEARCH_WINDOWS_WIN2 for n, _ in sizes)
+    assert needed["repeats"] is not None and needed["repeats"] > 3
+    # the default window count is under the cap: its search is what it was
+    assert power._search(_win2(3), spread, 0.035, 0.8, 10_000, 1) == needed

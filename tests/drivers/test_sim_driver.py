@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,40 @@ def test_knobs_reach_the_simulator(handle: sim.SimHandle) -> None:
     assert started.ok and driver.run("probe", None, {}).facts["engine"] == "starting"
     with pytest.raises(FormatError, match="knobs"):
         driver.run("restore", None, {"sim": 3})
+
+
+def test_the_driver_keeps_one_connection_alive_and_closes_it_with_itself(handle: sim.SimHandle) -> None:
+    opened: list[bool] = []
+    track = handle.server.track
+
+    def counted(conn: socket.socket, alive: bool) -> None:
+        opened.append(alive)
+        track(conn, alive)
+
+    handle.server.track = counted  # type: ignore[method-assign]
+    driver = SimDriver.for_handle(handle)
+    for _ in range(5):
+        assert driver.run("probe", None, {}).ok
+        assert driver.run("read_thermal", None, {}).ok
+    assert opened == [True]  # ten calls, one connection
+    driver.close()
+    deadline = time.monotonic() + 5
+    while len(opened) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert opened == [True, False]  # closed with the driver
+
+
+def test_a_restarted_simulator_on_the_same_port_is_reached_on_a_fresh_connection() -> None:
+    port = free_port()
+    first = sim.start(sim_config(), seed=5, port=port)
+    driver = SimDriver(first.url)
+    try:
+        assert driver.run("probe", None, {}).ok
+        first.stop()
+        with sim.start(sim_config(), seed=5, port=port) as second:
+            assert second.url == first.url
+            result = driver.run("probe", None, {})
+            assert result.ok, result.facts  # the dropped kept-alive connection was replaced, not used
+    finally:
+        first.stop()
+        driver.close()

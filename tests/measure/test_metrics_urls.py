@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from typing import ClassVar
 
 from ledger.store import Blob
@@ -65,3 +68,61 @@ def test_one_metrics_url_down_makes_the_wave_incomplete_and_names_it(server) -> 
     assert wave.summary()["counters"]["generation_tokens"] is None   # a sum without one URL is no sum
     assert any(down in reason and "unreachable" in reason for reason in wave.incomplete_reasons)
     assert not any(server.metrics_url in reason for reason in wave.incomplete_reasons)
+
+
+class SlowEngine(Handler):
+    """An engine whose /metrics takes 0.2 s; counts the scrapes in flight at once (over every instance)."""
+
+    in_flight: ClassVar[list[int]] = [0]
+    most: ClassVar[list[int]] = [0]
+    moved: ClassVar[dict[int, int]] = {}
+
+    def get_metrics(self) -> None:
+        port = self.server.server_address[1]
+        with _LOCK:
+            self.in_flight[0] += 1
+            self.most[0] = max(self.most[0], self.in_flight[0])
+            n = self.moved[port] = self.moved.get(port, -1) + 1
+        time.sleep(0.2)
+        with _LOCK:
+            self.in_flight[0] -= 1
+        text = (f"vllm:generation_tokens_total {1000 + port % 7 * n}\n"
+                f"vllm:request_decode_time_seconds_sum {10.0 + n}\n")
+        self.send_body(200, text.encode(), "text/plain")
+
+
+_LOCK = threading.Lock()
+
+
+def test_metrics_urls_are_scraped_at_once_and_each_keeps_its_own_delta(server) -> None:  # type: ignore[no-untyped-def]
+    SlowEngine.in_flight, SlowEngine.most, SlowEngine.moved = [0], [0], {}
+    with contextlib.ExitStack() as stack:
+        engines = [stack.enter_context(serve(SlowEngine)) for _ in range(4)]
+        urls = [f"{e.url}/metrics" for e in engines]
+        wave = measure_wave(server.url, urls, prompts(1), model=MODEL, max_tokens=4, seed=5, family="opinions")
+    assert SlowEngine.most[0] >= 2, "the metrics URLs were scraped one after another"
+    assert [u.url for u in wave.per_url] == urls  # in URL order
+    for u in wave.per_url:
+        port = int(u.url.rsplit(":", 1)[1].split("/")[0])
+        assert u.series["vllm:generation_tokens_total"] == port % 7  # its own before -> after
+    assert wave.counters.generation_tokens == sum(int(u.url.rsplit(":", 1)[1].split("/")[0]) % 7
+                                                  for u in wave.per_url)
+
+
+def test_the_scrapes_of_a_wave_are_merged_once_each(server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from runner.measure import wave as wave_module
+
+    merges: list[int] = []
+    merge = wave_module.merge_snapshots
+
+    def counted(snapshots):  # type: ignore[no-untyped-def]
+        merges.append(len(snapshots))
+        return merge(snapshots)
+
+    monkeypatch.setattr(wave_module, "merge_snapshots", counted)
+    SecondEngine.scrapes = []
+    with serve(SecondEngine) as other:
+        wave = measure_wave(server.url, [server.metrics_url, f"{other.url}/metrics"], prompts(1), model=MODEL,
+                            max_tokens=4, seed=5, family="opinions")
+    assert merges == [2, 2]  # before and after, the gauges read from the same sums
+    assert wave.gauges_after is not None and wave.complete

@@ -87,6 +87,8 @@ class CounterSource(ABC):
     draft_tokens_series: ClassVar[str | None] = None  # a spec-off arm must not move it
     gauge_series: ClassVar[Mapping[str, tuple[str, ...]]] = {}   # gauge -> candidate series, first present wins
     print_digits: ClassVar[int | None] = None         # significant digits the server prints (None: exact)
+    settle_series: ClassVar[str | None] = None        # a gauge of requests not yet counted: read after a wave
+                                                      # until 0 (``measure_wave``, settle_s)
 
     # ------------------------------------------------------------------ the interface
 

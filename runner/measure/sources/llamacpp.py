@@ -3,7 +3,9 @@
 Read from ``tools/server/server-task.cpp`` (``server_task_result_metrics::to_metrics``)
 and ``server-context.cpp`` (``metrics_on_prediction``) of the llama.cpp vendored by
 llama-cpp-python 0.3.36. The counters move when a request *finishes* (its slot is
-released), so the scrape after a wave includes every request of it:
+released), so the scrape after a wave includes every request of it once
+``llamacpp:requests_processing`` reads 0 (a request the client cut, a bounded decode run,
+may hold its slot a moment longer: the after-scrape is repeated until then, bounded):
 
 - ``llamacpp:tokens_predicted_total`` adds each request's ``n_gen``: every generated
   token, the first one (sampled from the prompt's logits, "free") included;
@@ -49,6 +51,7 @@ class LlamaCppSource(CounterSource):
     decode_series = PREDICTED_SECONDS
     draft_tokens_series = DRAFT_TOKENS
     print_digits = 6
+    settle_series = "llamacpp:requests_processing"  # a slot the client cut is counted once released
     gauge_series: ClassVar[dict[str, tuple[str, ...]]] = {
         "running": ("llamacpp:requests_processing",),
         "waiting": ("llamacpp:requests_deferred",),
