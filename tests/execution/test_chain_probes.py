@@ -91,6 +91,14 @@ def test_chain_production_capture_is_checked_against_the_marker_and_recorded(tmp
         close(w)
 
 
+def _ended_safely(w: Any, window_id: str) -> None:
+    """No wave measured, production up, no marker, no HOLD, and the audit holds."""
+    assert not list(w.book.events(stream=f"window/{window_id}", types=["wave.measured"]))
+    s = state(w.book)
+    assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
+    assert run_audit(book=w.book).ok
+
+
 def _write(path: Path, value: object) -> Path:
     path.write_text(json.dumps(value))
     return path
@@ -110,10 +118,7 @@ def test_a_chained_start_on_a_host_at_another_commit_aborts_the_chain(tmp_path: 
         failed = [p for p in proofs if not p["ok"]]
         assert failed and failed[0]["host"] == "sim-worker"
         assert f"runs commit {'f' * 40}, not the window's" in failed[0]["detail"]["error"]
-        assert not list(w.book.events(stream="window/chain-b", types=["wave.measured"]))
-        s = state(w.book)
-        assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
-        assert run_audit(book=w.book).ok
+        _ended_safely(w, "chain-b")
     finally:
         close(w)
 
@@ -290,10 +295,7 @@ def test_a_chained_start_on_a_host_without_the_windows_tag_aborts_the_chain(
         assert named in str(failed[0]["detail"]["error"])   # type: ignore[index]
         aborted = next(e.payload for e in w.book.events(stream="window/chain-b", types=["chain.aborted"]))
         assert aborted["reason"] == "placeholder proof failed on sim-worker before the HOLD"
-        assert not list(w.book.events(stream="window/chain-b", types=["wave.measured"]))
-        s = state(w.book)
-        assert s.production == "up" and s.marker is None and s.hold is None   # the chain ended safely
-        assert run_audit(book=w.book).ok
+        _ended_safely(w, "chain-b")
     finally:
         close(w)
 
