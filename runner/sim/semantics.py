@@ -25,12 +25,14 @@ __all__ = ["completion_logprobs", "cut_at_stop", "schema_instance", "schema_text
 _MAX_DEPTH = 8
 
 
-def cut_at_stop(step: Step, stops: Sequence[str], before: str, eos: int) -> tuple[Step, str, bool]:
+def cut_at_stop(step: Step, stops: Sequence[str], before: str, eos: int) -> tuple[Step, str, bool, int]:
     """The step cut at the first stop string (``before``: the text emitted so far, or its last
     ``max(len(s) for s in stops)`` characters: a stop string wholly in it has ended the text already).
 
-    Returns the (possibly cut) step, its text and whether a stop string ended it. Linear in
-    ``before`` and the step: a caller keeps the tail, not the whole text.
+    Returns the (possibly cut) step, its text, whether a stop string ended it, and how many
+    of the characters already emitted belong to that stop string (one that began in an
+    earlier step: a whole reply drops them). Linear in ``before`` and the step: a caller
+    keeps the tail, not the whole text.
     """
     text = before
     longest = max(len(s) for s in stops)
@@ -41,8 +43,8 @@ def cut_at_stop(step: Step, stops: Sequence[str], before: str, eos: int) -> tupl
         if hits:
             cut = len(text) - len(window) + min(hits)
             return (replace(step, tokens=step.tokens[: j + 1], finish_reason="stop", stop_reason=None),
-                    text[len(before):cut] if cut >= len(before) else "", True)
-    return step, text[len(before):], False
+                    text[len(before):cut] if cut >= len(before) else "", True, max(0, len(before) - cut))
+    return step, text[len(before):], False, 0
 
 
 def schema_instance(schema: Mapping[str, Any], seed: int, depth: int = 0) -> Any:

@@ -436,9 +436,11 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if stops:
-                    step, text, stopped = cut_at_stop(step, stops, stop_tail, config.eos_token_id)
+                    step, text, stopped, overhang = cut_at_stop(step, stops, stop_tail, config.eos_token_id)
                     if stopped:
                         generation.finish_reason = "stop"
+                    if overhang and not request.stream:  # the stop string began in an earlier step's text
+                        _drop_tail(text_parts, overhang)
                 chunk_index = len(truth.planned)
                 delay = step.duration_ms * scale
                 if step.index == 0 and slow:
@@ -602,3 +604,11 @@ class _Handler(BaseHTTPRequestHandler):
         return {"id": rid, "object": "chat.completion", "created": created, "model": request.model,
                 "choices": [chat], "usage": usage}
 
+
+def _drop_tail(parts: list[str], count: int) -> None:
+    """Remove the last ``count`` characters of the text ``parts`` joins to (in place)."""
+    while count > 0 and parts:
+        last = parts.pop()
+        if len(last) > count:
+            parts.append(last[:-count])
+        count -= len(last)
