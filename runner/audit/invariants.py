@@ -28,9 +28,8 @@ Invariants (names are stable; docs/events.md explains each):
                                watch PASS
 ``prev-ok-under-marker``       a window admitted or opening a HOLD under a marker set by another
                                window has a PASS ``chain_prev_ok`` after that marker
-``one-ending``                 one ``window.closed`` per window (restored needs a successful restore,
-                               and no ending follows a restore that did not verify production's clock
-                               cap); one decision, after the ending
+``one-ending``                 one ``window.closed`` per window (restored needs a successful restore);
+                               one decision, after the ending
 ``chain-ends-restored``        only a ``chain = "chained"`` window may close chained (a chain's last
                                window restores)
 ``order-seeds-families-match-plan``  starts in registered order with their roles; each start's waves in
@@ -402,8 +401,7 @@ def _check_marker_cleared(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowSt
     restore, watch = ws.restore or {}, ws.watch or {}
     if a.state.marker is None:
         a.flag("marker-cleared-after-watch-pass", e, "clears a marker that is not set", ws.id)
-    if restore.get("status") != "ok" or restore.get("clock_problems") or watch.get("verdict") != "PASS" \
-            or watch.get("seq", 0) < restore.get("seq", 0):
+    if restore.get("status") != "ok" or watch.get("verdict") != "PASS" or watch.get("seq", 0) < restore.get("seq", 0):
         a.flag("marker-cleared-after-watch-pass", e,
                f"marker cleared without a restore ok followed by watch PASS in window {ws.id}", ws.id)
 
@@ -423,10 +421,6 @@ def _check_closed(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: 
             a.flag("marker-set-by-chained-close", e, "closes chained without setting the marker", ws.id)
     elif ending == "restored" and (ws.restore or {}).get("status") != "ok":
         a.flag("one-ending", e, f"window {ws.id} closes restored without a successful restore.finished", ws.id)
-    unverified = (ws.restore or {}).get("clock_problems")
-    if ending != "chained" and unverified:
-        a.flag("one-ending", e, f"window {ws.id} closes {ending} after a restore that did not verify production's "
-                                f"clock cap: {'; '.join(unverified)[:300]}", ws.id)
 
 
 def _check_decision(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:

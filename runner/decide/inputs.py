@@ -175,6 +175,8 @@ def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list
 
     A near tie is a failure only when the plan registers ``near_tie_rejects`` (``runner.decide.smoke``).
     """
+    if plan.smoke is None:
+        return [], []
     tally = smoke_tally(plan, events)
     failures = [f"{r.payload.get('kind')}: {r.payload.get('summary')}" for r in tally.failed]
     missing = [f"smoke probe {probe} did not run on {start}" for start, probe in tally.missing]

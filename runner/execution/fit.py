@@ -91,17 +91,26 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
 
 
 def context_refusals(plan: Plan, model: str, max_model_len: int | None) -> list[str]:
-    """Cells whose prompt plus generation would not fit the server's context (nothing when it does not say).
+    """What would not fit the server's context (nothing when the server does not say).
 
-    A request asks for its cell's declared context plus ``max_tokens`` (the sampling's, or
-    the priming's when larger): over ``max_model_len`` the server refuses it (vLLM: HTTP
-    400), so every wave of that cell would fail after the drain.
+    ``max_tokens`` (the sampling's, or the priming's when larger) over ``max_model_len`` is
+    refused whatever the prompts: the server refuses every request (vLLM: HTTP 400), after
+    the drain. A cell's declared context counts only where priming verifies it (the
+    prompts then occupy exactly that many tokens); elsewhere a label such as "short" names
+    a condition, not the prompts' length, and is not held against the server. The probe is
+    production's: an arm's engine with another context is found by its waves.
     """
     if max_model_len is None:
         return []
     asked = max(plan.sampling.max_tokens, plan.priming.max_tokens if plan.priming is not None else 0)
-    return [f"cell {cell.name}: its {cell.tokens}-token context plus max_tokens {asked} is {cell.tokens + asked} "
-            f"tokens, over the {max_model_len} {model} serves (max_model_len): every request would be refused"
+    if asked >= max_model_len:
+        return [f"max_tokens {asked} alone fills the {max_model_len}-token context {model} serves (max_model_len): "
+                "every request would be refused"]
+    if plan.priming is None:
+        return []
+    return [f"cell {cell.name}: its {cell.tokens}-token context (verified by priming) plus max_tokens {asked} is "
+            f"{cell.tokens + asked} tokens, over the {max_model_len} {model} serves (max_model_len): every request "
+            "would be refused"
             for cell in plan.cells if cell.tokens + asked > max_model_len]
 
 

@@ -160,9 +160,11 @@ class Recorder:
         cap): the facts it returns (with an ``error``) turn the success into a failure.
 
         The ``started`` record is always committed before the action runs. With ``hold`` (a
-        read-only action: it changes nothing on the host) its ``finished`` record and what it
-        established are kept and go first into the step's next append (one commit fewer);
-        ``flush_held`` appends them when a step ends without one.
+        read-only action: it changes nothing on the host) that established nothing, its
+        ``finished`` record is kept and goes first into the step's next append (one commit
+        fewer; it carries that commit's time); ``flush_held`` appends it when a step ends
+        without one. What an action established (a dial-back) is never held: a crash must
+        not lose it.
         """
         from ..drivers.base import ActionResult
 
@@ -193,7 +195,7 @@ class Recorder:
         items: list[Pending] = [("host.action", finished, (output,))]
         if then is not None and result.ok:
             items += then(result)
-        if hold:
+        if hold and len(items) == 1:  # nothing established (a dial-back found is committed at once)
             self.__dict__.setdefault("_held", []).extend(items)
         else:
             self.append(items)

@@ -329,10 +329,8 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     latest = ws.restore if ws.restore is not None and ws.restore["seq"] > since else None
     # An escalated (failed) restore ends a run; a resumed run tries again from there.
     base = latest["seq"] if latest is not None and latest.get("status") == "failed" else since
-    # An ok restore at a cap other than production's (recorded so by an older runner) is not verified.
-    unverified = latest is not None and latest.get("status") == "ok" and bool(latest.get("clock_problems"))
-    restored = latest if latest is not None and latest.get("status") == "ok" and not unverified else None
-    failures = _failures(ws, "restore", after=base) + _failures(ws, "watch", after=base) + int(unverified)
+    restored = latest if latest is not None and latest.get("status") == "ok" else None
+    failures = _failures(ws, "restore", after=base) + _failures(ws, "watch", after=base)
     watch = ws.watch if ws.watch is not None and restored is not None and ws.watch["seq"] > restored["seq"] else None
     if restored is None or (watch is not None and watch.get("verdict") != "PASS"):
         if failures >= MAX_ATTEMPTS:

@@ -136,7 +136,7 @@ class WindowState:
     block_began: dict[str, str] = field(default_factory=dict)
     # the THERMAL-WATCH entries already recorded as thermal.event: (host, the log's watch_seq)
     dial_backs_recorded: frozenset[tuple[str, int]] = frozenset()
-    # per start: the clock caps (MHz) its recorded dial-backs fell to, in seq order
+    # per start: the clock caps (MHz) its recorded dial-backs fell to, in seq order (None: a malformed reading)
     dial_back_caps: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
     clock: dict[str, str | None] = field(default_factory=lambda: {
         "first_action": None, "hold_opened": None, "measurement_ended": None, "closed": None, "last": None,
@@ -527,8 +527,9 @@ def _thermal(s: State, ws: WindowState, e: Event, p: pl.ThermalEvent) -> None:
     if isinstance(watch_seq, int):  # a malformed reading is keyed by the host name its line gave
         ws.dial_backs_recorded = ws.dial_backs_recorded | {(str(detail.get("watch_host") or p.host), watch_seq)}
     start = detail.get("start")
-    if p.kind == "dial_back" and isinstance(start, str):
-        cap = p.clock_cap_mhz
+    if p.kind in ("dial_back", "malformed") and isinstance(start, str):
+        # a malformed reading (a host the site does not have) flags the start, at no cap of its own
+        cap = p.clock_cap_mhz if p.kind == "dial_back" else None
         ws.dial_back_caps[start] = (*ws.dial_back_caps.get(start, ()), cap if isinstance(cap, int) else None)
 
 
@@ -576,9 +577,6 @@ def _chain_aborted(s: State, ws: WindowState, e: Event, p: pl.ChainAborted) -> N
 
 def _restore(s: State, ws: WindowState, e: Event, p: pl.RestoreFinished) -> None:
     ws.restore = {"status": p.status, "attempts": p.attempts, "seq": e.seq}
-    problems = (p.detail.get("clock") or {}).get("problems") if isinstance(p.detail.get("clock"), dict) else None
-    if problems:   # an ok restore at another cap (recorded before restores were verified): not a clean restore
-        ws.restore["clock_problems"] = [str(x) for x in problems]
     _closing(ws)
 
 

@@ -83,6 +83,8 @@ def test_a_thermal_watch_line_naming_an_unknown_host_is_a_malformed_reading_not_
         assert malformed["detail"]["reason"] == ("THERMAL-WATCH line 7 names host 'ghost-gpu', "
                                                  "which the site does not have")
         assert not [t for t in thermal if t["kind"] == "dial_back"]
+        # the start is flagged for the control archive (kept out of other windows' spread), at no cap of the ghost's
+        assert state(w.book).windows[WINDOW].dial_back_caps[malformed["detail"]["start"]] == (None,)
         decision = _events(w, "decision.recorded")[0]["result"]        # fail closed: the clocks are not shown held
         assert decision["decision"] == "INCONCLUSIVE"
         assert any("thermal dial-back inside the HOLD (1 event(s))" in r for r in decision["reasons"])

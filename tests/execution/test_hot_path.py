@@ -131,3 +131,30 @@ def test_a_thermal_read_is_recorded_before_it_runs_and_finished_with_the_wave_in
         assert replay_window(book, WINDOW).match and run_audit(book=book).ok
     finally:
         close(w)
+
+
+def test_a_thermal_read_that_found_a_dial_back_is_committed_at_once(tmp_path: Path) -> None:
+    """A crash during the next wave must not lose a dial-back: only an empty read waits for the wave's commit."""
+    w = world(tmp_path, [window("seed000-controlled.toml", WINDOW, chain="none", edit=small)])
+    gate_all(w)
+    try:
+        book = w.book
+        commits: list[list[str]] = []
+        append_many = book.append_many
+
+        def counted(events: Any, signer: Any) -> Any:
+            stored = append_many(events, signer)
+            commits.append([e.type for e in stored])
+            return stored
+
+        w.sim.set_faults(thermal_blip={"cap_mhz": 1800})  # the first completion dials back and recovers
+        book.append_many = counted  # type: ignore[method-assign]
+        try:
+            run(w, WINDOW)
+        finally:
+            book.append_many = append_many  # type: ignore[method-assign]
+        found = [c for c in commits if "thermal.event" in c]
+        assert found, commits
+        assert all(c[0] == "host.action" and "wave.measured" not in c for c in found), found
+    finally:
+        close(w)

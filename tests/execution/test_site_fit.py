@@ -151,19 +151,19 @@ def test_a_rule_the_counter_source_cannot_feed_is_refused(tmp_path: Path, plan_f
         close(w)
 
 
-def test_a_cell_over_the_servers_context_is_refused_before_the_drain(tmp_path: Path) -> None:
-    """prompt + max_tokens over vLLM's max_model_len: every request of that cell would get HTTP 400 after the drain."""
-    from ledger.stricttoml import read_toml
-    from runner.plan.parse import parse_plan
+def test_a_primed_cell_over_the_servers_context_is_refused_before_the_drain(tmp_path: Path) -> None:
+    """context + max_tokens over vLLM's max_model_len, where priming verifies the context: every request of that
+    cell would get HTTP 400 after the drain."""
+    from runner.plan.parse import load_plan
 
     from ..runner.script import EXAMPLES
 
-    plan = parse_plan(read_toml(small((EXAMPLES / "seed000-controlled.toml").read_text()).encode(), "plan"))
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    assert plan.priming is not None
     asked = {cell.name: cell.tokens + plan.sampling.max_tokens for cell in plan.cells}
     longest = max(asked.values())
     over = sorted(name for name, need in asked.items() if need == longest)
-    w = world(tmp_path, [window("seed000-controlled.toml", "long", edit=small, chain="none")],
-              sim_config={"max_model_len": longest - 1})
+    w = world(tmp_path, [window("seed003-abba.toml", "long", edit=lambda t: t)], sim_config={"max_model_len": longest - 1})
     try:
         gate_all(w)
         size = w.book.size()
@@ -178,6 +178,23 @@ def test_a_cell_over_the_servers_context_is_refused_before_the_drain(tmp_path: P
         assert w.book.size() == size
     finally:
         close(w)
+
+
+def test_an_unprimed_context_label_is_not_held_against_the_server_but_max_tokens_is() -> None:
+    """Without priming "short" names a condition, not the prompts' length; max_tokens alone is always known."""
+    from ledger.stricttoml import read_toml
+    from runner.execution.fit import context_refusals
+    from runner.plan.parse import parse_plan
+
+    from ..runner.script import EXAMPLES
+
+    plan = parse_plan(read_toml(small((EXAMPLES / "seed000-controlled.toml").read_text()).encode(), "plan"))
+    assert plan.priming is None and plan.sampling.max_tokens == 48
+    label = min(cell.tokens for cell in plan.cells)
+    assert context_refusals(plan, "m", label) == []               # a 2048-token "short" label: not the prompts
+    assert context_refusals(plan, "m", None) == []                # the server does not say
+    (refusal,) = context_refusals(plan, "m", 48)
+    assert refusal.startswith("max_tokens 48 alone fills the 48-token context m serves")
 
 
 @pytest.mark.parametrize(("value", "read"), [(4096, 4096), (True, None), (-1, None), (0, None), (1 << 40, None),

@@ -240,11 +240,6 @@ ROWS = [
     Row("restore failed twice: a third attempt", lambda: _failed_restores(2), "restore", {"args": {"attempt": 3}}),
     Row("restore failed three times: escalate", lambda: _failed_restores(3), "restore_failed"),
     Row("restored: watch it serve", lambda: Story().restored(), "watch"),
-    Row("restored ok at a wrong production cap (an older runner's record): not verified, restore again",
-        lambda: Story().all_measured().act("restore", serving="up").event(
-            "restore.finished", status="ok", attempts=1,
-            detail={"clock": {"problems": ["the site restored production at 2100 MHz, expected 2300 MHz"]}}),
-        "restore", {"args": {"attempt": 2}}),
     Row("watch PASS: production up, HOLD closed, window closed", lambda: Story().watched(), "restore_close",
         {"args": {"ending": "restored", "summary": "RESTORED: production up, watch PASS"}}),
     Row("closed: decide", lambda: Story().closed(), "decide"),
