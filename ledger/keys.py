@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import FormatError, PolicyError
+from .strictfile import read_limited
 
 __all__ = [
     "KEY_EVENT_TYPES",
@@ -200,32 +201,17 @@ def generate_key_file(path: Path, name: str = "") -> Signer:
 
 
 def _read_key_file(path: Path, private: bool) -> bytes:
-    """A key file's bytes (bounded); a private key must not be open to group or others.
+    """A key file's bytes (bounded, ``ledger.strictfile``); a private key must not be open to group or others.
 
-    Opened non-blocking (a FIFO planted at the path is refused, not waited on) and checked
-    a regular file on the open descriptor. A symlink is followed on purpose: secret mounts
-    (Kubernetes, systemd credentials) present keys through links; the mode check is on the
-    file reached.
+    A symlink is followed on purpose: secret mounts (Kubernetes, systemd credentials)
+    present keys through links; the regular-file and mode checks are on the file reached.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
-    except OSError as exc:
-        raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory with its own exception
-        os.close(fd)
-        raise FormatError(f"key {path} is not a regular file")
-    with os.fdopen(fd, "rb") as handle:
+    def owner_only(info: os.stat_result) -> None:
         if private and info.st_mode & 0o077:
             raise FormatError(f"key {path} has mode {stat.S_IMODE(info.st_mode):04o}: group or others can reach "
                               f"it; run chmod 600 {path}")
-        try:
-            data = handle.read(MAX_KEY_FILE_BYTES + 1)
-        except OSError as exc:
-            raise FormatError(f"cannot read key {path}: {exc.strerror}") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise FormatError(f"key {path} is over {MAX_KEY_FILE_BYTES} bytes; not a key file")
-    return data
+
+    return read_limited(path, "key", MAX_KEY_FILE_BYTES, follow_symlinks=True, check=owner_only)
 
 
 def _private_from_pem(data: bytes, path: Path) -> Ed25519PrivateKey:

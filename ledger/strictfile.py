@@ -16,6 +16,9 @@ naming ``what``:
 - ``{what} {path} is over the {limit}-byte limit``
 
 ``read_optional`` is the same read for a file that may be absent (``None`` then).
+``follow_symlinks=True`` follows a link in the last component (the signing key's reader:
+secret mounts present keys through links; the checks are on the file reached), and
+``check`` sees the opened file's ``stat`` before a byte is read (the key's 0600 check).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import FormatError
@@ -50,9 +54,13 @@ def file_kind(mode: int) -> str:
     return "special file"
 
 
-def read_limited(path: str | Path, what: str, limit: int) -> bytes:
+Check = Callable[[os.stat_result], None]
+
+
+def read_limited(path: str | Path, what: str, limit: int, *, follow_symlinks: bool = False,
+                 check: Check | None = None) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``); ``FormatError`` otherwise (see the module)."""
-    data = _read(path, what, limit, missing_ok=False)
+    data = _read(path, what, limit, missing_ok=False, follow_symlinks=follow_symlinks, check=check)
     assert data is not None
     return data
 
@@ -62,9 +70,10 @@ def read_optional(path: str | Path, what: str, limit: int) -> bytes | None:
     return _read(path, what, limit, missing_ok=True)
 
 
-def _read(path: str | Path, what: str, limit: int, *, missing_ok: bool) -> bytes | None:
+def _read(path: str | Path, what: str, limit: int, *, missing_ok: bool, follow_symlinks: bool = False,
+          check: Check | None = None) -> bytes | None:
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow_symlinks else _FLAGS)
     except FileNotFoundError as exc:
         if missing_ok:
             return None
@@ -77,6 +86,8 @@ def _read(path: str | Path, what: str, limit: int, *, missing_ok: bool) -> bytes
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise FormatError(f"{what} {path} is a {file_kind(info.st_mode)}, not a regular file")
+        if check is not None:
+            check(info)
         chunks: list[bytes] = []
         left = limit + 1
         while left > 0:

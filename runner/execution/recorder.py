@@ -118,6 +118,7 @@ class Recorder:
     say: Callable[[str], None]
     on_wave: Callable[[int, int, str], None] | None
     crash: CrashHook
+    held: list[Pending]   # what a held read-only action left to record (``action(..., hold=True)``)
 
     @property
     def ws(self) -> WindowState:
@@ -131,9 +132,8 @@ class Recorder:
 
         What a read-only host action left to record (``action(..., hold=True)``) goes first in it.
         """
-        held = self.__dict__.pop("_held", None)
-        if held:
-            items = [*held, *items]
+        if self.held:
+            items, self.held = [*self.held, *items], []
         if not items:
             return []
         events = [window_event(self.window, self.registration.plan_sha256, t, payload, b, ledger=self.ledger)
@@ -196,7 +196,7 @@ class Recorder:
         if then is not None and result.ok:
             items += then(result)
         if hold and len(items) == 1:  # nothing established (a dial-back found is committed at once)
-            self.__dict__.setdefault("_held", []).extend(items)
+            self.held.extend(items)
         else:
             self.append(items)
         verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
@@ -205,7 +205,7 @@ class Recorder:
 
     def flush_held(self) -> None:
         """Append what a held read-only action left to record (nothing if nothing is held)."""
-        if self.__dict__.get("_held"):
+        if self.held:
             self.append([])
 
     def arm_params(self, start_id: str) -> dict[str, Any]:

@@ -87,6 +87,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.prompts: dict[str, dict[str, Prompt]] | None = None
         self.model: str | None = None
         self.crash = CrashHook()
+        self.held = []
         self.last_wave_end: float | None = None
         self.last_attested: tuple[str, int, dict[str, Any]] | None = None
         # a production capture (``--chain-production``): read now, checked against the marker at run

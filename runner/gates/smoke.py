@@ -70,6 +70,14 @@ class ProbeVerdict:
         return SMOKE_FAILURE_KIND[self.probe]
 
 
+def _checked(probe: SmokeProbe, start: str, failures: list[str], passed: str, checks: dict[str, Any],
+             evidence: dict[str, Any]) -> ProbeVerdict:
+    """A probe of several checks: ``fail`` naming every failed one, else ``pass`` saying what held."""
+    if failures:
+        return ProbeVerdict(probe, "fail", f"{start}: " + "; ".join(failures), checks, evidence)
+    return ProbeVerdict(probe, "pass", f"{start}: {passed}", checks, evidence)
+
+
 def _answered(_probe: Probe, status: int, _body: Any, _parts: dict[str, Any]) -> tuple[bool, Any, str]:
     return (status == 200, "pass" if status == 200 else ("no_answer" if status >= 500 else "wrong"),
             f"HTTP {status}")
@@ -286,11 +294,9 @@ class SmokeSession:
                 failures.append(f"stop_token_ids [{token}] did not end the stream at position {at} "
                                 f"(finish {ids.finish_reason}, {count} tokens)")
         evidence = {"exchanges": exchanges}
-        if failures:
-            return ProbeVerdict("stop", "fail", f"{start}: " + "; ".join(failures), checks, evidence)
-        return ProbeVerdict("stop", "pass", f"{start}: stop strings" + (" and stop_token_ids" if len(checks) > 1
-                                                                         else "") + " end the stream where they should",
-                            checks, evidence)
+        also = " and stop_token_ids" if len(checks) > 1 else ""
+        return _checked("stop", start, failures, f"stop strings{also} end the stream where they should", checks,
+                        evidence)
 
     def eos(self, start: str) -> ProbeVerdict:
         s = self.smoke
@@ -315,10 +321,8 @@ class SmokeSession:
         if not checks["min_tokens"]["ok"]:
             failures.append(f"min_tokens 3 did not hold EOS back ({held_count} token(s))")
         evidence = {"exchanges": exchanges}
-        if failures:
-            return ProbeVerdict("eos", "fail", f"{start}: " + "; ".join(failures), checks, evidence)
-        return ProbeVerdict("eos", "pass", f"{start}: EOS ends after one token; min_tokens holds it back",
-                            checks, evidence)
+        return _checked("eos", start, failures, "EOS ends after one token; min_tokens holds it back", checks,
+                        evidence)
 
     def lifecycle(self, start: str) -> ProbeVerdict:
         checks: dict[str, Any] = {}
@@ -333,10 +337,8 @@ class SmokeSession:
             if not ok:
                 failures.append(f"after {name}: {why}")
         evidence = {"exchanges": exchanges}
-        if failures:
-            return ProbeVerdict("lifecycle", "fail", f"{start}: " + "; ".join(failures), checks, evidence)
-        return ProbeVerdict("lifecycle", "pass", f"{start}: cancel, disconnect and a late reply leave it healthy",
-                            checks, evidence)
+        return _checked("lifecycle", start, failures, "cancel, disconnect and a late reply leave it healthy",
+                        checks, evidence)
 
     def _long(self, stream: bool) -> dict[str, Any]:
         return self.completion(LIFECYCLE_TOKENS, stream=stream, ignore_eos=True)

@@ -30,17 +30,23 @@ def _events(w: Any, type_: str) -> list[dict[str, Any]]:
     return [e.payload for e in w.book.events(stream=f"window/{WINDOW}", types=[type_])]
 
 
+def _blip_during(w: Any, start: str, cap_mhz: int) -> Any:
+    """An on_wave hook: at the start's first wave, the next request dials the clock back to ``cap_mhz`` and it
+    recovers (a THERMAL-WATCH pair)."""
+    injected: list[bool] = []
+
+    def on_wave(_n: int, _total: int, label: str) -> None:
+        if label.startswith(f"{start} ") and not injected:
+            injected.append(True)
+            w.sim.set_faults(thermal_blip={"cap_mhz": cap_mhz})
+
+    return on_wave
+
+
 def test_dial_back_that_recovers_before_the_start_ends_is_caught(tmp_path: Path) -> None:
     w = _world(tmp_path)
     try:
-        injected: list[bool] = []
-
-        def on_wave(_n: int, _total: int, label: str) -> None:
-            if label.startswith("s2 ") and not injected:
-                injected.append(True)   # the next request dials the clock back to 1700 MHz, and it recovers
-                w.sim.set_faults(thermal_blip={"cap_mhz": 1700})
-
-        result = run(w, WINDOW, on_wave=on_wave)
+        result = run(w, WINDOW, on_wave=_blip_during(w, "s2", 1700))
         assert result.ending == "restored"
         thermal = _events(w, "thermal.event")
         assert [(t["kind"], t["clock_cap_mhz"], t["detail"]["source"]) for t in thermal] == [
@@ -83,8 +89,10 @@ def test_a_thermal_watch_line_naming_an_unknown_host_is_a_malformed_reading_not_
         assert malformed["detail"]["reason"] == ("THERMAL-WATCH line 7 names host 'ghost-gpu', "
                                                  "which the site does not have")
         assert not [t for t in thermal if t["kind"] == "dial_back"]
-        # the start is flagged for the control archive (kept out of other windows' spread), at no cap of the ghost's
-        assert state(w.book).windows[WINDOW].dial_back_caps[malformed["detail"]["start"]] == (None,)
+        # the start is flagged in the control archive (kept out of other windows' spread), at its own cap
+        rows = [e.payload for e in w.book.events(stream="archive", types=["archive.control_start"])
+                if e.payload["start"] == malformed["detail"]["start"]]
+        assert rows and all(r["dial_back"] is True and r["clock_cap_mhz"] == 2300 for r in rows), rows
         decision = _events(w, "decision.recorded")[0]["result"]        # fail closed: the clocks are not shown held
         assert decision["decision"] == "INCONCLUSIVE"
         assert any("thermal dial-back inside the HOLD (1 event(s))" in r for r in decision["reasons"])
@@ -176,14 +184,7 @@ def test_each_hosts_cap_comes_from_its_own_log_line() -> None:
 def test_a_dialled_back_control_start_is_archived_at_its_real_cap_and_flagged(tmp_path: Path) -> None:
     w = _world(tmp_path)
     try:
-        injected: list[bool] = []
-
-        def on_wave(_n: int, _total: int, label: str) -> None:
-            if label.startswith("s3 ") and not injected:
-                injected.append(True)
-                w.sim.set_faults(thermal_blip={"cap_mhz": 1800})
-
-        assert run(w, WINDOW, on_wave=on_wave).ending == "restored"
+        assert run(w, WINDOW, on_wave=_blip_during(w, "s3", 1800)).ending == "restored"
         archived = {e.payload["start"]: e.payload for e in w.book.events(stream="archive",
                                                                           types=["archive.control_start"])}
         assert archived["s3"]["clock_cap_mhz"] == 1800 and archived["s3"]["dial_back"] is True

@@ -176,7 +176,7 @@ def test_a_fifo_planted_as_the_signing_key_is_refused_promptly(tmp_path: Path) -
                               capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         pytest.fail("loading a key blocked on a FIFO")
-    assert done.returncode == 2 and "is not a regular file" in done.stdout, (done.stdout, done.stderr)
+    assert done.returncode == 2 and "is a FIFO, not a regular file" in done.stdout, (done.stdout, done.stderr)
     real = tmp_path / "keys" / "root.pem"
     real.parent.mkdir()
     signer = generate_key_file(real)
