@@ -30,7 +30,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from runner.gates.admission import GateRecord
-    from runner.gates.probe_list import ProbeList
+    from runner.rehearsal.probe_list import ProbeList
 
 
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
@@ -188,10 +188,10 @@ def rehearse(
     records honoured / ignored / refused; with --window it fails when a field the plan needs is not
     as needed. Credentials in --url are sent as an Authorization header and never recorded.
     """
-    from runner.gates.capability import FIELDS, plan_needs
-    from runner.gates.rehearsal import VLLM_PROBES, write_rehearsal
-    from runner.gates.rehearsal import rehearse as run_rehearsal
     from runner.measure.urls import redact, server_url
+    from runner.rehearsal.capability import FIELDS, plan_needs
+    from runner.rehearsal.rehearsal import VLLM_PROBES, write_rehearsal
+    from runner.rehearsal.rehearsal import rehearse as run_rehearsal
 
     if not url.startswith(("http://", "https://")):
         raise FormatError(f"--url {redact(url)!r} must start with http:// or https://")
@@ -251,8 +251,8 @@ def rehearse(
 
 def _probe_list(path: Path, model: str | None) -> ProbeList:
     """The --probes file, read as hostile input: a regular file, bounded, every line validated."""
-    from runner.gates.probe_list import MAX_FILE_BYTES, read_probe_list
-    from runner.gates.rehearsal import RESERVED_NAMES
+    from runner.rehearsal.probe_list import MAX_FILE_BYTES, read_probe_list
+    from runner.rehearsal.rehearsal import RESERVED_NAMES
 
     data = read_bounded(path, "--probes", limit=MAX_FILE_BYTES)
     return read_probe_list(data, f"--probes {path}", reserved=RESERVED_NAMES, model=model)

@@ -14,7 +14,7 @@ from ledger.errors import FormatError
 from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, printable, read_bounded
 
 if TYPE_CHECKING:
-    from runner.gates.promotion import ReceiptFiles
+    from runner.promotion.check import ReceiptFiles
 
 _RECEIPT = re.compile(r"([1-9][0-9]{0,18})\.dsse\.json")
 MAX_ENTRIES = 10_000      # entries of RECEIPT_DIR looked at
@@ -60,7 +60,7 @@ def _decision_seqs(directory: Path) -> list[int]:
 
 def read_receipt_dir(directory: Path, seq: int | None) -> ReceiptFiles:
     """The files of one exported receipt, read as hostile input (regular files, bounded, UTF-8)."""
-    from runner.gates.promotion import ReceiptFiles
+    from runner.promotion.check import ReceiptFiles
 
     if not directory.is_dir() or directory.is_symlink():
         raise FormatError(f"RECEIPT_DIR {directory} is not a directory")
@@ -103,8 +103,8 @@ def promote_check(
     carried-qualification binding, clock and archive conditions. Promotes nothing.
     Bad input (a missing or malformed file, a bad policy) exits 2.
     """
-    from runner.gates.promotion import check_promotion
-    from runner.gates.promotion_policy import MAX_POLICY_BYTES, read_policy
+    from runner.promotion.check import check_promotion
+    from runner.promotion.policy import MAX_POLICY_BYTES, read_policy
 
     if seq is not None:
         check_seq(seq, "--seq")

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("ledger", "runner", "cli")
 FOUNDATION = ("runner.vocabulary", "runner.fields")
 LEAVES = ("runner.sim", "runner.measure", "runner.drivers")
-STACK = ("runner.events", "runner.plan", "runner.state", "runner.decide", "runner.gates", "runner.report",
-         "runner.audit", "runner.execution", "runner.demo")
+STACK = ("runner.events", "runner.plan", "runner.state", "runner.decide", "runner.rehearsal", "runner.smoke",
+         "runner.gates", "runner.promotion", "runner.report", "runner.audit", "runner.execution", "runner.demo")
 
 
 def _module_name(rel: str) -> str:

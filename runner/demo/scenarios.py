@@ -128,10 +128,10 @@ def write_receipts(root: Path, qualified: str, head: str, tests: Sequence[str] =
 def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualified: str, admission: Path,
                rng: Path, sim_url: str, out: Path, say: Callable[[str], None]) -> None:
     """Run every gate the plan requires, as `tally gate ...` and `tally rehearse` would."""
-    from ..gates.capability import plan_needs
     from ..gates.record import budget_gate, qualification_gate, rehearsal_gate, rng_gate
-    from ..gates.rehearsal import rehearse, write_rehearsal
     from ..plan.register import registered_plan
+    from ..rehearsal.capability import plan_needs
+    from ..rehearsal.rehearsal import rehearse, write_rehearsal
 
     plan = registered_plan(book, window).plan
     for gate in plan.required_gates:

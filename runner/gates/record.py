@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ledger.store import Ledger
 
     from ..plan.model import Carry
-    from .rehearsal import Rehearsal
+    from ..rehearsal.rehearsal import Rehearsal
 
 __all__ = ["GateOutcome", "budget_gate", "qualification_gate", "rehearsal_gate", "rng_gate"]
 

@@ -1,0 +1,1 @@
+"""The API rehearsal and the capability probe."""

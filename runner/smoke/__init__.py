@@ -1,0 +1,1 @@
+"""The smoke stage's probes."""
