@@ -18,6 +18,7 @@ from __future__ import annotations
 from .family import Family, Prompt, family_bytes, load_family, parse_family, write_family
 from .metrics import COUNTER_SERIES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
 from .record import STATUSES, RequestRecord
+from .reply import Frame, read_frame
 from .synth import FAMILIES, synthetic_family
 from .wave import WaveResult, list_models, measure_wave, scrape_metrics
 
@@ -27,6 +28,7 @@ __all__ = [
     "STATUSES",
     "CounterDeltas",
     "Family",
+    "Frame",
     "MetricsSnapshot",
     "Prompt",
     "RequestRecord",
@@ -38,6 +40,7 @@ __all__ = [
     "measure_wave",
     "parse_family",
     "parse_metrics",
+    "read_frame",
     "scrape_metrics",
     "synthetic_family",
     "write_family",
