@@ -64,14 +64,14 @@ def gate_qualification(
     json_out: JsonOpt = False,
 ) -> None:
     """Carry a QUALIFIED admission at Q to HEAD: carried files byte-identical, units AST-identical."""
-    from runner.gates.record import qualification_gate
+    from runner.gates import QualificationGate, run_gate
     from runner.plan.model import Carry
 
     book, signer = ledger_and_signer()
     registered(book, window)
     carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ())) if file or prefix or unit else None
-    out = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified_commit,
-                             admission=admission, head=head, carry=carry)
+    out = run_gate(book, signer, window, QualificationGate(repo=repo, qualified_commit=qualified_commit,
+                                                           admission=admission, head=head, carry=carry))
     lines = [f"{'same' if f['identical'] else 'DIFF'} {f['path']} ({f['carried_by']})" for f in out.evidence["files"]]
     lines += [f"{'same' if u['identical'] else 'DIFF'} {u['unit']} (AST)" for u in out.evidence["units"]]
     _gate_out(window, "qualification", out.verdict, out.summary, out.evidence, out.record, json_out, lines)
@@ -84,11 +84,11 @@ def gate_rng(
     json_out: JsonOpt = False,
 ) -> None:
     """PASS RNG receipt at the plan's commit whose kernel sha256 equals the admission's prepared verifier."""
-    from runner.gates.record import rng_gate
+    from runner.gates import RngGate, run_gate
 
     book, signer = ledger_and_signer()
     registered(book, window)
-    out = rng_gate(book, signer, window, receipt=receipt, admission=admission)
+    out = run_gate(book, signer, window, RngGate(receipt=receipt, admission=admission))
     _gate_out(window, "rng", out.verdict, out.summary, out.evidence, out.record, json_out)
 
 
@@ -99,13 +99,13 @@ def gate_budget(
     json_out: JsonOpt = False,
 ) -> None:
     """The plan's stage estimates against its limits; reports the largest reserve that still fits."""
-    from runner.gates.record import budget_gate
+    from runner.gates import BudgetGate, run_gate
 
     book, signer = ledger_and_signer()
     registered(book, window)
     if pair_reserve_s is not None and (pair_reserve_s < 0 or pair_reserve_s != pair_reserve_s):
         raise FormatError("--pair-reserve-s must be a non-negative number of seconds")
-    out = budget_gate(book, signer, window, pair_reserve_s=pair_reserve_s)
+    out = run_gate(book, signer, window, BudgetGate(pair_reserve_s=pair_reserve_s))
     evidence = out.evidence
     lines = [f"{row['label']}: total {row['total']} min, measurement ends {row['measurement_end']} min"
              f"{'' if row['fits'] else ' (does not fit)'}" for row in evidence["rows"]]
@@ -217,9 +217,9 @@ def rehearse(
     data = result.to_json()
     record = None
     if book is not None and reg is not None and signer is not None:
-        from runner.gates.record import rehearsal_gate
+        from runner.gates import RehearsalGate, run_gate
 
-        record = rehearsal_gate(book, signer, reg.window, result, responses).record
+        record = run_gate(book, signer, reg.window, RehearsalGate(result, responses)).record
     if json_out:
         print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
                         admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))
