@@ -7,7 +7,23 @@ that importing ``ledger.errors`` (as every command does) stays cheap.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below are, for the type checker
+    from .errors import (
+        ExternalError,
+        FormatError,
+        IntegrityError,
+        PayloadError,
+        PolicyError,
+        StorageError,
+        TallyError,
+        VerificationError,
+    )
+    from .event import Event, check_seq
+    from .keys import KeyRing, Signer, load_signer
+    from .store import Blob, Ledger, NewEvent, blob_ref
+    from .verify import VerifiedLedger, verify_events
 
 __all__ = [
     "Blob",
@@ -26,13 +42,14 @@ __all__ = [
     "VerificationError",
     "VerifiedLedger",
     "blob_ref",
+    "check_seq",
     "load_signer",
     "verify_events",
 ]
 
 _HOME = {
     "Blob": "store", "Ledger": "store", "NewEvent": "store", "blob_ref": "store",
-    "Event": "event", "KeyRing": "keys", "Signer": "keys", "load_signer": "keys",
+    "Event": "event", "check_seq": "event", "KeyRing": "keys", "Signer": "keys", "load_signer": "keys",
     "VerifiedLedger": "verify", "verify_events": "verify",
     "ExternalError": "errors", "FormatError": "errors", "IntegrityError": "errors",
     "PayloadError": "errors", "PolicyError": "errors", "StorageError": "errors",

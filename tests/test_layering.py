@@ -26,7 +26,8 @@ PACKAGES = ("ledger", "runner", "cli")
 FOUNDATION = ("runner.vocabulary", "runner.fields")
 LEAVES = ("runner.sim", "runner.measure", "runner.drivers")
 STACK = ("runner.events", "runner.plan", "runner.state", "runner.decide", "runner.rehearsal", "runner.smoke",
-         "runner.gates", "runner.promotion", "runner.report", "runner.audit", "runner.execution", "runner.demo")
+         "runner.gates", "runner.promotion", "runner.report", "runner.audit", "runner.execution", "runner.demo",
+         "runner.app")
 
 
 def _module_name(rel: str) -> str:
