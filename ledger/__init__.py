@@ -6,10 +6,12 @@ that importing ``ledger.errors`` (as every command does) stays cheap.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+import typing
+from importlib import import_module as _import_module
 
-if TYPE_CHECKING:  # what the lazy names below are, for the type checker
+if typing.TYPE_CHECKING:  # what the lazy names below are, for the type checker
+    from typing import Any
+
     from .errors import (
         ExternalError,
         FormatError,
@@ -59,5 +61,5 @@ _HOME = {
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
-        return getattr(import_module(f".{_HOME[name]}", __name__), name)
+        return getattr(_import_module(f".{_HOME[name]}", __name__), name)
     raise AttributeError(f"module 'ledger' has no attribute {name!r}")

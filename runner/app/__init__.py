@@ -31,10 +31,9 @@ packages, the ledger's store and the heavy libraries inside its functions.
 
 from __future__ import annotations
 
-from .archive import MAX_ARCHIVE_BYTES, import_archive, list_archive
+from .archive import import_archive, list_archive
 from .checks import audit_ledger, export_ledger, verify_stored
-from .demo import SCENARIOS, DemoOutcome, demo_result_lines, run_demo_in
-from .files import MAX_INPUT_BYTES, read_bounded, read_json_arg, read_json_file, read_optional_text, read_text
+from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
     chain_preflight_report,
@@ -46,11 +45,11 @@ from .gates import (
     record_standard_spec,
     rehearse_production,
 )
-from .keys import add_key, key_vkey, list_keys, load_key, new_key, revoke_key, witness_vkey
+from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vkey
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
-from .outdir import OutDir, check_out, restage, staged_out, write_out_file
-from .promotion import promotion_check, read_receipt_dir
+from .outdir import OutDir, write_out_file
+from .promotion import promotion_check
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -62,9 +61,9 @@ from .proofs import (
 )
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
-from .session import Session, default_key_path, registered, site_driver
-from .sim import default_sim_config, read_sim_config, serve_sim, write_families
-from .verdicts import compute_verdict, read_rule_input, write_verdict_report
+from .session import Session
+from .sim import default_sim_config, serve_sim, write_families
+from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
     admit_window,
@@ -79,9 +78,6 @@ from .windows import (
 )
 
 __all__ = [
-    "MAX_ARCHIVE_BYTES",
-    "MAX_INPUT_BYTES",
-    "SCENARIOS",
     "Decision",
     "DemoOutcome",
     "ExportedReceipt",
@@ -96,12 +92,10 @@ __all__ = [
     "append_event",
     "audit_ledger",
     "chain_preflight_report",
-    "check_out",
     "checkpoint_json",
     "compute_verdict",
     "consistency",
     "cosign_checkpoint",
-    "default_key_path",
     "default_sim_config",
     "demo_result_lines",
     "describe_power",
@@ -116,20 +110,11 @@ __all__ = [
     "key_vkey",
     "list_archive",
     "list_keys",
-    "load_key",
     "measure_server",
     "new_checkpoint",
     "new_key",
     "owner_name",
     "promotion_check",
-    "read_bounded",
-    "read_json_arg",
-    "read_json_file",
-    "read_optional_text",
-    "read_receipt_dir",
-    "read_rule_input",
-    "read_sim_config",
-    "read_text",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",
@@ -138,19 +123,15 @@ __all__ = [
     "record_standard_spec",
     "recorded_decision",
     "register_window",
-    "registered",
     "rehearse_production",
     "replay_power",
     "replay_state",
     "replay_verdict",
-    "restage",
     "revoke_key",
     "run_demo_in",
     "run_window",
     "serve_sim",
     "show_checkpoint",
-    "site_driver",
-    "staged_out",
     "upgrade_ledger",
     "verify_receipt_files",
     "verify_stored",
