@@ -12,9 +12,9 @@
 The CLI (``cli/``) parses options, calls one function here and prints what it returns; of
 the runner it imports this face to call, and other faces only for the types it prints.
 Each function takes the :class:`Session` (the global options: the ledger, the signing
-key) and the command's inputs, checks every
-input before it acts (bad input is one ``FormatError``, exit 2), and returns values to
-print: nothing here writes to stdout. Modules, one per command group:
+key) and the command's inputs, checks every input before it acts (bad input is one
+``FormatError``, exit 2), and returns values to print: nothing here writes to stdout.
+Modules, one per command group:
 
 - ``session``: the global options, the ledger and key they name, a window's registration;
 - ``files``, ``outdir``: the files a command reads (bounded, no symlinks) and writes (atomic,
