@@ -71,7 +71,8 @@ def estimate_spread(windows: Sequence[Pair], *, source: str, entries: int | None
     return Spread(math.sqrt(start_var), math.sqrt(within), used, len(deltas), source)
 
 
-def _spread_of(f: Fields) -> Spread:
+def _spread_of(f: Fields, also: tuple[str, ...] = ()) -> Spread:
+    """One pilot spread ``S`` (``also``: members another reader takes, e.g. the guards of model 2)."""
     if isinstance(f.data.get("windows"), list):
         pairs: list[Pair] = []
         for w in f.tables("windows"):
@@ -81,9 +82,9 @@ def _spread_of(f: Fields) -> Spread:
                 raise w.fail("first" if 0 in first else "second", "values must be > 0 (rates)")
             if len(first) != len(second):
                 raise w.fail("second", f"{len(second)} values, but first has {len(first)} (units are matched)")
-            w.done()
+            w.done(also)
             pairs.append((first, second))
-        f.done()
+        f.done(also)
         spread = estimate_spread(pairs, source="pilot")
         if spread is None:
             raise f.fail("windows", "no window has two or more matched units: no repeat-to-repeat spread")
@@ -91,7 +92,7 @@ def _spread_of(f: Fields) -> Spread:
     start_sd = f.number("start_sd", low=0)
     repeat_sd = f.number("repeat_sd", low=0)
     windows = f.integer("windows", 0, low=0)
-    f.done()
+    f.done(also)
     return Spread(float(start_sd), float(repeat_sd), 2 * windows, windows, "pilot")
 
 

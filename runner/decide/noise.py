@@ -1,0 +1,413 @@
+"""The data's structure behind power figures (model 2): guards, shared start offsets, base rates (``docs/power.md``).
+
+win2-v1: a control start ``s`` of decision cell ``c`` reads, per repeat ``r`` and metric ``m``
+(the primary ``pooled_rate_tps`` and the guards ``accepted_per_round``, ``decode_tps``), on
+the log scale ``mu_crm + a_scm + e_scrm``. The start offset ``a`` has a part shared by every
+cell of the start (the same engine session runs them all): ``corr(a_sc, a_sc') = rho_cells``.
+A guard's noise is correlated with the primary's, at both levels, by ``rho_g``; the guards
+are correlated with each other only through the primary. Each (cell, metric) has its own
+``start_sd`` and ``repeat_sd`` (``runner.decide.spread.Spread``).
+
+Estimated from matched control pairs (two control starts of one window over the same
+repeats): the spreads as ``estimate_spread`` does, per cell and metric; with
+``delta = log x_first - log x_second`` per repeat::
+
+    rho_g     = sum delta_g delta_p / sum 2 (start_sd_g start_sd_p + repeat_sd_g repeat_sd_p)
+    rho_cells = sum_w sum_{c<c'} D_wc D_wc' / sum_w sum_{c<c'} 2 start_sd_c start_sd_c'
+
+(``D_wc``: window w's mean delta of the primary in cell c), clipped to [-1, 1] and [0, 1].
+A correlation resting on fewer than ``MIN_CORRELATION_WINDOWS`` windows is *thin*: its
+value is ``None`` and the power figures assume, figure by figure, the conservative end of
+[0, 1] (``Win2Noise.scenarios``). A guard without data is assumed to spread as the primary.
+
+pp3-v1: one spread (blocks and pairs) and the contexts' base rates.
+
+Pure: numbers in, values out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..fields import FieldError, Fields
+from .spread import Spread, _spread_of, estimate_spread
+
+__all__ = ["GUARDS", "METRICS", "MIN_CORRELATION_WINDOWS", "PRIMARY", "ControlPair", "Correlation", "PilotNoise",
+           "Pp3Noise", "Win2Noise", "Win2Scenario", "estimate_win2_noise", "parse_pilot_noise"]
+
+PRIMARY = "pooled_rate_tps"
+GUARDS = ("accepted_per_round", "decode_tps")
+METRICS = (PRIMARY, *GUARDS)
+MIN_CORRELATION_WINDOWS = 6
+"""Windows a correlation must rest on to be used as estimated; fewer: thin, the conservative value is assumed."""
+CORNERS = (0.0, 1.0)
+"""A thin correlation's range: a slower engine session is slower in every cell, and at the client, never faster."""
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """A correlation of the noise model and what it rests on (``value`` None: too thin to estimate)."""
+
+    value: float | None
+    windows: int
+    source: str          # archive, pilot, in-window, or "not needed" (no spread it could act on)
+
+    @property
+    def thin(self) -> bool:
+        return self.value is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "windows": self.windows, "source": self.source, "thin": self.thin}
+
+
+NOT_NEEDED = Correlation(0.0, 0, "not needed")
+
+
+def _known(value: float, source: str = "pilot", windows: int = 0) -> Correlation:
+    return Correlation(value, windows, source)
+
+
+@dataclass(frozen=True)
+class Win2Scenario:
+    """Every parameter of the win2-v1 noise model, none assumed open: what ``power_win2`` simulates."""
+
+    start_sd: tuple[tuple[float, ...], ...]    # [cell][metric], METRICS order
+    repeat_sd: tuple[tuple[float, ...], ...]
+    guard_correlation: tuple[float, ...]       # per guard, with the primary
+    cell_correlation: float                    # of the start offsets across cells
+    assumed: Mapping[str, float] = field(default_factory=dict)   # the thin correlations' values here
+
+    def beta(self, cell: int, guard: int) -> float:
+        """How a true effect on the primary moves guard ``guard`` of ``cell``: its log change per log change.
+
+        The guard's regression on the primary over control-start noise, clipped to [0, 1]:
+        a faster candidate is assumed to move a guard with it as a faster start does, at most
+        one for one, and never to worsen it (a candidate that worsens a guard is what the
+        guard is there to catch, not a question of power).
+        """
+        m = 1 + guard
+        sd_g = math.hypot(self.start_sd[cell][m], self.repeat_sd[cell][m])
+        sd_p = math.hypot(self.start_sd[cell][0], self.repeat_sd[cell][0])
+        ratio = sd_g / sd_p if sd_p > 0 else 1.0
+        return min(1.0, max(0.0, self.guard_correlation[guard] * ratio))
+
+
+@dataclass(frozen=True)
+class Win2Noise:
+    """What is known of the win2-v1 noise model per decision cell, and what is not."""
+
+    cells: tuple[str, ...]
+    primary: tuple[Spread, ...]                        # per cell
+    guards: tuple[tuple[Spread | None, ...], ...]      # per cell, GUARDS order; None: no data
+    guard_correlation: tuple[Correlation, ...]         # per guard (pooled over cells)
+    cell_correlation: Correlation
+
+    @classmethod
+    def of(cls, spreads: Sequence[Spread], *, cells: Sequence[str] | None = None,
+           guards: Sequence[Sequence[Spread | None]] | None = None,
+           guard_correlation: Sequence[float | None] = (1.0, 1.0),
+           cell_correlation: float | None = 1.0) -> Win2Noise:
+        """A noise model from its parts (guards default: neutral, a zero spread; correlations: given values)."""
+        names = tuple(cells) if cells is not None else tuple(f"c{i + 1}" for i in range(len(spreads)))
+        zero = Spread(0.0, 0.0, 0, 0, "pilot")
+        held = tuple(tuple(g) for g in guards) if guards is not None else tuple((zero, zero) for _ in spreads)
+        corr = tuple(Correlation(v, 0, "pilot") for v in guard_correlation)
+        return cls(names, tuple(spreads), held, corr, Correlation(cell_correlation, 0, "pilot")).settled()
+
+    def guard_spread(self, cell: int, guard: int) -> Spread:
+        """The guard's spread (a guard without data is assumed to spread as the primary)."""
+        own = self.guards[cell][guard]
+        return own if own is not None else self.primary[cell]
+
+    def settled(self) -> Win2Noise:
+        """The same model with the correlations no spread can act on marked "not needed"."""
+        def moving(sd: Spread) -> bool:
+            return sd.start_sd > 0 or sd.repeat_sd > 0
+
+        guard_corr = tuple(
+            c if any(moving(self.guard_spread(i, g)) for i in range(len(self.cells))) else NOT_NEEDED
+            for g, c in enumerate(self.guard_correlation))
+        starts = [i for i in range(len(self.cells))
+                  if self.primary[i].start_sd > 0 or any(self.guard_spread(i, g).start_sd > 0 for g in range(2))]
+        cell_corr = self.cell_correlation if len(starts) >= 2 else NOT_NEEDED
+        return Win2Noise(self.cells, self.primary, self.guards, guard_corr, cell_corr)
+
+    def thin(self) -> list[str]:
+        """The names of the correlations assumed, not estimated: ``cells``, then the guards'."""
+        names = ["cells"] if self.cell_correlation.thin else []
+        return names + [g for g, c in zip(GUARDS, self.guard_correlation, strict=True) if c.thin]
+
+    def scenarios(self) -> list[Win2Scenario]:
+        """One scenario per corner of the thin correlations (each 0 or 1); one when none is thin."""
+        thin = self.thin()
+        out = []
+        for corner in itertools.product(CORNERS, repeat=len(thin)):
+            assumed = dict(zip(thin, corner, strict=True))
+            sd = [[self.primary[i]] + [self.guard_spread(i, g) for g in range(len(GUARDS))]
+                  for i in range(len(self.cells))]
+            out.append(Win2Scenario(
+                tuple(tuple(s.start_sd for s in row) for row in sd),
+                tuple(tuple(s.repeat_sd for s in row) for row in sd),
+                tuple(assumed.get(g, c.value if c.value is not None else 0.0)
+                      for g, c in zip(GUARDS, self.guard_correlation, strict=True)),
+                assumed.get("cells", self.cell_correlation.value if self.cell_correlation.value is not None else 0.0),
+                assumed))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "guards": {cell: {g: (None if s is None else s.to_json()) for g, s in zip(GUARDS, row, strict=True)}
+                       for cell, row in zip(self.cells, self.guards, strict=True)},
+            "correlations": {"cells": self.cell_correlation.to_json(),
+                             **{g: c.to_json() for g, c in zip(GUARDS, self.guard_correlation, strict=True)}},
+        }
+
+
+@dataclass(frozen=True)
+class Pp3Noise:
+    """The pp3-v1 noise model: one spread, and the contexts' base rates (``None``: not known, equal assumed)."""
+
+    spread: Spread
+    rates: tuple[float, ...] | None = None     # per design context
+    rates_source: str = "assumed equal"
+
+    def to_json(self, contexts: Sequence[str]) -> dict[str, Any]:
+        return {"rates": None if self.rates is None else dict(zip(contexts, self.rates, strict=True)),
+                "source": self.rates_source}
+
+
+# --------------------------------------------------------------------------- estimation
+
+@dataclass(frozen=True)
+class ControlPair:
+    """One window's two control starts of one cell: per metric, their per-repeat values (None: missing)."""
+
+    window: str
+    first: Mapping[str, Sequence[float | None]]
+    second: Mapping[str, Sequence[float | None]]
+
+    def matched(self, *metrics: str) -> list[int]:
+        """The repeats every named metric has, positive, in both starts."""
+        units = min(len(self.first.get(m) or ()) for m in metrics) if metrics else 0
+        units = min(units, *(len(self.second.get(m) or ()) for m in metrics))
+        return [u for u in range(units)
+                if all(_positive(self.first[m][u]) and _positive(self.second[m][u]) for m in metrics)]
+
+    def deltas(self, metric: str, units: Sequence[int]) -> list[float]:
+        return [math.log(float(self.first[metric][u] or 0.0)) - math.log(float(self.second[metric][u] or 0.0))
+                for u in units]
+
+
+def _positive(value: float | None) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
+
+
+def _spread_of_metric(pairs: Sequence[ControlPair], metric: str, source: str, entries: int | None) -> Spread | None:
+    matched = []
+    for pair in pairs:
+        units = pair.matched(metric)
+        if units:
+            matched.append(([float(pair.first[metric][u] or 0.0) for u in units],
+                            [float(pair.second[metric][u] or 0.0) for u in units]))
+    return estimate_spread(matched, source=source, entries=entries) if matched else None
+
+
+def _guard_correlation(pairs: Mapping[str, Sequence[ControlPair]], primary: Mapping[str, Spread | None],
+                       guards: Mapping[str, Spread | None], guard: str, source: str) -> Correlation:
+    num = den = 0.0
+    windows: set[str] = set()
+    for cell, cell_pairs in pairs.items():
+        sp, sg = primary.get(cell), guards.get(cell)
+        if sp is None or sg is None:
+            continue
+        scale = 2 * (sp.start_sd * sg.start_sd + sp.repeat_sd * sg.repeat_sd)
+        for pair in cell_pairs:
+            units = pair.matched(PRIMARY, guard)
+            if not units:
+                continue
+            num += math.fsum(x * y for x, y in zip(pair.deltas(PRIMARY, units), pair.deltas(guard, units),
+                                                   strict=True))
+            den += scale * len(units)
+            windows.add(pair.window)
+    if den <= 0:
+        return Correlation(None, len(windows), source) if not windows else NOT_NEEDED
+    if len(windows) < MIN_CORRELATION_WINDOWS:
+        return Correlation(None, len(windows), source)
+    return Correlation(min(1.0, max(-1.0, num / den)), len(windows), source)
+
+
+def _cell_correlation(pairs: Mapping[str, Sequence[ControlPair]], primary: Mapping[str, Spread | None],
+                      source: str) -> Correlation:
+    by_window: dict[str, dict[str, float]] = {}
+    for cell, cell_pairs in pairs.items():
+        for pair in cell_pairs:
+            units = pair.matched(PRIMARY)
+            if units:
+                by_window.setdefault(pair.window, {})[cell] = math.fsum(pair.deltas(PRIMARY, units)) / len(units)
+    num = den = 0.0
+    windows = 0
+    for means in by_window.values():
+        cells = sorted(means)
+        if len(cells) < 2:
+            continue
+        windows += 1
+        for a, b in itertools.combinations(cells, 2):
+            sa, sb = primary.get(a), primary.get(b)
+            if sa is None or sb is None:
+                continue
+            num += means[a] * means[b]
+            den += 2 * sa.start_sd * sb.start_sd
+    if windows < MIN_CORRELATION_WINDOWS:
+        return Correlation(None, windows, source)
+    if den <= 0:
+        return Correlation(0.0, windows, source)   # no start-to-start spread: the value cannot matter
+    return Correlation(min(1.0, max(0.0, num / den)), windows, source)
+
+
+def estimate_win2_noise(cells: Sequence[str], pairs: Mapping[str, Sequence[ControlPair]], *, source: str,
+                        entries: Mapping[str, int] | None = None) -> tuple[dict[str, Spread | None], Win2Noise | None]:
+    """Per cell the primary's spread (``None``: none), and the whole noise model (``None`` if a cell has none)."""
+    primary = {c: _spread_of_metric(pairs.get(c, ()), PRIMARY, source, None if entries is None else entries[c])
+               for c in cells}
+    guards = {g: {c: _spread_of_metric(pairs.get(c, ()), g, source, None if entries is None else entries[c])
+                  for c in cells} for g in GUARDS}
+    chosen = [primary[c] for c in cells]
+    if any(s is None for s in chosen):
+        return primary, None
+    noise = Win2Noise(
+        tuple(cells), tuple(s for s in chosen if s is not None),
+        tuple(tuple(guards[g][c] for g in GUARDS) for c in cells),
+        tuple(_guard_correlation(pairs, primary, guards[g], g, source) for g in GUARDS),
+        _cell_correlation(pairs, primary, source) if len(cells) > 1 else NOT_NEEDED,
+    )
+    return primary, noise.settled()
+
+
+# --------------------------------------------------------------------------- pilot files
+
+@dataclass(frozen=True)
+class PilotNoise:
+    """A pilot file read for model 2: the win2-v1 noise model, or pp3-v1's spread and base rates."""
+
+    win2: Win2Noise | None
+    pp3: Pp3Noise | None
+
+
+def _pilot_cell(f: Fields) -> tuple[Spread, list[Spread | None], list[ControlPair]]:
+    """One pilot spread ``S`` with its optional ``guards``: the primary, each guard (None: not given), the pairs."""
+    primary = _spread_of(f, also=("guards",))
+    guards: list[Spread | None] = [None] * len(GUARDS)
+    pairs: list[ControlPair] = []
+    if isinstance(f.data.get("windows"), list):
+        for index, w in enumerate(f.tables("windows")):
+            first: dict[str, list[float | None]] = {PRIMARY: list(w.numbers("first", low=0))}
+            second: dict[str, list[float | None]] = {PRIMARY: list(w.numbers("second", low=0))}
+            if "guards" in w.data:
+                table = w.table("guards")
+                for name in list(table.data):
+                    if name not in GUARDS:
+                        raise table.fail(name, f"not a guard of win2-v1 (expected one of {', '.join(GUARDS)})")
+                    g = table.table(name)
+                    a, b = g.numbers("first", low=0), g.numbers("second", low=0)
+                    if len(a) != len(first[PRIMARY]) or len(b) != len(second[PRIMARY]):
+                        raise g.fail("first", "the guard's units are the primary's: as many values as first/second")
+                    g.done()
+                    first[name], second[name] = list(a), list(b)
+                table.done()
+            pairs.append(ControlPair(f"pilot-{index}", first, second))
+        for i, name in enumerate(GUARDS):
+            if any(name in p.first for p in pairs):
+                spread = _spread_of_metric([p for p in pairs if name in p.first], name, "pilot", None)
+                if spread is None:
+                    raise f.fail("windows", f"guard {name}: no window has two or more matched units")
+                guards[i] = spread
+    elif "guards" in f.data:
+        table = f.table("guards")
+        for name in list(table.data):
+            if name not in GUARDS:
+                raise table.fail(name, f"not a guard of win2-v1 (expected one of {', '.join(GUARDS)})")
+            g = table.table(name)
+            guards[GUARDS.index(name)] = Spread(float(g.number("start_sd", low=0)), float(g.number("repeat_sd", low=0)),
+                                                primary.entries, primary.windows, "pilot")
+            g.done()
+        table.done()
+    return primary, guards, pairs
+
+
+def parse_pilot_noise(data: Any, cells: Sequence[str], *, protocol: str,
+                      contexts: Sequence[str] = ()) -> PilotNoise:
+    """A pilot file (``docs/power.md``) for model 2: ``spread``, ``cells``, and the optional ``correlation``, ``rates``.
+
+    ``correlation`` (win2-v1): ``{"cells": x, "accepted_per_round": y, "decode_tps": z}``,
+    each optional, as measured elsewhere; a spread ``S`` may carry ``guards`` (per guard
+    ``{"start_sd", "repeat_sd"}``, or per window ``{"first", "second"}`` over the primary's
+    units). ``rates`` (pp3-v1): every context's base rate (any unit; only the ratios count).
+    """
+    f = Fields(data, "pilot", dialect="json")
+    names = list(cells)
+    default = f.table("spread") if "spread" in f.data else None
+    named: dict[str, Fields] = {}
+    if "cells" in f.data:
+        table = f.table("cells")
+        for name in list(table.data):
+            if name not in names:
+                raise table.fail(name, f"not a cell of the plan (expected one of {', '.join(names)})")
+            named[name] = table.table(name)
+        table.done()
+    declared: dict[str, float] = {}
+    if "correlation" in f.data:
+        if protocol != "win2-v1":
+            raise f.fail("correlation", "win2-v1 only (pp3-v1's blocks share one offset by design)")
+        table = f.table("correlation")
+        if "cells" in table.data:
+            declared["cells"] = float(table.number("cells", low=0, high=1))
+        for g in GUARDS:
+            if g in table.data:
+                declared[g] = float(table.number(g, low=-1, high=1))
+        table.done()
+    rates: tuple[float, ...] | None = None
+    if "rates" in f.data:
+        if protocol != "pp3-v1":
+            raise f.fail("rates", "pp3-v1 only (per-context base rates)")
+        table = f.table("rates")
+        for name in list(table.data):
+            if name not in contexts:
+                raise table.fail(name, f"not a context of the plan (expected one of {', '.join(contexts)})")
+        rates = tuple(float(table.number(c, low=0, low_open=True)) for c in contexts)
+        table.done()
+    f.done()
+    read: dict[int, tuple[Spread, list[Spread | None], list[ControlPair]]] = {}
+
+    def cell_of(name: str) -> tuple[Spread, list[Spread | None], list[ControlPair]]:
+        chosen = named.get(name, default)
+        if chosen is None:
+            raise FieldError("pilot.spread", f"required: no spread for cell {name}")
+        key = id(chosen)
+        if key not in read:
+            read[key] = _pilot_cell(chosen)
+        return read[key]
+
+    if protocol == "pp3-v1":
+        primary, guards, _ = cell_of(names[0])
+        if any(g is not None for g in guards):
+            raise FieldError("pilot.spread.guards", "win2-v1 only (pp3-v1's guards are not simulated)")
+        return PilotNoise(None, Pp3Noise(primary, rates, "pilot" if rates is not None else "assumed equal"))
+    per_cell = [cell_of(c) for c in names]
+    pairs = {c: per_cell[i][2] for i, c in enumerate(names)}
+    primary_by = {c: per_cell[i][0] for i, c in enumerate(names)}
+    guard_corr = []
+    for gi, g in enumerate(GUARDS):
+        if g in declared:
+            guard_corr.append(_known(declared[g]))
+            continue
+        spreads = {c: per_cell[i][1][gi] for i, c in enumerate(names)}
+        guard_corr.append(_guard_correlation(pairs, primary_by, spreads, g, "pilot")
+                          if any(s is not None for s in spreads.values()) else Correlation(None, 0, "pilot"))
+    cell_corr = _known(declared["cells"]) if "cells" in declared else Correlation(None, 0, "pilot")
+    noise = Win2Noise(tuple(names), tuple(p[0] for p in per_cell), tuple(tuple(p[1]) for p in per_cell),
+                      tuple(guard_corr), cell_corr if len(names) > 1 else NOT_NEEDED)
+    return PilotNoise(noise.settled(), None)
