@@ -3,10 +3,11 @@
 win2-v1: a control start ``s`` of decision cell ``c`` reads, per repeat ``r`` and metric ``m``
 (the primary ``pooled_rate_tps`` and the guards ``accepted_per_round``, ``decode_tps``), on
 the log scale ``mu_crm + a_scm + e_scrm``. The start offset ``a`` has a part shared by every
-cell of the start (the same engine session runs them all): ``corr(a_sc, a_sc') = rho_cells``.
-A guard's noise is correlated with the primary's, at both levels, by ``rho_g``; the guards
-are correlated with each other only through the primary. Each (cell, metric) has its own
-``start_sd`` and ``repeat_sd`` (``runner.decide.spread.Spread``).
+cell of the start (the same engine session runs them all): ``corr(a_sc, a_sc') = rho_cells``
+for the rate, ``kappa_g`` for guard ``g``. A guard's noise is correlated with the primary's,
+at both levels, by ``rho_g``; the guards are correlated with each other only through the
+primary. Each (cell, metric) has its own ``start_sd`` and ``repeat_sd``
+(``runner.decide.spread.Spread``).
 
 Estimated from matched control pairs (two control starts of one window over the same
 repeats): the spreads as ``estimate_spread`` does, per cell and metric; with
@@ -15,10 +16,12 @@ repeats): the spreads as ``estimate_spread`` does, per cell and metric; with
     rho_g     = sum delta_g delta_p / sum 2 (start_sd_g start_sd_p + repeat_sd_g repeat_sd_p)
     rho_cells = sum_w sum_{c<c'} D_wc D_wc' / sum_w sum_{c<c'} 2 start_sd_c start_sd_c'
 
-(``D_wc``: window w's mean delta of the primary in cell c), clipped to [-1, 1] and [0, 1].
-A correlation resting on fewer than ``MIN_CORRELATION_WINDOWS`` windows is *thin*: its
-value is ``None`` and the power figures assume, figure by figure, the conservative end of
-[0, 1] (``Win2Noise.scenarios``). A guard without data is assumed to spread as the primary.
+(``D_wc``: window w's mean delta of the metric in cell c; ``kappa_g`` likewise on the
+guard), clipped to [-1, 1] and [0, 1]. A correlation resting on fewer than
+``MIN_CORRELATION_WINDOWS`` windows is *thin*: its value is ``None`` and the power figures
+assume the conservative end of [0, 1] figure by figure (``Win2Noise.scenarios``: every
+figure moves one way as each correlation grows, so the two corners, all thin ones 0 and
+all 1, hold the worst of each). A guard without data is assumed to spread as the primary.
 
 pp3-v1: one spread (blocks and pairs) and the contexts' base rates.
 
@@ -78,8 +81,17 @@ class Win2Scenario:
     start_sd: tuple[tuple[float, ...], ...]    # [cell][metric], METRICS order
     repeat_sd: tuple[tuple[float, ...], ...]
     guard_correlation: tuple[float, ...]       # per guard, with the primary
-    cell_correlation: float                    # of the start offsets across cells
+    cell_correlation: float                    # of the rate's start offsets across cells
+    guard_cell_correlation: tuple[float, ...] = (0.0, 0.0)   # of each guard's start offsets across cells
     assumed: Mapping[str, float] = field(default_factory=dict)   # the thin correlations' values here
+
+    def own_cell_correlation(self, guard: int) -> float:
+        """The cross-cell correlation of the guard's own part (beside what it shares with the rate)."""
+        rho = self.guard_correlation[guard]
+        if rho * rho >= 1:
+            return 0.0
+        own = (self.guard_cell_correlation[guard] - rho * rho * self.cell_correlation) / (1 - rho * rho)
+        return min(1.0, max(0.0, own))
 
     def beta(self, cell: int, guard: int) -> float:
         """How a true effect on the primary moves guard ``guard`` of ``cell``: its log change per log change.
@@ -104,19 +116,26 @@ class Win2Noise:
     primary: tuple[Spread, ...]                        # per cell
     guards: tuple[tuple[Spread | None, ...], ...]      # per cell, GUARDS order; None: no data
     guard_correlation: tuple[Correlation, ...]         # per guard (pooled over cells)
-    cell_correlation: Correlation
+    cell_correlation: Correlation                      # the rate's start offsets across cells
+    guard_cell_correlation: tuple[Correlation, ...] = (NOT_NEEDED, NOT_NEEDED)   # each guard's
 
     @classmethod
     def of(cls, spreads: Sequence[Spread], *, cells: Sequence[str] | None = None,
            guards: Sequence[Sequence[Spread | None]] | None = None,
            guard_correlation: Sequence[float | None] = (1.0, 1.0),
-           cell_correlation: float | None = 1.0) -> Win2Noise:
-        """A noise model from its parts (guards default: neutral, a zero spread; correlations: given values)."""
+           cell_correlation: float | None = 1.0,
+           guard_cell_correlation: Sequence[float | None] | None = None) -> Win2Noise:
+        """A noise model from its parts (guards default: neutral, a zero spread; correlations: given values).
+
+        ``guard_cell_correlation`` defaults to ``cell_correlation`` for both guards.
+        """
         names = tuple(cells) if cells is not None else tuple(f"c{i + 1}" for i in range(len(spreads)))
         zero = Spread(0.0, 0.0, 0, 0, "pilot")
         held = tuple(tuple(g) for g in guards) if guards is not None else tuple((zero, zero) for _ in spreads)
         corr = tuple(Correlation(v, 0, "pilot") for v in guard_correlation)
-        return cls(names, tuple(spreads), held, corr, Correlation(cell_correlation, 0, "pilot")).settled()
+        across = (cell_correlation, cell_correlation) if guard_cell_correlation is None else guard_cell_correlation
+        return cls(names, tuple(spreads), held, corr, Correlation(cell_correlation, 0, "pilot"),
+                   tuple(Correlation(v, 0, "pilot") for v in across)).settled()
 
     def guard_spread(self, cell: int, guard: int) -> Spread:
         """The guard's spread (a guard without data is assumed to spread as the primary)."""
@@ -128,42 +147,51 @@ class Win2Noise:
         def moving(sd: Spread) -> bool:
             return sd.start_sd > 0 or sd.repeat_sd > 0
 
-        guard_corr = tuple(
-            c if any(moving(self.guard_spread(i, g)) for i in range(len(self.cells))) else NOT_NEEDED
-            for g, c in enumerate(self.guard_correlation))
-        starts = [i for i in range(len(self.cells))
-                  if self.primary[i].start_sd > 0 or any(self.guard_spread(i, g).start_sd > 0 for g in range(2))]
-        cell_corr = self.cell_correlation if len(starts) >= 2 else NOT_NEEDED
-        return Win2Noise(self.cells, self.primary, self.guards, guard_corr, cell_corr)
+        cells = range(len(self.cells))
+        guard_corr = tuple(c if any(moving(self.guard_spread(i, g)) for i in cells) else NOT_NEEDED
+                           for g, c in enumerate(self.guard_correlation))
+        cell_corr = self.cell_correlation if sum(self.primary[i].start_sd > 0 for i in cells) >= 2 else NOT_NEEDED
+        guard_cells = tuple(c if sum(self.guard_spread(i, g).start_sd > 0 for i in cells) >= 2 else NOT_NEEDED
+                            for g, c in enumerate(self.guard_cell_correlation))
+        return Win2Noise(self.cells, self.primary, self.guards, guard_corr, cell_corr, guard_cells)
+
+    def _named(self) -> list[tuple[str, Correlation]]:
+        return [("cells", self.cell_correlation), *zip(GUARDS, self.guard_correlation, strict=True),
+                *((f"cells_{g}", c) for g, c in zip(GUARDS, self.guard_cell_correlation, strict=True))]
 
     def thin(self) -> list[str]:
-        """The names of the correlations assumed, not estimated: ``cells``, then the guards'."""
-        names = ["cells"] if self.cell_correlation.thin else []
-        return names + [g for g, c in zip(GUARDS, self.guard_correlation, strict=True) if c.thin]
+        """The names of the correlations assumed, not estimated: ``cells`` (the rate's across cells), each
+        guard's with the rate, ``cells_<guard>`` (the guard's across cells)."""
+        return [name for name, c in self._named() if c.thin]
 
     def scenarios(self) -> list[Win2Scenario]:
-        """One scenario per corner of the thin correlations (each 0 or 1); one when none is thin."""
+        """The scenarios to simulate: one, or when a correlation is thin the two corners (every thin one 0, then 1).
+
+        Each figure moves one way as any correlation grows (P(WIN) and the false-WIN rate up:
+        cells win together and guards follow the rate; the false-LOSS rate and the MDE down:
+        LOSSes overlap), so the worst of each figure is at one of the two corners.
+        """
         thin = self.thin()
-        out = []
-        for corner in itertools.product(CORNERS, repeat=len(thin)):
-            assumed = dict(zip(thin, corner, strict=True))
-            sd = [[self.primary[i]] + [self.guard_spread(i, g) for g in range(len(GUARDS))]
-                  for i in range(len(self.cells))]
-            out.append(Win2Scenario(
-                tuple(tuple(s.start_sd for s in row) for row in sd),
-                tuple(tuple(s.repeat_sd for s in row) for row in sd),
-                tuple(assumed.get(g, c.value if c.value is not None else 0.0)
-                      for g, c in zip(GUARDS, self.guard_correlation, strict=True)),
-                assumed.get("cells", self.cell_correlation.value if self.cell_correlation.value is not None else 0.0),
-                assumed))
-        return out
+        corners = [dict.fromkeys(thin, v) for v in CORNERS] if thin else [{}]
+        sd = [[self.primary[i]] + [self.guard_spread(i, g) for g in range(len(GUARDS))]
+              for i in range(len(self.cells))]
+
+        def value(name: str, c: Correlation, assumed: Mapping[str, float]) -> float:
+            return assumed.get(name, c.value if c.value is not None else 0.0)
+
+        return [Win2Scenario(
+            tuple(tuple(s.start_sd for s in row) for row in sd),
+            tuple(tuple(s.repeat_sd for s in row) for row in sd),
+            tuple(value(g, c, assumed) for g, c in zip(GUARDS, self.guard_correlation, strict=True)),
+            value("cells", self.cell_correlation, assumed),
+            tuple(value(f"cells_{g}", c, assumed) for g, c in zip(GUARDS, self.guard_cell_correlation, strict=True)),
+            assumed) for assumed in corners]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "guards": {cell: {g: (None if s is None else s.to_json()) for g, s in zip(GUARDS, row, strict=True)}
                        for cell, row in zip(self.cells, self.guards, strict=True)},
-            "correlations": {"cells": self.cell_correlation.to_json(),
-                             **{g: c.to_json() for g, c in zip(GUARDS, self.guard_correlation, strict=True)}},
+            "correlations": {name: c.to_json() for name, c in self._named()},
         }
 
 
@@ -240,14 +268,17 @@ def _guard_correlation(pairs: Mapping[str, Sequence[ControlPair]], primary: Mapp
     return Correlation(min(1.0, max(-1.0, num / den)), len(windows), source)
 
 
-def _cell_correlation(pairs: Mapping[str, Sequence[ControlPair]], primary: Mapping[str, Spread | None],
-                      source: str) -> Correlation:
+def _cell_correlation(pairs: Mapping[str, Sequence[ControlPair]], spreads: Mapping[str, Spread | None],
+                      source: str, metric: str = PRIMARY) -> Correlation:
+    """The correlation of ``metric``'s start offsets across cells (windows with both control starts in two cells)."""
     by_window: dict[str, dict[str, float]] = {}
     for cell, cell_pairs in pairs.items():
+        if spreads.get(cell) is None:
+            continue
         for pair in cell_pairs:
-            units = pair.matched(PRIMARY)
+            units = pair.matched(metric)
             if units:
-                by_window.setdefault(pair.window, {})[cell] = math.fsum(pair.deltas(PRIMARY, units)) / len(units)
+                by_window.setdefault(pair.window, {})[cell] = math.fsum(pair.deltas(metric, units)) / len(units)
     num = den = 0.0
     windows = 0
     for means in by_window.values():
@@ -256,7 +287,7 @@ def _cell_correlation(pairs: Mapping[str, Sequence[ControlPair]], primary: Mappi
             continue
         windows += 1
         for a, b in itertools.combinations(cells, 2):
-            sa, sb = primary.get(a), primary.get(b)
+            sa, sb = spreads.get(a), spreads.get(b)
             if sa is None or sb is None:
                 continue
             num += means[a] * means[b]
@@ -283,6 +314,7 @@ def estimate_win2_noise(cells: Sequence[str], pairs: Mapping[str, Sequence[Contr
         tuple(tuple(guards[g][c] for g in GUARDS) for c in cells),
         tuple(_guard_correlation(pairs, primary, guards[g], g, source) for g in GUARDS),
         _cell_correlation(pairs, primary, source) if len(cells) > 1 else NOT_NEEDED,
+        tuple(_cell_correlation(pairs, guards[g], source, g) if len(cells) > 1 else NOT_NEEDED for g in GUARDS),
     )
     return primary, noise.settled()
 
@@ -342,8 +374,10 @@ def parse_pilot_noise(data: Any, cells: Sequence[str], *, protocol: str,
                       contexts: Sequence[str] = ()) -> PilotNoise:
     """A pilot file (``docs/power.md``) for model 2: ``spread``, ``cells``, and the optional ``correlation``, ``rates``.
 
-    ``correlation`` (win2-v1): ``{"cells": x, "accepted_per_round": y, "decode_tps": z}``,
-    each optional, as measured elsewhere; a spread ``S`` may carry ``guards`` (per guard
+    ``correlation`` (win2-v1): ``{"cells": x, "accepted_per_round": y, "decode_tps": z,
+    "cells_accepted_per_round": u, "cells_decode_tps": v}``, each optional, as measured
+    elsewhere (``cells``: the rate's start offsets across cells; ``cells_<guard>``: the
+    guard's; a guard's name alone: its correlation with the rate); a spread ``S`` may carry ``guards`` (per guard
     ``{"start_sd", "repeat_sd"}``, or per window ``{"first", "second"}`` over the primary's
     units). ``rates`` (pp3-v1): every context's base rate (any unit; only the ratios count).
     """
@@ -368,6 +402,8 @@ def parse_pilot_noise(data: Any, cells: Sequence[str], *, protocol: str,
         for g in GUARDS:
             if g in table.data:
                 declared[g] = float(table.number(g, low=-1, high=1))
+            if f"cells_{g}" in table.data:
+                declared[f"cells_{g}"] = float(table.number(f"cells_{g}", low=0, high=1))
         table.done()
     rates: tuple[float, ...] | None = None
     if "rates" in f.data:
@@ -407,7 +443,11 @@ def parse_pilot_noise(data: Any, cells: Sequence[str], *, protocol: str,
         spreads = {c: per_cell[i][1][gi] for i, c in enumerate(names)}
         guard_corr.append(_guard_correlation(pairs, primary_by, spreads, g, "pilot")
                           if any(s is not None for s in spreads.values()) else Correlation(None, 0, "pilot"))
-    cell_corr = _known(declared["cells"]) if "cells" in declared else Correlation(None, 0, "pilot")
+    def across(name: str) -> Correlation:
+        if len(names) < 2:
+            return NOT_NEEDED
+        return _known(declared[name]) if name in declared else Correlation(None, 0, "pilot")
+
     noise = Win2Noise(tuple(names), tuple(p[0] for p in per_cell), tuple(tuple(p[1]) for p in per_cell),
-                      tuple(guard_corr), cell_corr if len(names) > 1 else NOT_NEEDED)
+                      tuple(guard_corr), across("cells"), tuple(across(f"cells_{g}") for g in GUARDS))
     return PilotNoise(noise.settled(), None)

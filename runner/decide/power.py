@@ -48,20 +48,21 @@ from .power_win2 import Win2Sim
 if TYPE_CHECKING:
     from ..plan.model import Plan
 
-__all__ = ["MODEL", "NOISE_MODEL", "design_of", "power_figures", "spread_lines"]
+__all__ = ["MODEL", "NOISE_MODEL", "correlation_label", "design_of", "power_figures", "spread_lines"]
 
 MODEL = 2
 NOISE_MODEL = {
     "win2-v1": ("per start, cell, repeat and metric (rate, accepted per round, client decode rate): log value = "
                 "unit level + start offset (start-to-start, start_sd; shared by the start's cells as the cell "
-                "correlation says) + repeat noise (repeat-to-repeat, repeat_sd); each guard correlated with the rate at both levels; the candidate at "
-                "(1+E) times its rate and (1+E)^beta times each guard (beta: the guard's regression on the rate, "
-                "clipped to [0, 1]); decided as win2-v1 decides: the exact ratio to the mean of the two bracketing "
-                "controls, the guards' 'below both controls in guard_min_repeats repeats', WIN when every cell is"),
+                "correlation says) + repeat noise (repeat-to-repeat, repeat_sd); each guard correlated with the "
+                "rate at both levels; the candidate at (1+E) times its rate and (1+E)^beta times each guard (beta: "
+                "the guard's regression on the rate, clipped to [0, 1]); decided as win2-v1 decides: the exact "
+                "ratio to the mean of the two bracketing controls, the guards' 'below both controls in "
+                "guard_min_repeats repeats', WIN when every cell is"),
     "pp3-v1": ("log rate of block b, pair p = context base rate + block offset (start-to-start, start_sd, shared "
-               "by the block's pairs) + pair noise (repeat-to-repeat, repeat_sd), times (1+E) in the B blocks; one run per block and pair, cut at the "
-               "decode bound (bounded: rate x bound tokens) or of max_tokens tokens; TTFT and round-time guards "
-               "held equal across blocks"),
+               "by the block's pairs) + pair noise (repeat-to-repeat, repeat_sd), times (1+E) in the B blocks; one "
+               "run per block and pair, cut at the decode bound (bounded: rate x bound tokens) or of max_tokens "
+               "tokens; TTFT and round-time guards held equal across blocks"),
 }
 
 
@@ -232,6 +233,15 @@ def power_figures(design: Win2Design | Pp3Design, noise: Win2Noise | Pp3Noise, *
     return figures
 
 
+def correlation_label(name: str) -> str:
+    """A correlation's name for people: ``cells``, ``<guard>`` (with the rate), ``cells_<guard>``."""
+    if name == "cells":
+        return "the rate across cells"
+    if name.startswith("cells_"):
+        return f"{name.removeprefix('cells_')} across cells"
+    return f"{name} with the rate"
+
+
 _FIGURE_NAMES = {"power": "the power", "false_positive_rate": "the false-WIN rate",
                  "false_loss_rate": "the false-LOSS rate", "mde": "the MDE"}
 
@@ -253,7 +263,7 @@ def spread_lines(figures: Mapping[str, Any]) -> list[str]:
         lines.append(f"guards {cell}: " + "; ".join(parts))
     conservative = figures.get("conservative") or {}
     for name, c in (figures.get("correlations") or {}).items():
-        what = "across cells" if name == "cells" else f"{name} with the rate"
+        what = correlation_label(name)
         if c["thin"]:
             by_value: dict[float, list[str]] = {}
             for figure, corner in conservative.items():

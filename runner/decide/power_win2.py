@@ -7,9 +7,10 @@ s3), decision cell ``c``, repeat ``r`` and metric ``m`` (``pooled_rate_tps``,
 
 * ``z_sc,primary = sqrt(rho_cells) w_s + sqrt(1 - rho_cells) u_sc``: a start's offset shared
   by its cells (``w_s``) and each cell's own part (``u_sc``);
-* ``z_sc,g = rho_g z_sc,primary + sqrt(1 - rho_g^2) (sqrt(rho_cells) w_sg + sqrt(1 - rho_cells)
-  u_scg)``, ``y_scr,g = rho_g y_scr,primary + sqrt(1 - rho_g^2) y'_scrg``: each guard correlated
-  with the primary by ``rho_g``, at the start and at the repeat level.
+* ``z_sc,g = rho_g z_sc,primary + sqrt(1 - rho_g^2) (sqrt(k) w_sg + sqrt(1 - k) u_scg)``,
+  ``y_scr,g = rho_g y_scr,primary + sqrt(1 - rho_g^2) y'_scrg``: each guard correlated with
+  the primary by ``rho_g`` at the start and at the repeat level, its start offsets across
+  cells by ``kappa_g`` (``k``, its own part's share, ``Win2Scenario.own_cell_correlation``).
 
 The candidate s2 runs at ``(1 + E)`` times its draw on the primary and ``(1 + E)^beta_g`` on
 guard ``g`` (``Win2Scenario.beta``). Each window is then decided exactly as ``win2.decide``
@@ -112,7 +113,8 @@ class Win2Sim:
             own = [_rng(self.seed, chunk, 1, c, m).standard_normal((size, 3)) for m in range(3)]
             rep = [np.stack([_rng(self.seed, chunk, 2, c, m, r).standard_normal((size, 3)) for r in range(reps)],
                             axis=2) for m in range(3)]
-            z = [math.sqrt(rc) * shared[m] + math.sqrt(1 - rc) * own[m] for m in range(3)]
+            across = [rc, sc.own_cell_correlation(0), sc.own_cell_correlation(1)]
+            z = [math.sqrt(across[m]) * shared[m] + math.sqrt(1 - across[m]) * own[m] for m in range(3)]
             x = np.empty((3, size, 3, reps))
             for m in range(3):
                 start, noise = z[0], rep[0]

@@ -39,7 +39,7 @@ from ..decide.noise import (
     estimate_win2_noise,
     parse_pilot_noise,
 )
-from ..decide.power import MODEL, design_of, power_figures
+from ..decide.power import MODEL, correlation_label, design_of, power_figures
 from ..decide.power_sim import Win2Design
 from ..decide.power_v1 import power_figures_v1
 from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
@@ -324,7 +324,7 @@ def describe(figures: Mapping[str, Any]) -> str:
     thin = (figures.get("conservative") or {}).get("thin") or []
     if thin:
         correlations = figures.get("correlations") or {}
-        said = ", ".join(f"{'across cells' if t == 'cells' else t} ({correlations.get(t, {}).get('windows', 0)} "
+        said = ", ".join(f"{correlation_label(t)} ({correlations.get(t, {}).get('windows', 0)} "
                          f"window(s) < {MIN_CORRELATION_WINDOWS})" for t in thin)
         line += (f"; correlation too thin to estimate: {said}, the conservative value assumed for each figure")
     return line

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..decide.noise import METRICS, PRIMARY, ControlPair, Pp3Noise, Win2Noise, estimate_win2_noise
-from ..decide.power import design_of, power_figures
+from ..decide.power import correlation_label, design_of, power_figures
 from ..decide.power_sim import Pp3Design
 from ..decide.pp3 import OBSERVED
 from ..decide.spread import Spread, estimate_spread
@@ -143,7 +143,7 @@ def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any],
                   f"design (seed {figures['seed']}); docs/power.md says how to read it.", "note")]
     thin = (figures.get("conservative") or {}).get("thin") or []
     if thin:
-        names = ", ".join("across cells" if t == "cells" else f"{t} with the rate" for t in thin)
+        names = ", ".join(correlation_label(t) for t in thin)
         notes.append(Para(f"One window cannot estimate a correlation ({names}): the conservative value is assumed "
                           "for each figure.", "note"))
     if plan.protocol == "win2-v1":

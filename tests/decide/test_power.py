@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from runner.decide import pp3, win2
-from runner.decide.power_v1 import power_figures_v1 as power_figures
 from runner.decide.power_analytic import interval_probability, win2_cell, win2_outcomes
 from runner.decide.power_sim import Pp3Design, Pp3Draws, Win2Design, Win2Draws, rule_outcomes
+from runner.decide.power_v1 import power_figures_v1 as power_figures
 from runner.decide.spread import Spread, estimate_spread, parse_pilot
 from runner.sim.config import ArmConfig
 from runner.sim.model import Generation, SamplingParams

@@ -176,7 +176,7 @@ def test_window_power_prints_the_figures_and_appends_nothing(site: Site) -> None
     text = tally("window", "power", "w", "--windows", "2000")
     assert text.code == 0 and "MDE at 80% power" in text.out and "spread short-b1: start-to-start" in text.out
     # three archived windows cannot estimate a correlation: the output says so and what was assumed instead
-    assert ("correlation across cells: too thin to estimate (3 window(s) < 6); assumed the conservative value: 0 for "
+    assert ("correlation the rate across cells: too thin to estimate (3 window(s) < 6); assumed the conservative value: 0 for "
             "the power, the false-LOSS rate, the MDE; 1 for the false-WIN rate") in text.out
     assert "false-LOSS rate" in text.out and "guards short-b1: accepted_per_round" in text.out
     assert site.size() == size
@@ -232,3 +232,37 @@ def test_a_pp3_plan_fails_closed_without_a_pilot_and_is_figured_with_one(site: S
     assert f["rule"] == "pp3-v1" and f["design"]["pairs"] == 6 and f["design"]["bootstrap"] == 2000
     assert set(f["outcomes"]["at_effect"]) == {"CANDIDATE", "NO_PROMOTION"} and f["needed"]["pairs"] is not None
     assert "P(CANDIDATE)" in figured.summary and window == "pp3-abba"
+
+
+def test_a_thin_archive_says_which_correlations_it_assumes_and_claims_the_least_power(site: Site) -> None:
+    from dataclasses import replace as copy
+
+    from runner.decide.noise import Correlation
+    from runner.decide.power import design_of, power_figures
+    from runner.gates.power import archive_noise
+
+    _archive(site, 3, start_sd=0.01, cell_correlation=0.8)
+    plan = _register(site, "w", 3)
+    out = power_gate(site.book, site.signer, "w")
+    figures = out.evidence["figures"]
+    assert out.evidence["model"] == 2 and figures["conservative"]["corners"] == 2
+    assert "cells" in figures["conservative"]["thin"] and "decode_tps" in figures["conservative"]["thin"]
+    assert "correlation too thin to estimate: the rate across cells (3 window(s) < 6)" in out.summary
+    assert "the conservative value assumed for each figure" in out.summary
+    noise = archive_noise(site.book, plan, out.evidence["until_seq"]).noise
+    assert noise is not None
+
+    def at(value: float) -> dict[str, Any]:
+        def fix(c: Correlation) -> Correlation:
+            return Correlation(value, c.windows, "pilot") if c.thin else c
+
+        fixed = copy(noise, cell_correlation=fix(noise.cell_correlation),
+                     guard_correlation=tuple(fix(c) for c in noise.guard_correlation),
+                     guard_cell_correlation=tuple(fix(c) for c in noise.guard_cell_correlation))
+        return power_figures(design_of(plan), fixed, effect=0.03, target=0.8, windows=4000, seed=7, search=False)
+
+    low, high = at(0.0), at(1.0)
+    assert figures["power"] == min(low["power"], high["power"])
+    assert figures["false_positive_rate"] == max(low["false_positive_rate"], high["false_positive_rate"])
+    assert figures["false_loss_rate"] == max(low["false_loss_rate"], high["false_loss_rate"])
+    assert replay_power_gate(site.book, out.record.event) == []
