@@ -48,7 +48,8 @@ from .power_win2 import Win2Sim
 if TYPE_CHECKING:
     from ..plan.model import Plan
 
-__all__ = ["MODEL", "NOISE_MODEL", "correlation_label", "design_of", "power_figures", "spread_lines"]
+__all__ = ["MODEL", "NOISE_MODEL", "correlation_label", "design_of", "power_figures", "spread_lines",
+           "thin_reason"]
 
 MODEL = 2
 NOISE_MODEL = {
@@ -105,7 +106,8 @@ def _search(design: Win2Design | Pp3Design, scenario: Win2Scenario | Pp3Noise, e
             n: int, seed: int, bar: float) -> dict[str, Any]:
     """The fewest repeats (win2) / families (pp3) whose MDE is at most ``effect``."""
     win2_rule = isinstance(design, Win2Design)
-    size, low, cap, what = ((design.repeats, MIN_REPEATS, MAX_REPEATS, "repeats") if isinstance(design, Win2Design)
+    size, low, cap, what = ((design.repeats, max(MIN_REPEATS, design.params.guard_min_repeats), MAX_REPEATS,
+                             "repeats") if isinstance(design, Win2Design)
                             else (len(design.families), MIN_FAMILIES, MAX_FAMILIES, "families"))
     n = min(n, SEARCH_WINDOWS_WIN2 if win2_rule else SEARCH_WINDOWS)
     memo: dict[int, bool] = {}
@@ -130,11 +132,11 @@ def _search(design: Win2Design | Pp3Design, scenario: Win2Scenario | Pp3Noise, e
     return out
 
 
-def _worst(values: Sequence[float | None], *, high: bool) -> int:
-    """The index of the worst value (``None`` counts as infinite), the first on ties."""
+def _worst(values: Sequence[float | None], *, high: bool, last: bool = False) -> int:
+    """The index of the worst value (``None`` counts as infinite); on ties the first (``last``: the last)."""
     keyed = [math.inf if v is None else v for v in values]
     best = max(keyed) if high else min(keyed)
-    return keyed.index(best)
+    return len(keyed) - 1 - keyed[::-1].index(best) if last else keyed.index(best)
 
 
 def _win2_figures(design: Win2Design, noise: Win2Noise, effect: float, target: float, windows: int, seed: int,
@@ -147,7 +149,7 @@ def _win2_figures(design: Win2Design, noise: Win2Noise, effect: float, target: f
         at_0.append(counts_0)
         mdes.append(mde(thresholds, target))
     power_i = _worst([c["WIN"] for c in at_e], high=False)
-    win_i = _worst([c["WIN"] for c in at_0], high=True)
+    win_i = _worst([c["WIN"] for c in at_0], high=True, last=True)   # ties: the all-1 corner, where it rises
     loss_i = _worst([c["LOSS"] for c in at_0], high=True)
     mde_i = _worst(mdes, high=True)
     nominal = (1 - design.params.confidence) / 2
@@ -242,6 +244,13 @@ def correlation_label(name: str) -> str:
     return f"{name} with the rate"
 
 
+def thin_reason(correlation: Mapping[str, Any]) -> str:
+    """Why a correlation was assumed: too few windows, or a pilot that gives none."""
+    if correlation.get("source") == "pilot" and not correlation.get("windows"):
+        return "not given (the pilot names none)"
+    return f"too thin to estimate ({correlation.get('windows', 0)} window(s) < {MIN_CORRELATION_WINDOWS})"
+
+
 _FIGURE_NAMES = {"power": "the power", "false_positive_rate": "the false-WIN rate",
                  "false_loss_rate": "the false-LOSS rate", "mde": "the MDE"}
 
@@ -270,8 +279,7 @@ def spread_lines(figures: Mapping[str, Any]) -> list[str]:
                 if isinstance(corner, dict) and name in corner:
                     by_value.setdefault(corner[name], []).append(_FIGURE_NAMES.get(figure, figure))
             said = "; ".join(f"{value:g} for {', '.join(names)}" for value, names in sorted(by_value.items()))
-            lines.append(f"correlation {what}: too thin to estimate ({c['windows']} window(s) < "
-                         f"{MIN_CORRELATION_WINDOWS}); assumed the conservative value: {said}")
+            lines.append(f"correlation {what}: {thin_reason(c)}; assumed the conservative value: {said}")
         elif c["source"] == "not needed":
             lines.append(f"correlation {what}: not needed (no spread it could act on)")
         else:

@@ -26,8 +26,8 @@ MAX_FAMILIES = 16      # pp3-v1 pairs are searched up to this many source famili
 MIN_FAMILIES = 2       # the source-cluster bootstrap of one family resamples nothing
 SEARCH_WINDOWS = 2000  # pp3-v1 windows simulated per step of the pairs search (each runs the bootstrap)
 # win2-v1 windows simulated per step of the repeats search: the default window count (a step costs
-# windows x repeats x cells draws, up to 100 repeats: 10,000 windows keep a step near 8 MB a cell,
-# where the 1,000,000 windows a plan may ask for would need 800 MB)
+# windows x repeats x cells draws, up to 100 repeats; model 1 held them all, 8 MB a cell at 10,000 windows,
+# where the 1,000,000 windows a plan may ask for would need 800 MB; model 2 draws 4,096 windows at a time)
 SEARCH_WINDOWS_WIN2 = 10_000
 
 

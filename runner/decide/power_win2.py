@@ -212,7 +212,7 @@ class Win2Sim:
                 below = values[:, 1] < floor
                 beta = self.beta[cell][g]
                 if beta > 0:
-                    with np.errstate(divide="ignore", invalid="ignore"):
+                    with np.errstate(all="ignore"):   # a tiny beta: the crossing is far off (inf)
                         cross = np.where(below, (floor / values[:, 1]) ** (1.0 / beta) - 1.0, -np.inf)
                 else:
                     cross = np.where(below, np.inf, -np.inf)

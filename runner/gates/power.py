@@ -31,7 +31,6 @@ from ledger.errors import PolicyError
 
 from ..decide.noise import (
     METRICS,
-    MIN_CORRELATION_WINDOWS,
     PRIMARY,
     ControlPair,
     Pp3Noise,
@@ -39,7 +38,7 @@ from ..decide.noise import (
     estimate_win2_noise,
     parse_pilot_noise,
 )
-from ..decide.power import MODEL, correlation_label, design_of, power_figures
+from ..decide.power import MODEL, correlation_label, design_of, power_figures, thin_reason
 from ..decide.power_sim import Win2Design
 from ..decide.power_v1 import power_figures_v1
 from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
@@ -324,9 +323,8 @@ def describe(figures: Mapping[str, Any]) -> str:
     thin = (figures.get("conservative") or {}).get("thin") or []
     if thin:
         correlations = figures.get("correlations") or {}
-        said = ", ".join(f"{correlation_label(t)} ({correlations.get(t, {}).get('windows', 0)} "
-                         f"window(s) < {MIN_CORRELATION_WINDOWS})" for t in thin)
-        line += (f"; correlation too thin to estimate: {said}, the conservative value assumed for each figure")
+        said = ", ".join(f"{correlation_label(t)}: {thin_reason(correlations.get(t, {}))}" for t in thin)
+        line += f"; correlations assumed ({said}), the conservative value for each figure"
     return line
 
 

@@ -380,3 +380,19 @@ def test_fewest_searches_down_from_the_plan_and_up_by_doubling_then_bisection() 
             else:                   # doubling, then bisection: a handful of steps
                 assert len(asked) <= 2 * math.ceil(math.log2(100)) + 1
     assert fewest(3, lambda size: False, 2, 100) is None
+
+
+def test_docs_power_md_pilot_example_parses_and_states_the_thin_threshold() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "power.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```json\n(.*?)```", text, re.S)
+    noise = parse_pilot_noise(json.loads(block), CELLS, protocol="win2-v1").win2
+    assert noise is not None and noise.guards[1][1] is not None and noise.guards[1][1].windows == 1
+    assert noise.cell_correlation.value == 0.5 and noise.guard_correlation[1].value == 0.95
+    assert f"fewer than **{MIN_CORRELATION_WINDOWS}** archived windows" in text
+    from runner.demo.scenarios import POWER_PILOT
+
+    assert json.loads(block)["correlation"] == POWER_PILOT["correlation"]   # the demo's pilot, as documented

@@ -247,8 +247,8 @@ def test_a_thin_archive_says_which_correlations_it_assumes_and_claims_the_least_
     figures = out.evidence["figures"]
     assert out.evidence["model"] == 2 and figures["conservative"]["corners"] == 2
     assert "cells" in figures["conservative"]["thin"] and "decode_tps" in figures["conservative"]["thin"]
-    assert "correlation too thin to estimate: the rate across cells (3 window(s) < 6)" in out.summary
-    assert "the conservative value assumed for each figure" in out.summary
+    assert "correlations assumed (the rate across cells: too thin to estimate (3 window(s) < 6)" in out.summary
+    assert "the conservative value for each figure" in out.summary
     noise = archive_noise(site.book, plan, out.evidence["until_seq"]).noise
     assert noise is not None
 
