@@ -43,7 +43,7 @@ def _commands(windows: int, sample: int) -> list[tuple[str, int, float, float, f
     from ledger.keys import generate_key_file
     from ledger.store import Ledger
     from runner.decide import pp3, win2
-    from runner.decide.noise import parse_pilot_noise
+    from runner.decide.pilot import parse_pilot_noise
     from runner.decide.power import design_of
     from runner.decide.power_pp3 import Pp3Sim
     from runner.decide.power_sim import Pp3Draws, Win2Design, Win2Draws

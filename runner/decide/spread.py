@@ -25,7 +25,7 @@ from typing import Any
 
 from ..fields import FieldError, Fields
 
-__all__ = ["MIN_WINDOWS", "Spread", "estimate_spread", "parse_pilot"]
+__all__ = ["MIN_WINDOWS", "Spread", "estimate_spread", "parse_pilot", "read_spread"]
 
 MIN_WINDOWS = 2
 """Windows with both control starts (so 2 x this many archive entries) a spread estimate needs by default."""
@@ -71,7 +71,7 @@ def estimate_spread(windows: Sequence[Pair], *, source: str, entries: int | None
     return Spread(math.sqrt(start_var), math.sqrt(within), used, len(deltas), source)
 
 
-def _spread_of(f: Fields, also: tuple[str, ...] = ()) -> Spread:
+def read_spread(f: Fields, also: tuple[str, ...] = ()) -> Spread:
     """One pilot spread ``S`` (``also``: members another reader takes, e.g. the guards of model 2)."""
     if isinstance(f.data.get("windows"), list):
         pairs: list[Pair] = []
@@ -105,14 +105,14 @@ def parse_pilot(data: Any, cells: Sequence[str]) -> Mapping[str, Spread]:
     applies to every cell ``cells`` does not name.
     """
     f = Fields(data, "pilot", dialect="json")
-    default = _spread_of(f.table("spread")) if "spread" in f.data else None
+    default = read_spread(f.table("spread")) if "spread" in f.data else None
     named: dict[str, Spread] = {}
     if "cells" in f.data:
         table = f.table("cells")
         for name in list(table.data):
             if name not in cells:
                 raise table.fail(name, f"not a cell of the plan (expected one of {', '.join(cells)})")
-            named[name] = _spread_of(table.table(name))
+            named[name] = read_spread(table.table(name))
         table.done()
     f.done()
     out: dict[str, Spread] = {}

@@ -36,8 +36,8 @@ from ..decide.noise import (
     Pp3Noise,
     Win2Noise,
     estimate_win2_noise,
-    parse_pilot_noise,
 )
+from ..decide.pilot import parse_pilot_noise
 from ..decide.power import MODEL, correlation_label, design_of, power_figures, thin_reason
 from ..decide.power_sim import Win2Design
 from ..decide.power_v1 import power_figures_v1

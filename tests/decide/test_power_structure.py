@@ -21,8 +21,8 @@ from runner.decide.noise import (
     Pp3Noise,
     Win2Noise,
     estimate_win2_noise,
-    parse_pilot_noise,
 )
+from runner.decide.pilot import parse_pilot_noise
 from runner.decide.power import power_figures
 from runner.decide.power_analytic import win2_mde_shared, win2_outcomes_shared
 from runner.decide.power_pp3 import Pp3Sim
