@@ -256,6 +256,7 @@ def window_power(
 
 
 def _print_power(f: dict[str, Any]) -> None:
+    from runner.decide.power import spread_lines
     from runner.gates.power import describe
 
     positive = "WIN" if f["rule"] == "win2-v1" else "CANDIDATE"
@@ -264,21 +265,23 @@ def _print_power(f: dict[str, Any]) -> None:
         probs = ", ".join(f"{k} {v['p']:.3f}" for k, v in f["outcomes"][key].items())
         extra = ""
         if "analytic" in f:
-            extra = "; analytic " + ", ".join(f"{k} {v:.3f}" for k, v in f["analytic"][key].items())
+            extra = "; analytic " + ", ".join(f"{k} {v:.3f}" for k, v in f["analytic"][key].items()
+                                              if isinstance(v, float))
         print(f"  {label} ({effect:+.2%}): {probs} (MC error <= {max(v['mc_error'] for v in f['outcomes'][key].values()):.3f}){extra}")
     if "analytic" in f:
         mde = f["analytic"]["mde"]
-        print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}")
+        approximates = f["analytic"].get("approximates")
+        print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}" + (f" ({approximates})" if approximates else ""))
     if "nominal_false_win_rate" in f:
         above = ("; ABOVE nominal: the start-to-start spread is shared by every repeat and the paired t cannot "
                  "see it") if f.get("false_win_above_nominal") else ""
-        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}")
-    spreads = f["spread"] if f["rule"] == "win2-v1" else {"pairs": f["spread"]}
-    for cell, s in spreads.items():
-        print(f"  spread {cell}: start-to-start {s['start_sd']:.2%}, repeat-to-repeat {s['repeat_sd']:.2%} "
-              f"({s['source']}: {s['entries']} entries, {s['windows']} windows with both controls)")
+        loss = f", false-LOSS rate {f['false_loss_rate']:.3f}" if "false_loss_rate" in f else ""
+        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}{loss}")
+    for line in spread_lines(f):
+        print(f"  {line}")
     print(f"  noise model: {f['noise_model']}")
-    print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas")
+    print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas"
+          + (f" (power model {f['model']})" if "model" in f else ""))
 
 
 def register(app: typer.Typer) -> None:
