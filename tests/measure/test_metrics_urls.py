@@ -28,6 +28,7 @@ class SecondEngine(Handler):
         text = (f"vllm:generation_tokens_total {1000 + 40 * n}\n"
                 f"vllm:request_decode_time_seconds_sum {10.0 + 0.5 * n}\n"
                 f"vllm:spec_decode_num_drafts_total {200 + 10 * n}\n"
+                f"vllm:inter_token_latency_seconds_count {210 + 10 * n}\n"
                 f"vllm:spec_decode_num_accepted_tokens_total {300 + 25 * n}\n"
                 f"vllm:spec_decode_num_draft_tokens_total {500 + 50 * n}\n")
         self.send_body(200, text.encode(), "text/plain")
