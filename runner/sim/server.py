@@ -218,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         }]})
 
     def _version(self, _query: dict[str, list[str]]) -> None:
-        self._json(200, {"version": "0.12.0+tally.sim"})
+        self._json(200, {"version": "0.32.0+tally.sim"})   # the vLLM it is held to (docs/sim.md)
 
     def _metrics(self, _query: dict[str, list[str]]) -> None:
         fmt = self.server.config.metrics_format

@@ -45,6 +45,8 @@ def test_counters_summed_over_two_metrics_urls(server) -> None:  # type: ignore[
     assert wave.complete, wave.incomplete_reasons
     assert counters["generation_tokens"] == truth["generation_tokens"] + 40
     assert counters["rounds"] == truth["rounds"] + 10
+    # the summed counters count 10 more decode steps than this client's chunks: said in a note
+    assert any("10 steps reached the client merged" in note for note in wave.notes), wave.notes
     assert counters["accepted"] == truth["accepted"] + 25
     assert counters["draft_tokens"] == truth["draft_tokens"] + 50
     assert counters["decode_s"] == truth["decode_s"] + 0.5

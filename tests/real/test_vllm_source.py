@@ -3,9 +3,9 @@
 Every series tally reads must be on the real server with the type and labels tally
 expects (a renamed or dropped series fails here, not in a window), and a wave measured by
 tally's own client must give counters that agree with what the client saw: generated
-tokens = the usage's completion tokens, one decode step per streamed chunk after the
-first, drafts at most the steps, accepted at most the draft tokens, per-position counts
-non-increasing.
+tokens = the usage's completion tokens, at least one decode step per streamed chunk after
+the first (exactly one unless the stream fell behind), drafts at most the steps, accepted
+at most the draft tokens, per-position counts non-increasing.
 """
 
 from __future__ import annotations
@@ -83,8 +83,12 @@ def test_the_counter_deltas_agree_with_the_client_on_the_real_pair(vllm_pair: Vl
         records = wave.requests
         assert all(r.status == "ok" and r.usage for r in records), records
         assert c.generation_tokens == sum((r.usage or {})["completion_tokens"] for r in records) == 32
-        # one streamed chunk per engine step: the decode steps are the chunks after each first
-        assert c.rounds == sum(len(r.chunk_t) - 1 for r in records), (arm, c, [len(r.chunk_t) for r in records])
+        # one streamed chunk per engine step, unless the stream fell behind: vLLM then merges the steps it has
+        # not sent yet into one chunk (seen here on a busy machine: 16 one-token steps in 15 chunks), and the
+        # wave says so in a note
+        streamed = sum(len(r.chunk_t) - 1 for r in records)
+        assert c.rounds is not None and c.rounds >= streamed, (arm, c, [len(r.chunk_t) for r in records])
+        assert (c.rounds > streamed) == any("reached the client merged" in n for n in wave.notes), wave.notes
         assert c.decode_s is not None and c.decode_s > 0
         if speculative:
             assert c.drafts is not None and 0 < c.drafts <= c.rounds
