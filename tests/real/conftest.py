@@ -11,6 +11,9 @@ import pytest
 from . import vllmpair
 from .llamasite import LlamaSite, make_site, unavailable
 
+_VLLM_SITES: list[vllmpair.VllmSite] = []   # the session's vLLM site, to stop after its last test
+_LAST_VLLM_TEST: list[str] = []
+
 
 @pytest.fixture(scope="session")
 def llama_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaSite]:
@@ -35,6 +38,7 @@ def vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vllmpair.Vll
             pytest.fail(f"vLLM is required here but unavailable: {reason}")
         pytest.skip(f"vLLM unavailable: {reason}")
     site = vllmpair.make_site(tmp_path_factory.mktemp("vllm") / "site")
+    _VLLM_SITES.append(site)
     try:
         yield site
     finally:
@@ -49,3 +53,15 @@ def vllm_pair(vllm_site: vllmpair.VllmSite) -> vllmpair.VllmSite:
     assert done.returncode == 0, done.stderr
     return vllm_site
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Note the last test that uses the vLLM engines: they stop after it (about 10 GB), not at the session's end."""
+    users = [item.nodeid for item in items if {"vllm_site", "vllm_pair"} & set(getattr(item, "fixturenames", ()))]
+    _LAST_VLLM_TEST[:] = users[-1:]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _LAST_VLLM_TEST and item.nodeid == _LAST_VLLM_TEST[0]:
+        for site in _VLLM_SITES:
+            site.stop()
