@@ -587,6 +587,24 @@ def _merged(scrapes: tuple[Scrape, ...] | None, *, all_read: bool = True) -> Met
     return merge_snapshots(snaps)
 
 
+def _merged_steps(source: CounterSource, deltas: CounterDeltas, records: Sequence[RequestRecord]) -> str | None:
+    """A note when the server counted more decode steps than the chunks it streamed after each first.
+
+    On real vLLM (0.32) a stream whose reader falls behind gets the outputs of several
+    engine steps merged into one chunk (the output collector merges what the stream has
+    not taken yet): such a chunk's interval spans more than one step. Measured on 2 busy
+    cores: 16 one-token steps reached the client as 15 chunks."""
+    if not source.chunks_are_steps or deltas.rounds is None or not records:
+        return None
+    streamed = sum(max(len(r.chunk_t) - 1, 0) for r in records)
+    if deltas.rounds <= streamed:
+        return None
+    merged = deltas.rounds - streamed
+    return (f"the server counted {deltas.rounds} decode steps, the client received {streamed} chunks after each "
+            f"request's first: {merged} step{'s' if merged != 1 else ''} reached the client merged into another's "
+            "chunk (the server's output fell behind), so not every chunk interval is one round")
+
+
 def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None,
             merged: MetricsSnapshot | None) -> GaugeReading | None:
     """The gauges of the scrapes that were read (``merged``: all of them, already summed)."""
@@ -635,6 +653,9 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
                 reasons.extend(f"metrics at {u}: {problem}" for problem in problems
                                if f"metrics at {u}: {problem}" not in reasons)
     notes.extend(deltas.notes)
+    merged_note = _merged_steps(source, deltas, records)
+    if merged_note is not None:
+        notes.append(merged_note)
     if unsettled is not None:
         reasons.append(unsettled)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):
