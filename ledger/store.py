@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,13 +40,12 @@ from .db import (
     sqlite_path,
 )
 from .errors import ExternalError, FormatError, PayloadError, PolicyError, StorageError, TallyError
-from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, check_seq, format_time
-from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
+from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, check_seq, format_time, member_problem
+from .keys import EVENT_ROLES, KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
 from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
 
 __all__ = ["Blob", "Ledger", "LedgerInfo", "NewEvent", "blob_ref"]
 
-_TYPE_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 _EVENTS = cast(Table, EventRow.__table__)
 _NODES = cast(Table, MerkleNodeRow.__table__)
 _BLOBS = cast(Table, BlobRow.__table__)
@@ -57,7 +55,7 @@ _EVENT_COLUMNS = (
     _EVENTS.c.ledger, _EVENTS.c.seq, _EVENTS.c.prev, _EVENTS.c.stream, _EVENTS.c.type,
     _EVENTS.c.time, _EVENTS.c.actor, _EVENTS.c.payload, _EVENTS.c.hash, _EVENTS.c.sig, _EVENTS.c.v,
 )
-APPEND_ROLES = ("root", "signer")
+APPEND_ROLES = EVENT_ROLES  # the roles that append (verification rule 5 asks the same)
 _ROW_COLUMNS = "ledger, seq, prev, stream, type, time, actor, payload, hash, sig, v"
 _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, actor, payload, hash, sig, v) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -103,16 +101,11 @@ class LedgerInfo:
     genesis: Event
 
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f]")
-
-
 def _check_name(kind: str, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"{kind} must be a non-empty string")
-    if _CONTROL_RE.search(value):
-        raise FormatError(f"{kind} {value!r} contains control characters")
-    if kind == "type" and not _TYPE_RE.match(value):
-        raise FormatError(f"type {value!r} must be dotted lowercase words, e.g. gate.result")
+    """``stream`` and ``type`` as ``verify`` will check them (``event.member_problem``): ``FormatError`` otherwise."""
+    problem = member_problem(kind, value)
+    if problem is not None:
+        raise FormatError(problem)
 
 
 def _row_event(row: Sequence[Any]) -> Event:
