@@ -15,11 +15,12 @@ Everything tally signs with a ledger key (a checkpoint, a receipt) rests on
   root at the size is computed from leaves, not read from storage.
 
 ``trusted_event(ledger, seq, tree)`` re-checks one event (its body and hash, its
-signer's key and role at its seq, its signature) and proves it is in the tree; ``proven_inclusion`` returns the
-inclusion path only after verifying it against the trusted root. A change to storage
-made without the key (an edited payload, a rebuilt ``merkle_nodes`` table, deleted
-checkpoint rows) therefore yields a refusal (``VerificationError`` naming the seq and
-rule), never a signature over something the events do not say.
+signer's key and role at its seq, its signature) and proves it is in the tree;
+``proven_inclusion`` returns the inclusion path only after verifying it against the
+trusted root. A change to storage made without the key (an edited payload, a rebuilt
+``merkle_nodes`` table, deleted checkpoint rows, an event signed with a witness-only
+key) therefore yields a refusal (``VerificationError`` naming the seq and rule), never a
+signature over something the events do not say.
 
 What it costs (``bench/trusted.py``): with a stored checkpoint, one key-event inclusion
 proof per key event and a full check of the events since the checkpoint; without one, a
