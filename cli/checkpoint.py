@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ledger.errors import FormatError
 
-from .common import JsonOpt, check_seq, command, handle_errors, print_json, state
+from .common import JsonOpt, check_seq, command, handle_errors, print_json, state, write_data
 
 if TYPE_CHECKING:
 
@@ -37,11 +36,12 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
                           "`tally checkpoint show` prints the stored ones")
     signer = state.signer(book.url)
     existed = checkpoint_at(book, book.size()) is not None
-    signed = sign_checkpoint(book, signer)
+    signed = sign_checkpoint(book, signer)  # stored first: what is printed is what the ledger committed to
+    # Printing cannot fail on the locale (UTF-8 bytes); a lost output is `tally checkpoint show` away.
     if json_out:
         print_json(_checkpoint_json(signed, created=not existed))
     else:
-        sys.stdout.write(signed.note)
+        write_data(signed.note)
 
 
 def checkpoint_show(
@@ -66,7 +66,7 @@ def checkpoint_show(
     if json_out:
         print_json(_checkpoint_json(chosen))
     else:
-        sys.stdout.write(chosen.note)
+        write_data(chosen.note)
 
 
 def register(app: typer.Typer) -> None:

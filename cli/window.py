@@ -21,7 +21,9 @@ from .common import (
     SiteOpt,
     WindowArg,
     command,
+    discard_stdout,
     ledger_and_signer,
+    never_fails,
     print_json,
     registered,
     restage,
@@ -90,20 +92,27 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
     signer = state.signer(book.url)
     registered(book, window)  # an unknown window is refused before the site is read or touched
     driver, scale = site_driver(site)
+    # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
+    # must not leave production drained (never_fails); the window runs on to its recorded end.
     with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty(),
                                              echo=not json_out) as progress:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
-                              say=(lambda _t: None) if json_out else progress.say,
-                              on_wave=progress.wave, owner=window, chain_production=chain_production)
-        progress.begin(len(runner.plan.waves), runner.plan)
+                              say=(lambda _t: None) if json_out else never_fails(progress.say),
+                              on_wave=never_fails(progress.wave), owner=window, chain_production=chain_production)
+        never_fails(progress.begin)(len(runner.plan.waves), runner.plan)
         if not resume and not abort and (runner.ws.actions or runner.ws.ending is not None):
             raise FormatError(f"window {window} has already run (phase {runner.ws.phase}); "
                               "use `tally window resume` to continue it")
         result = runner.run(resume=resume, abort=abort)
     driver.close()
-    if not json_out and result.decision is not None:
-        print_verdict(book, window)
-    _print_result(result, json_out, owner_name(), aborted_is_failure=not abort)
+    try:  # the window is over and recorded: a failed print loses only the report, never the exit code
+        if not json_out and result.decision is not None:
+            print_verdict(book, window)
+        _print_result(result, json_out, owner_name())
+    except (OSError, ValueError):
+        discard_stdout()
+    if result.blocked or result.escalated or (not abort and result.ending == "aborted"):
+        raise typer.Exit(EXIT_FAILED)
 
 
 def print_verdict(book: Any, window: str) -> None:
@@ -121,8 +130,9 @@ def print_verdict(book: Any, window: str) -> None:
         return
 
 
-def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_failure: bool) -> None:
-    """Print the run's outcome; exit 1 when it stopped, escalated, or (run/resume) ended aborted.
+def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
+    """Print the run's outcome (``_execute`` then exits 1 when it stopped, escalated, or (run/resume)
+    ended aborted).
 
     An aborted window is restored and decided REJECT: the run did its job safely, but the
     window failed, and a script that runs it must see that. ``tally window abort`` asked
@@ -140,8 +150,6 @@ def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_
                   f"{result.overhead_s:.2f} s ({share:.1%} of the run)")
         if result.blocked:
             print(f"  stopped: {result.blocked}", file=sys.stderr)
-    if result.blocked or result.escalated or (aborted_is_failure and result.ending == "aborted"):
-        raise typer.Exit(EXIT_FAILED)
 
 
 ChainProductionOpt = Annotated[Path | None, typer.Option(

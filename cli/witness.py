@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .common import JsonOpt, command, print_json, read_text
+from .common import JsonOpt, command, print_json, read_text, write_data
 
 
 def _load_key(path: Path, name: str | None) -> Any:
@@ -40,12 +39,15 @@ def witness_cosign(
     consistency = parse_consistency_proof(read_text(proof, "proof")) if proof is not None else None
     signer = _load_key(key, name)
     witness = Witness(state_dir, name or signer.name, signer)
+    # The state advances first: a witness must remember every checkpoint it cosigned before the
+    # cosignature leaves it. The output is built before and written as UTF-8 bytes (no locale can fail
+    # it); if it is lost, cosigning the same checkpoint again gives it again.
     result = witness.cosign(message, vkey or [], consistency, now=int(time.time()))
     if json_out:
         print_json({**result.checkpoint.to_json(), "old_size": result.old_size, "time": result.timestamp,
                     "cosignature": result.line, "note": result.note, "vkey": witness.vkey()})
     else:
-        sys.stdout.write(result.note)
+        write_data(result.note)
 
 
 def witness_vkey(

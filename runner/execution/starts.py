@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import ExternalError
@@ -98,6 +98,10 @@ class StartSteps(Recorder):
     def _elapsed_min(self, now: datetime) -> float:
         first = self.ws.clock.get("first_action")
         return self.clock.minutes(parse_time(first) if first else None, now)
+
+    def _now(self) -> datetime:
+        """The budget's now: the ledger's clock, never before the window's last event (``BudgetClock.not_before``)."""
+        return self.clock.not_before(self.ledger.now(), self.ws.clock.get("last"))
 
     def start_arm(self, step: Step, _r: RunResult) -> None:
         assert step.start is not None
@@ -206,7 +210,7 @@ class StartSteps(Recorder):
         salt = f"tally-prime-{self.window}-{step.start}-{uuid.uuid4().hex[:16]}"  # fixed per block, fresh across
         scale = self.clock.time_scale
         sampling = self.plan.sampling
-        now = datetime.now(UTC)
+        now = self._now()
         began = block_began(self.ws, step.start)
         cut_s, _cut = self.clock.wave_cut_s(self._elapsed_min(now), self.clock.minutes(began, now) if began else None)
         t0 = time.perf_counter()
@@ -340,7 +344,7 @@ class StartSteps(Recorder):
             return
         family = self._prompts_for(wave.family)
         prompts = [family[pid] for pid in wave.prompt_ids]
-        now = datetime.now(UTC)
+        now = self._now()
         began = block_began(self.ws, step.start)
         block = self.clock.minutes(began, now) if began else None
         cut_s, cut = self.clock.wave_cut_s(self._elapsed_min(now), block)
@@ -376,7 +380,7 @@ class StartSteps(Recorder):
         cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", p.BudgetDecision(
-                action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+                action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(self._now()), 3),
                 limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
                 cell=wave.cell), ()))
         stored = self.append(items)
@@ -395,7 +399,7 @@ class StartSteps(Recorder):
         limit = step.limit
         assert limit is not None
         self.append([("budget.decision", p.BudgetDecision(
-            action=limit.action, reason=limit.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+            action=limit.action, reason=limit.reason, elapsed_min=round(self._elapsed_min(self._now()), 3),
             limit_min=limit.at_min, start=step.start), ())])
         self.say(f"budget: {limit.action}: {limit.reason}")
 

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -230,7 +230,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         stop_limit = block_limit = None
         first = ws.clock.get("first_action")
         if first is not None and ws.measurement_ended is None:
-            now = datetime.now(UTC)
+            now = self.clock.not_before(self.ledger.now(), ws.clock.get("last"))  # the ledger's clock
             elapsed = self.clock.minutes(parse_time(first), now)
             stages = self._stage_clock(ws, parse_time(first), now) if self.plan.budget.stop_admitting_if_overrun \
                 else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,17 +83,42 @@ def _line_prompt(obj: Any, number: int, name: str, where: str) -> Prompt:
     return Prompt(pid, prompt, kind)
 
 
+def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(number, byte offset, bytes) of each line of ``data``; lines end at ``\n`` only.
+
+    One line at a time, sliced from ``data``: reading a family costs its bytes and the
+    prompts it holds, never a second copy of the whole file (its text, its list of lines).
+    """
+    start, number, size = 0, 0, len(data)
+    while start <= size:
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = size
+        number += 1
+        yield number, start, data[start:end]
+        start = end + 1
+
+
+def _check_utf8(data: bytes, where: str) -> None:
+    """The whole file is UTF-8 (checked line by line: no text of the whole file is built)."""
+    if data.isascii():
+        return
+    for _number, offset, raw in _lines(data):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FieldError("", f"not UTF-8 ({exc.reason} at byte {offset + exc.start})", source=where) from None
+
+
 def parse_family(data: bytes, name: str, where: str = "family") -> Family:
     """Parse family bytes; ``FieldError`` names the first bad line (and member)."""
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FieldError("", f"not UTF-8 ({exc.reason} at byte {exc.start})", source=where) from None
+    _check_utf8(data, where)
     # Lines end at "\n" only: str.splitlines() would also split inside JSON strings at U+0085, U+2028...
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for number, _offset, raw in _lines(data):
+        line = raw.decode("utf-8").removesuffix("\r")
+        del raw
         if not line.strip():
             continue
         # Hostile input: nesting bounded before any parser recurses, then one value per
@@ -109,6 +134,7 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
             obj = read_json(line, "the line")
         except FormatError as exc:
             raise FieldError(f"line {number}", str(exc).removeprefix("the line "), source=where) from None
+        del line
         prompt = _line_prompt(obj, number, name, where)
         if prompt.id in seen:
             raise FieldError(f"line {number}", f"duplicate id {prompt.id!r} (first on line {seen[prompt.id]})",
