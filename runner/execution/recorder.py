@@ -198,8 +198,8 @@ class Recorder:
                                 f"({self.appender.last_error}); stopping")
         after = self.state.size
         pending = pending_events(events, after)
-        ws = fold(self.state, pending).windows.get(self.window)
-        if first and ws is not None and ws.ending is None:
+        ws = self.state.windows.get(self.window)
+        if first and ws is not None and ws.ending is None:   # the window was live when the ledger refused
             note = self.events_of([("window.interrupted", p.WindowInterrupted(
                 reason="error", phase=ws.phase, detail={
                     "step": self.step_kind, "append_failed": True,
