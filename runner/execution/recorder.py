@@ -3,6 +3,10 @@
 Every host action is ``host.action started`` -> run it -> ``host.action finished`` plus
 the events its outcome establishes, appended in one transaction (``Recorder.action``).
 An action found started and never finished (a crash) is re-probed by the next runner.
+Its outcome is recorded whatever the site printed or the driver did, bounded
+(``runner.execution.outcome``). Appends go through an ``Appender``
+(``runner.execution.appends``): what the ledger refuses past its retries is held, folded
+into the state the runner decides from, and appended as soon as the ledger takes it.
 ``Recorder`` is the base of the runner's step handlers (``opening``, ``starts``,
 ``endings``) and of ``WindowRunner`` itself; it holds what they all read.
 """
@@ -243,9 +247,11 @@ class Recorder:
         ``verify`` checks a success against what the runner expects (a restore at production's
         cap): the facts it returns (with an ``error``) turn the success into a failure.
 
-        The ``started`` record is committed before the action runs; an action that may change
-        a host does not run until it is (a restore excepted: production comes first), and is
-        recorded as not run (``detail.not_run``) when the ledger refuses it. With ``hold`` (a
+        The ``started`` record is committed before the action runs. While the ledger refuses
+        it, an action that may change a host runs only if the ledger already shows the window
+        as having touched the hosts (a HOLD, an earlier recorded start of such an action), or
+        if it is the restore (production comes first); otherwise it is recorded as not run
+        (``detail.not_run``): "nothing to restore" stays provable from the ledger alone. With ``hold`` (a
         read-only action: it changes nothing on the host) that established nothing, its
         ``finished`` record is kept and goes first into the step's next append (one commit
         fewer; it carries that commit's time); ``flush_held`` appends it when a step ends
@@ -267,7 +273,8 @@ class Recorder:
         self.append([("host.action", p.HostAction(
             host=host or "site", action=name, phase="started", action_id=action_id,
             detail={"start": start, "params": plain(params or {})}, **probe), ())])
-        if self.appender.unrecorded and name not in OBSERVING_ACTIONS and name != "restore":
+        if self.appender.unrecorded and name not in OBSERVING_ACTIONS and name != "restore" \
+                and not self._touched_on_record():
             result = failed_result(name, host, f"not run: the ledger refused its start record "
                                                f"({self.appender.last_error})", may_have_run=False)
         else:
@@ -289,6 +296,14 @@ class Recorder:
         verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
         self.say(f"  {name}{' ' + host if host else ''}{' ' + start if start else ''}: {verdict}"[:1000])
         return result
+
+    def _touched_on_record(self) -> bool:
+        """Does what the ledger holds (not the backlog) show this window as having touched the hosts?"""
+        from .steps import touched
+
+        state = self.recorded if self.recorded is not None else self.state
+        ws = state.windows.get(self.window)
+        return ws is not None and touched(state, ws)
 
     def _run(self, name: str, host: str | None, params: dict[str, Any]) -> ActionResult:
         """Run the action through the driver; a driver that raises gives a failed outcome, never an exception."""

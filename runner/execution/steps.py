@@ -29,7 +29,7 @@ from ..plan.model import Plan, WaveSpec
 from ..state.fold import State, WindowState
 from .clock import Limit
 
-__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step"]
+__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step", "touched"]
 
 MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once
@@ -311,6 +311,10 @@ def _ending(ctx: Context, ending: str) -> Step:
 
 
 def _touched(ctx: Context) -> bool:
+    return touched(ctx.state, ctx.ws)
+
+
+def touched(state: State, ws: WindowState) -> bool:
     """May this window have changed anything on the hosts (so that its ending must restore)?
 
     "No" only on positive evidence: the runner records every host action's start before it
@@ -322,8 +326,9 @@ def _touched(ctx: Context) -> bool:
     """
     from ..drivers.base import OBSERVING_ACTIONS
 
-    ws = ctx.ws
-    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or _under_foreign_marker(ctx):
+    marker = state.marker
+    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or (
+            marker is not None and marker.get("window") != ws.id):
         return True
     if ws.not_serving_seq is not None:
         return True

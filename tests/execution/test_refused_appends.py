@@ -133,3 +133,16 @@ def test_an_append_that_committed_although_the_database_said_it_failed_is_not_ap
         assert flaky.calls == 1 and appender.refusals == 1
     finally:
         book.close()
+
+
+def test_inside_the_hold_an_action_whose_start_is_refused_still_runs_before_the_restore(w: Any) -> None:
+    """The ledger shows the HOLD: the window has touched the hosts, so the experiment's engine is stopped
+    (its record held) before production is restored, as in any ending."""
+    book = FaultyLedger(w.book, Append("end_start", ("host.action:stop_arm:started",)), "refuse", failures=6)
+    result = runner_for(book, w.root, WINDOW, w.driver, w.time_scale).run()
+    assert _serves(w) and result.ending == "restored" and result.decision is not None
+    ran = [a["action"] for a in w.sim.state()["actions"]]
+    assert ran.index("stop_arm") < ran.index("restore")
+    (stopped,) = [a for a in _events(w, "host.action") if a["action"] == "stop_arm" and a["phase"] == "finished"]
+    assert stopped["ok"] is True and "not_run" not in stopped["detail"]
+    _audited(w)
