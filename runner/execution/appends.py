@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger, NewEvent
 
-__all__ = ["APPEND_ATTEMPTS", "APPEND_BACKOFF_S", "RECORD_WAIT_S", "Appender", "Landing", "pending_events"]
+__all__ = ["APPEND_ATTEMPTS", "APPEND_BACKOFF_S", "MAX_BACKLOG", "RECORD_WAIT_S", "Appender", "Landing",
+           "pending_events"]
 
 APPEND_ATTEMPTS = 3                # tries of one append before its events wait in the backlog
 APPEND_BACKOFF_S = (0.5, 2.0)      # the waits between them (the last one repeats)

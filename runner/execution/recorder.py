@@ -138,11 +138,6 @@ class Recorder:
             raise WindowNotRegistered(self.window)
         return ws
 
-    @property
-    def unrecorded(self) -> int:
-        """How many events the ledger has refused so far and the runner still holds."""
-        return len(self.appender.unrecorded)
-
     def events_of(self, items: Sequence[Pending]) -> list[NewEvent]:
         """``items`` (type, payload, blobs) as validated window events (``PayloadError`` if one is not)."""
         return [window_event(self.window, self.registration.plan_sha256, t, payload, b, ledger=self.ledger)
