@@ -18,7 +18,11 @@ signal handler's) interrupts the wait, before the exception goes on.
 Facts come from stdout: each line ``TALLY-FACTS {json object}`` is merged in order
 (later keys win); for ``start_arm``, ``restore`` and ``read_clock_cap`` the last
 ``clock cap N MHz`` line also gives ``clock_cap_mhz`` and ``log_line``, and lines
-``HOST: ... clock cap N MHz`` give each host's own reading (``hosts``).
+``HOST: ... clock cap N MHz`` give each host's own reading (``hosts``). A facts line is
+hostile input: it is read by the bounded strict JSON reader (at most
+``MAX_FACTS_LINE_BYTES``, nested at most ``MAX_FACTS_DEPTH`` levels, no duplicate member, no
+NaN) and must hold only what an event payload can carry (integers within +/-(2^53-1),
+valid Unicode); a line that is not is a failure of the action, named, never an exception.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ledger.canonical import canonical
 from ledger.errors import FormatError
+from ledger.strictjson import read_json
 
 from ..vocabulary import CounterSourceName
 from .base import ACTIONS, ActionResult, check_action, settle
@@ -80,6 +86,9 @@ NEVER_PASSED = re.compile(r"TALLY_.*")
 _CLOCK_LINE = re.compile(r"\bclock cap (\d+) MHz\b")
 _HOST_CLOCK_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,62}): (.*\bclock cap (\d+) MHz\b.*)")
 _CLOCK_ACTIONS = frozenset({"start_arm", "restore", "read_clock_cap"})
+MAX_FACTS_LINE_BYTES = 64 << 10   # one TALLY-FACTS line (facts are small: states, digests, identities)
+MAX_FACTS_DEPTH = 16              # nesting of one line's object (it is recorded nested in an event payload)
+MAX_QUOTED_LINE = 1000            # characters of a stderr or log line quoted in a fact
 
 
 def command_environment(environ: Mapping[str, str], pass_env: tuple[str, ...] = ()) -> dict[str, str]:
@@ -143,17 +152,14 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
     hosts: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith(_FACTS_PREFIX):
-            try:
-                value = json.loads(line[len(_FACTS_PREFIX):])
-            except ValueError as exc:
-                return facts, f"stdout line {number}: TALLY-FACTS is not JSON: {exc}"
-            if not isinstance(value, dict):
-                return facts, f"stdout line {number}: TALLY-FACTS must be a JSON object"
+            value, problem = _facts_line(line[len(_FACTS_PREFIX):])
+            if problem is not None:
+                return facts, f"stdout line {number}: {problem}"
             facts.update(value)
             continue
         match = _CLOCK_LINE.search(line)
         if match:
-            clock = (int(match.group(1)), line.strip())
+            clock = (int(match.group(1)), line.strip()[:MAX_QUOTED_LINE])
             own = _HOST_CLOCK_LINE.fullmatch(line.strip())
             if own is not None and len(hosts) < 64:
                 hosts[own.group(1)] = {"clock_cap_mhz": int(own.group(3)), "log_line": own.group(2)[:300]}
@@ -166,6 +172,21 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
         if hosts:
             facts.setdefault("hosts", hosts)
     return facts, None
+
+
+def _facts_line(text: str) -> tuple[dict[str, Any], str | None]:
+    """One ``TALLY-FACTS`` line's object, or why it cannot be taken (bounded, strict, recordable)."""
+    try:
+        value = read_json(text, "the line", max_bytes=MAX_FACTS_LINE_BYTES, max_depth=MAX_FACTS_DEPTH)
+    except FormatError as exc:
+        return {}, f"TALLY-FACTS is not JSON the runner can read ({str(exc)[:300]})"
+    if not isinstance(value, dict):
+        return {}, "TALLY-FACTS must be a JSON object"
+    try:
+        canonical(value, "facts")   # what an event payload can carry
+    except FormatError as exc:
+        return {}, f"TALLY-FACTS cannot be recorded ({str(exc)[:300]})"
+    return value, None
 
 
 class CommandsDriver:
@@ -343,7 +364,7 @@ class CommandsDriver:
         elif code != 0 and "error" not in facts:
             last = stderr.decode("utf-8", "replace").strip().splitlines()
             how = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
-            facts["error"] = f"{action} failed ({how})" + (f": {last[-1]}" if last else "")
+            facts["error"] = f"{action} failed ({how})" + (f": {last[-1][:MAX_QUOTED_LINE]}" if last else "")
         ok, facts = settle(action, host, params, ok, facts)
         return ActionResult(action, host, ok, code, duration, timed_out, stdout, stderr, facts)
 

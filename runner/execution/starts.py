@@ -86,6 +86,16 @@ def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
                            for when in ("before", "after")}, series=gauges["series"])
 
 
+def _said(value: Any) -> str | int | None:
+    """A fact a probe reported, as a record can quote it: a short printable string or a safe integer,
+    else its repr, cut."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53):
+        return value
+    if isinstance(value, str) and len(value) <= 200 and value.isprintable():
+        return value
+    return repr(value)[:200]
+
+
 READ_ONLY_ACTIONS = frozenset({"read_thermal"})  # host actions that read the host and change nothing on it
 
 
@@ -146,7 +156,6 @@ class StartSteps(Recorder):
 
     def config_gate(self, step: Step, _r: RunResult) -> None:
         """``start_config``: what the host reported starting is the arm the plan declares."""
-        from ..gates.admission import record_gate
         from ..gates.start_config import check_start_config
         from ..state.fold import ENGINE_REPORTS
 
@@ -160,14 +169,13 @@ class StartSteps(Recorder):
         production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
         clock = (self.ws.starts.get(start.id) or {}).get("clock_problems") or []
         checked = check_start_config(start.id, arm, reported, production, clock_problems=clock)
-        record_gate(self.ledger, self.signer, self.window, "start_config", checked.verdict, checked.evidence,
-                    commit=self.plan.commit, start=start.id, summary=checked.summary, auto_admit=False)
-        self.crash.after(["gate.result"])
+        self.append([("gate.result", p.GateResult(gate="start_config", verdict=checked.verdict,
+                                                  evidence=dict(checked.evidence), summary=checked.summary,
+                                                  commit=self.plan.commit, start=start.id), ())])
         self.say(f"  start_config {start.label}: {checked.verdict}" +
                  (f" ({checked.summary})" if checked.failures else ""))
 
     def spec_gate(self, step: Step, _r: RunResult) -> None:
-        from ..gates.admission import record_gate
         from ..gates.spec import SpecResult, check_standard_spec
 
         assert step.start is not None
@@ -180,10 +188,10 @@ class StartSteps(Recorder):
                                  ("the host reported no speculative config for this start",))
         else:
             checked = check_standard_spec(start.id, start.role, observed, arm.speculative)
-        record_gate(self.ledger, self.signer, self.window, "standard_spec", checked.verdict, checked.evidence,
-                    commit=self.plan.commit, start=start.id, summary="; ".join(checked.failures) or "standard",
-                    auto_admit=False)
-        self.crash.after(["gate.result"])
+        self.append([("gate.result", p.GateResult(gate="standard_spec", verdict=checked.verdict,
+                                                  evidence=dict(checked.evidence),
+                                                  summary="; ".join(checked.failures) or "standard",
+                                                  commit=self.plan.commit, start=start.id), ())])
         self.say(f"  standard_spec {start.label}: {checked.verdict}")
 
     def warmup(self, step: Step, _r: RunResult) -> None:
@@ -274,7 +282,11 @@ class StartSteps(Recorder):
             res = self.driver.run("probe", None, {"window": self.window, "start": start_id})
         except ExternalError as exc:
             res = ActionResult("probe", None, False, None, 0.0, False, b"", b"", {"error": str(exc)})
-        facts = res.facts
+        except Exception as exc:   # a probe that could not be read is a probe that failed
+            res = ActionResult("probe", None, False, None, 0.0, False, b"", b"",
+                               {"error": f"the driver raised {type(exc).__name__}: {str(exc)[:300]}"})
+        # what the site said is quoted into the wave's record: bounded and recordable
+        facts = {name: _said(res.facts.get(name)) for name in ("arm", "session", "engine", "serving", "error")}
         problems = [] if res.ok else [f"the probe failed: {facts.get('error') or res.exit_code}"]
         if facts.get("arm") != expected:
             problems.append(f"arm {facts.get('arm')!r} serves, not the start's {expected!r}")
