@@ -21,6 +21,7 @@ from ledger.strictfile import read_limited
 from ledger.stricttoml import MAX_TOML_BYTES, MAX_TOML_DEPTH, read_toml
 
 from ..fields import Fields
+from ..measure.urls import has_credentials, redact
 from ..vocabulary import COUNTER_SOURCES, CounterSourceName
 from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, OPTIONAL_ACTIONS, HostDriver
 from .commands import CommandsDriver, CommandTemplate, parse_template
@@ -252,7 +253,12 @@ def _url(f: Fields, key: str) -> str:
 
 def _check_url(f: Fields, key: str, value: Any) -> str:
     if not isinstance(value, str) or not _URL.fullmatch(value):
-        raise f.fail(key, f"must be an http:// or https:// URL, got {value!r}")
+        shown = redact(value) if isinstance(value, str) else value
+        raise f.fail(key, f"must be an http:// or https:// URL, got {shown!r}")
+    if has_credentials(value):
+        # the site's URLs are recorded with every wave and given to site commands ({serving_url})
+        raise f.fail(key, f"{redact(value)!r} carries credentials: a site URL is recorded with every wave and "
+                          "passed to site commands, so it must not hold them")
     return value
 
 

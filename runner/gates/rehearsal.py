@@ -221,7 +221,8 @@ class _Sender:
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
              transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None,
              needs: Sequence[Need] = (), vllm_checks: bool = True,
-             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None) -> Rehearsal:
+             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None,
+             auth: httpx.Auth | None = None) -> Rehearsal:
     """Send every probe once, in order, with no idle wait between them; then read every field.
 
     ``needs`` are the window's (:func:`.capability.plan_needs`); the vLLM checks add
@@ -231,14 +232,15 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
     probes after it are not sent (each recorded as "no answer, rerun", not sent), so a
     stalled server costs one timeout, not one per probe. ``probe_list`` (the admission's
     own probes, :func:`.probe_list.read_probe_list`) is sent after the fixed five, each
-    judged against its expected outcome.
+    judged against its expected outcome. Credentials go as ``auth`` (an
+    :class:`~runner.measure.urls.OriginAuth`: only to their own origin), not in ``headers``.
     """
     import httpx
 
     from ..measure.transport import StampingTransport
 
     all_needs = tuple(needs) + (vllm_needs() if vllm_checks else ())
-    with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
+    with httpx.Client(transport=transport or StampingTransport(), headers=headers, auth=auth) as client:
         sender = _Sender(client, url, timeout)
         results = tuple(sender(probe, _judge) for probe in probes(eos, model))
         listed = tuple(sender(probe, judge_expected) for probe in (probe_list.probes if probe_list else ()))
