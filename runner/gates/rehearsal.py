@@ -42,14 +42,14 @@ answer", else 1.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ledger.strictwrite import open_dir, write_whole
 
 from ..vocabulary import GateVerdict
 from .capability import FieldResult, Need, assess, capability_probes, forced_probes, judge_answered, vllm_needs
@@ -253,26 +253,6 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
                      listed, probe_list)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``path`` whole and 0600: a fresh temporary name (``O_EXCL | O_NOFOLLOW``), then a
-    rename over the name, so a symlink planted at ``path`` is replaced, never written or chmod'ed."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
     lines = []
     for r in rehearsal.results + rehearsal.listed_results + rehearsal.capability_results:
@@ -283,11 +263,17 @@ def responses_jsonl(rehearsal: Rehearsal) -> bytes:
 
 
 def write_rehearsal(rehearsal: Rehearsal, out: Path) -> tuple[Path, Path, bytes]:
-    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    summary = out / "rehearsal.json"
-    responses = out / "responses.jsonl"
+    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``.
+
+    Neither ``out`` nor a file in it is ever used through a symlink (``ledger.strictwrite``:
+    each file is written whole to a fresh temporary name and renamed over its name).
+    """
     body = responses_jsonl(rehearsal)
-    _write_private(responses, body)
-    _write_private(summary, (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode())
-    return summary, responses, body
+    summary = (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode()
+    directory = open_dir(out, "--out")
+    try:
+        write_whole("responses.jsonl", body, "--out", dir_fd=directory, shown=out / "responses.jsonl")
+        write_whole("rehearsal.json", summary, "--out", dir_fd=directory, shown=out / "rehearsal.json")
+    finally:
+        os.close(directory)
+    return out / "rehearsal.json", out / "responses.jsonl", body
