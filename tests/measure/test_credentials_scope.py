@@ -8,6 +8,7 @@ send ``Authorization: Basic op:pw`` to B on every scrape. Two real HTTP servers 
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,21 @@ def test_a_malformed_site_url_does_not_echo_its_credentials(tmp_path: Path) -> N
     with pytest.raises(FormatError, match="must be an http") as info:
         site_from_dict({"kind": "sim", "url": f"http://op:{A_SECRET}@ho st:1"}, base_dir=tmp_path)
     assert A_SECRET not in str(info.value)
+
+
+def test_credentials_of_an_unreachable_metrics_url_appear_in_no_message(family_file: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    out = tmp_path / "out"
+    with serve(Serving) as a:
+        result = CliRunner().invoke(app, ["measure", "--url", with_user(a.url, "op", A_SECRET), "--metrics-url",
+                                          f"http://scraper:{B_SECRET}@127.0.0.1:{dead}/metrics", "--family",
+                                          str(family_file), "--max-tokens", "3", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert any(f"http://127.0.0.1:{dead}/metrics" in why for why in summary["wave"]["incomplete_reasons"])
+    for text in (result.stdout, result.stderr, *(p.read_text() for p in out.iterdir())):
+        assert B_SECRET not in text and A_SECRET not in text and "scraper" not in text

@@ -94,3 +94,16 @@ def test_write_family_refuses_a_planted_symlink(tmp_path: Path, victim: Path) ->
     with pytest.raises(FormatError, match=r"family file .* is a symbolic link"):
         write_family(link, synthetic_family("opinions", short=1, long=0))
     untouched(victim)
+
+
+@pytest.mark.parametrize("dangling", [True, False])
+def test_init_refuses_a_database_path_that_is_a_symlink(tmp_path: Path, victim: Path, dangling: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("TALLY_DB", "TALLY_KEY", "TALLY_KEY_PASSPHRASE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "tally.db").symlink_to(victim.parent / "new.db" if dangling else victim)
+    code, out, err = tally("init", "--origin", "tally.test/planted")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "is a symbolic link" in err, err
+    untouched(victim)  # no ledger (and no .tally key) created beside the link's target
+    assert not (tmp_path / ".tally").exists()
