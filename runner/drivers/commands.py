@@ -6,7 +6,7 @@ then filled in *inside* each argument, so a value never splits or merges argumen
 and no local shell sees it (``shell=False``). Write ``bash -c '...'`` explicitly to get
 a shell. Values that come from the window (host, window, start, role, arm, snapshot,
 seed) must be plain words (letters, digits and ``. _ - : @ % + = , /``, not starting
-with ``-``): a plain word means the same thing to every shell that parses it, however
+with ``-``, or a lone ``-``): a plain word means the same thing to every shell that parses it, however
 many times, and is never read as an option; structured values travel as JSON on the
 command's stdin and in ``$TALLY_REQUEST``.
 
@@ -83,7 +83,8 @@ PLACEHOLDERS: Mapping[str, str] = {
 # Placeholders filled from params, and the params key each reads.
 _FROM_PARAMS = {"window": "window", "start": "start", "role": "role", "arm": "arm", "arm_config": "arm_config",
                 "snapshot": "snapshot_sha256", "seed": "seed"}
-_WORD = re.compile(r"(?:[A-Za-z0-9._:@%+=,/][A-Za-z0-9._:@%+=,/-]*)?")  # a plain word; never an option
+# A plain word: never split, expanded or read as an option (a lone "-", "no window", is no option either).
+_WORD = re.compile(r"(?:-|[A-Za-z0-9._:@%+=,/][A-Za-z0-9._:@%+=,/-]*)?")
 _WORD_RULE = "letters, digits, . _ - : @ % + = , /; not starting with -"
 # Programs whose command line is parsed again by a shell (docs/site.md, "Remote shells").
 REMOTE_PROGRAMS = frozenset({"ssh", "autossh"})
