@@ -6,9 +6,9 @@ then filled in *inside* each argument, so a value never splits or merges argumen
 and no local shell sees it (``shell=False``). Write ``bash -c '...'`` explicitly to get
 a shell. Values that come from the window (host, window, start, role, arm, snapshot,
 seed) must be plain words (letters, digits and ``. _ - : @ % + = , /``, not starting
-with ``-``, or a lone ``-``): a plain word means the same thing to every shell that parses it, however
-many times, and is never read as an option; structured values travel as JSON on the
-command's stdin and in ``$TALLY_REQUEST``.
+with ``-``, or a lone ``-``): a plain word means the same thing to every shell that
+parses it, however many times, and is never read as an option; structured values travel
+as JSON on the command's stdin and in ``$TALLY_REQUEST``.
 
 Shells that parse a command line again (:func:`reparsed_arguments`): everything after
 the destination of ``ssh`` (ssh joins its arguments into one string that the remote
@@ -165,8 +165,11 @@ def _shell_reparsed(argv: tuple[str, ...], at: int) -> set[int]:
     index, command = at + 1, False
     while index < len(argv) and argv[index][:1] in ("-", "+") and argv[index] not in ("-", "+", "--"):
         cluster = argv[index][1:]
+        if cluster[:1] == "-":  # a long option: --login, --rcfile FILE, --init-file FILE
+            index += 2 if cluster in ("-rcfile", "-init-file") else 1
+            continue
         command = command or "c" in cluster
-        index += 2 if cluster[-1:] in _SHELL_OPTIONS_WITH_VALUE and cluster[:1] != "-" else 1
+        index += 2 if cluster[-1:] in _SHELL_OPTIONS_WITH_VALUE else 1
     if index < len(argv) and argv[index] == "--":
         index += 1
     return {index} if command and index < len(argv) else set()

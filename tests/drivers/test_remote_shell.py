@@ -242,3 +242,23 @@ def test_a_refused_site_is_one_line_and_exit_2_from_the_cli(tmp_path: Path, sshd
     assert result.stdout == "" and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "actions.start_arm.command" in result.stderr and "{arm_config} after ssh" in result.stderr
     assert _log(tmp_path) == []
+
+
+@pytest.mark.parametrize(("argv", "reparsed"), [
+    ("ssh -o BatchMode=yes -p 22 {head} sudo x {window}", [1, 2, 3, 4, 5, 6, 7, 8]),
+    ("ssh -oBatchMode=yes -tt h cmd", [1, 2, 3, 4]),
+    ("ssh -- h cmd", [1, 2, 3]),
+    ("timeout 10 ssh h c", [3, 4]),
+    ("sudo bash -euo pipefail -c 'echo x' sh {y}", [5]),
+    ("bash --rcfile rc --login -c s {b}", [5]),
+    ("sh script.sh {x}", []),
+    ("python3 -c 'print(1)' {a}", [2]),
+    ("awk -F : '{{print}}' f", [3]),
+    ("./statehost.sh {state_dir} probe", []),
+])
+def test_which_arguments_a_shell_parses_again(argv: str, reparsed: list[int]) -> None:
+    import shlex
+
+    from runner.drivers.commands import reparsed_arguments
+
+    assert sorted(reparsed_arguments(tuple(shlex.split(argv)))[0]) == reparsed
