@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from ledger.errors import FormatError
+
 from .common import JsonOpt, command, print_json, state
 
 
@@ -15,10 +17,15 @@ def init(
     json_out: JsonOpt = False,
 ) -> None:
     """Create the schema and the genesis event (and .tally/root.pem when no key is given)."""
+    from ledger.db import sqlite_path
     from ledger.keys import generate_key_file, load_signer
     from ledger.store import Ledger
 
     book = Ledger(state.db)
+    path = sqlite_path(book.url)
+    if path is not None and path.is_symlink():  # init creates the file: never through a planted link
+        raise FormatError(f"the database path {path} is a symbolic link; refusing to create a ledger through it "
+                          "(give its real path)")
     origin = origin or f"tally.local/{os.urandom(4).hex()}"
     book.check_init(origin)  # refuse a database init would refuse before a key is created
     key_path = state.key_path(book.url)

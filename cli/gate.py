@@ -191,7 +191,7 @@ def rehearse(
     from runner.gates.capability import FIELDS, plan_needs
     from runner.gates.rehearsal import VLLM_PROBES, write_rehearsal
     from runner.gates.rehearsal import rehearse as run_rehearsal
-    from runner.measure.urls import redact, server_url
+    from runner.measure.urls import OriginAuth, redact, server_url
 
     if not url.startswith(("http://", "https://")):
         raise FormatError(f"--url {redact(url)!r} must start with http:// or https://")
@@ -210,7 +210,7 @@ def rehearse(
     if window is not None:
         book, signer = ledger_and_signer()
         reg = registered(book, window)
-    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, headers=server.headers,
+    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, auth=OriginAuth(server),
                            needs=plan_needs(reg.plan) if reg is not None else (), vllm_checks=vllm_checks,
                            accept_ignored=accepted, probe_list=probe_list)
     summary_path, responses_path, responses = write_rehearsal(result, out)

@@ -29,6 +29,7 @@ from .common import EXIT_FAILED, OutDir, check_out, command, state
 if TYPE_CHECKING:
     from runner.measure import Family, Prompt, RequestRecord, WaveResult
     from runner.measure.totals import WaveTotals
+    from runner.measure.urls import OriginAuth
 
 
 EXIT_INTERRUPTED = 130
@@ -64,8 +65,9 @@ Bounds (docs/measure.md): a request without --deadline is cut after 600 s; an SS
 over 1 MiB fails its request; /metrics is read within 10 s and 16 MiB. Requests are
 written to requests.jsonl as they finish and figures are accumulated, so memory does
 not grow with --requests; with --ledger the wave must fit one event (1 MiB), checked
-before anything is sent. Credentials in --url are sent as an Authorization header and
-never recorded.
+before anything is sent. Credentials in --url (or --metrics-url) are sent as an
+Authorization header to that URL's origin (scheme, host, port) only, and never recorded;
+a --header goes with every request.
 
 Exit codes: 0 measured (see the summary for failed requests); 1 no request succeeded;
 2 bad input; 3 the server did not answer; 130 interrupted (what was measured is still
@@ -138,7 +140,7 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
              spec_off: bool = False) -> None:
     from runner.measure import list_models, load_family
     from runner.measure.sources import select_source
-    from runner.measure.urls import server_url
+    from runner.measure.urls import OriginAuth, server_url
 
     select_source(counter_source)   # a bad name is one line, exit 2, before anything is read or sent
 
@@ -153,10 +155,10 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
     if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
         raise FormatError("--id must be non-empty, without spaces or '/'")
     headers = _headers(header or [])
-    if server.authorized:
-        if any(name.lower() == "authorization" for name in headers):
-            raise FormatError("credentials in --url and an Authorization --header: give one of them")
-        headers.update(server.headers)
+    if server.authorized and any(name.lower() == "authorization" for name in headers):
+        raise FormatError("credentials in --url and an Authorization --header: give one of them")
+    # each URL's credentials go to its own origin only (a --metrics-url elsewhere gets its own, or none)
+    auth = OriginAuth(server, *(() if metrics is None else (metrics,)))
     check_out(out, "requests.jsonl", "summary.json")  # a planted symlink is refused before any request
     loaded = load_family(family)
     prompts = _Cycle(loaded.prompts, requests if requests is not None else len(loaded.prompts))
@@ -164,7 +166,7 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
         _check_fits_one_event(prompts, loaded)
     base = server.url.removesuffix("/v1")
     # Reachability first (exit 3 with one line); also the default model.
-    models = list_models(base, headers=headers)
+    models = list_models(base, headers=headers, auth=auth)
     if model is None:
         if not models:
             raise FormatError(f"{base}/v1/models lists no model; pass --model")
@@ -180,7 +182,7 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
                                      loaded, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
                                      deadline=deadline, wave_deadline=wave_deadline, chat=chat,
                                      ignore_eos=ignore_eos, priority=priority, token_ids=token_ids, headers=headers,
-                                     metrics_headers=metrics.headers if metrics is not None else None,
+                                     auth=auth,
                                      keep_records=ledger, records_file=records_file, spool_parent=out,
                                      show_progress=not as_json and sys.stderr.isatty(),
                                      counter_source=counter_source, speculative=False if spec_off else None)
@@ -275,7 +277,7 @@ def _headers(values: list[str]) -> dict[str, str]:
 def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family, *, model: str, max_tokens: int,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
          ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
-         metrics_headers: dict[str, str] | None, keep_records: bool, records_file: BinaryIO | None,
+         auth: OriginAuth, keep_records: bool, records_file: BinaryIO | None,
          spool_parent: Path | None, show_progress: bool, counter_source: str = "vllm",
          speculative: bool | None = None) -> tuple[WaveResult, bool]:
     """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
@@ -309,7 +311,7 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
                 base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
                 deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                 priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
-                on_request=on_request, headers=headers, metrics_headers=metrics_headers, totals=totals,
+                on_request=on_request, headers=headers, auth=auth, totals=totals,
                 unsent_records=None if keep_records else UNSENT_LISTED, counter_source=counter_source,
                 speculative=speculative)
         except BaseException as exc:

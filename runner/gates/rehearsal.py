@@ -51,14 +51,14 @@ answer", else 1.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ledger.strictwrite import open_dir, write_whole
 
 from ..vocabulary import GateVerdict
 from .capability import (
@@ -241,7 +241,8 @@ class _Sender:
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
              transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None,
              needs: Sequence[Need] = (), vllm_checks: bool = True,
-             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None) -> Rehearsal:
+             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None,
+             auth: httpx.Auth | None = None) -> Rehearsal:
     """Send every probe once, in order, with no idle wait between them; then read every field.
 
     ``needs`` are the window's (:func:`.capability.plan_needs`); the vLLM checks add
@@ -251,13 +252,14 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
     probes after it are not sent (each recorded as "no answer, rerun", not sent), so a
     stalled server costs one timeout, not one per probe. ``probe_list`` (the admission's
     own probes, :func:`.probe_list.read_probe_list`) is sent after the fixed five, each
-    judged against its expected outcome.
+    judged against its expected outcome. Credentials go as ``auth`` (an
+    :class:`~runner.measure.urls.OriginAuth`: only to their own origin), not in ``headers``.
     """
     import httpx
 
     from ..measure.transport import StampingTransport
 
-    with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
+    with httpx.Client(transport=transport or StampingTransport(), headers=headers, auth=auth) as client:
         sender = _Sender(client, url, timeout)
         results = tuple(sender(probe, _judge) for probe in probes(eos, model))
         listed = tuple(sender(probe, judge_expected) for probe in (probe_list.probes if probe_list else ()))
@@ -288,26 +290,6 @@ def _learnt_control(control: ProbeResult, probed: dict[str, ProbeResult]) -> Pro
                           "decoding here, or a vLLM that supports it; the refusal the control replays cannot happen")
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``path`` whole and 0600: a fresh temporary name (``O_EXCL | O_NOFOLLOW``), then a
-    rename over the name, so a symlink planted at ``path`` is replaced, never written or chmod'ed."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
     lines = []
     for r in rehearsal.results + rehearsal.listed_results + rehearsal.capability_results:
@@ -318,11 +300,17 @@ def responses_jsonl(rehearsal: Rehearsal) -> bytes:
 
 
 def write_rehearsal(rehearsal: Rehearsal, out: Path) -> tuple[Path, Path, bytes]:
-    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    summary = out / "rehearsal.json"
-    responses = out / "responses.jsonl"
+    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``.
+
+    Neither ``out`` nor a file in it is ever used through a symlink (``ledger.strictwrite``:
+    each file is written whole to a fresh temporary name and renamed over its name).
+    """
     body = responses_jsonl(rehearsal)
-    _write_private(responses, body)
-    _write_private(summary, (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode())
-    return summary, responses, body
+    summary = (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode()
+    directory = open_dir(out, "--out")
+    try:
+        write_whole("responses.jsonl", body, "--out", dir_fd=directory, shown=out / "responses.jsonl")
+        write_whole("rehearsal.json", summary, "--out", dir_fd=directory, shown=out / "rehearsal.json")
+    finally:
+        os.close(directory)
+    return out / "rehearsal.json", out / "responses.jsonl", body

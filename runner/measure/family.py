@@ -18,6 +18,7 @@ from typing import Any
 from ledger.errors import FieldError, FormatError
 from ledger.strictfile import read_limited
 from ledger.strictjson import MAX_DEPTH, nesting_depth, read_json
+from ledger.strictwrite import write_whole
 
 from ..fields import Fields
 
@@ -163,7 +164,7 @@ def family_bytes(prompts: Iterable[Prompt]) -> bytes:
 
 
 def write_family(path: str | Path, prompts: Sequence[Prompt]) -> str:
-    """Write a family file; returns its sha256 (what a plan registers)."""
+    """Write a family file (whole, never through a symlink); returns its sha256 (what a plan registers)."""
     data = family_bytes(prompts)
-    Path(path).write_bytes(data)
+    write_whole(path, data, "family file", mode=0o644)
     return hashlib.sha256(data).hexdigest()
