@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["ledger", "tlog", "trusted", "measure", "decide", "power", "fold", "runner"]
+ORDER = ["ledger", "tlog", "trusted", "strict", "measure", "decide", "power", "fold", "plan", "runner"]
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ libraries inside their commands so that start-up stays fast.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -73,5 +74,20 @@ def _register() -> None:
 _register()
 
 
+def _streams_never_fail() -> None:
+    """stdout and stderr escape what their encoding cannot write instead of raising.
+
+    With an ASCII locale (``LC_ALL=POSIX PYTHONUTF8=0``) Python's stdout is strict ASCII:
+    an em dash in a checkpoint note, an accent in a stream name would raise
+    UnicodeEncodeError after the command had done its work. Text for people is escaped
+    (``\u2014``); machine output is written as UTF-8 bytes (``common.write_data``).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and not common.encodes_everything(stream):
+            reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
+    _streams_never_fail()
     app()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
 from runner.app import checkpoint_json, new_checkpoint, show_checkpoint
 
-from .common import JsonOpt, check_seq, command, handle_errors, print_json, session
+from .common import JsonOpt, check_seq, command, handle_errors, print_json, session, write_data
 
 
 def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
@@ -24,7 +23,7 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(checkpoint_json(signed, created=created))
     else:
-        sys.stdout.write(signed.note)
+        write_data(signed.note)
 
 
 def checkpoint_show(
@@ -38,7 +37,7 @@ def checkpoint_show(
     if json_out:
         print_json(checkpoint_json(chosen))
     else:
-        sys.stdout.write(chosen.note)
+        write_data(chosen.note)
 
 
 def register(app: typer.Typer) -> None:

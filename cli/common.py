@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -37,6 +39,7 @@ __all__ = [
     "print_json",
     "printable",
     "session",
+    "write_data",
 ]
 
 
@@ -84,8 +87,59 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in flat)
 
 
+def encodes_everything(stream: Any) -> bool:
+    """Whether a text stream's encoding can write every character (a UTF encoding)."""
+    import codecs
+
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "ascii").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def write_data(text: str) -> None:
+    """Write machine output (JSON, event lines, signed notes) as its UTF-8 bytes, whatever the locale.
+
+    The bytes are the same in every locale: a checkpoint note saved from an ASCII
+    terminal (``LC_ALL=POSIX``) still verifies, a JSON line is still UTF-8 JSON. Text for
+    people goes through ``print``, whose stream escapes what its encoding cannot write
+    (``cli.app.main`` sets ``errors="backslashreplace"``).
+    """
+    out = sys.stdout
+    buffer = getattr(out, "buffer", None)
+    if buffer is None or encodes_everything(out):
+        out.write(text)
+        return
+    out.flush()
+    buffer.write(text.encode("utf-8"))
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null: it failed (a closed pipe, a terminal gone, a full disk), so later
+    writes, and the interpreter's last flush, cannot fail again."""
+    with suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def never_fails(show: Callable[..., None]) -> Callable[..., None]:
+    """``show`` (a progress line, a wave) made harmless: if printing fails, the rest is discarded.
+
+    For output written while state advances (a window's step lines): the work must go on
+    to its recorded end (a restore) whether or not anyone still reads the terminal.
+    """
+    def call(*args: Any) -> None:
+        try:
+            show(*args)
+        except (OSError, ValueError):  # ValueError: a closed file
+            discard_stdout()
+
+    return call
+
+
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None, sort_keys=False) + "\n")
+    write_data(json.dumps(value, ensure_ascii=False, indent=None, sort_keys=False) + "\n")
 
 
 def handle_errors(fn: F) -> F:
@@ -126,7 +180,8 @@ SiteOpt = Annotated[Path, typer.Option("--site", help="Site file (docs/site.md):
 
 
 def print_appended(event: Event, json_out: bool) -> None:
+    """What ``append`` prints once the event is stored (after: a failed print loses output, never the event)."""
     if json_out:
-        sys.stdout.write(event.line() + "\n")
+        write_data(event.line() + "\n")
     else:
         print(event.seq)

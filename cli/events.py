@@ -10,7 +10,7 @@ import typer
 
 from runner.app import append_event
 
-from .common import check_seq, command, print_appended, session
+from .common import check_seq, command, print_appended, session, write_data
 
 
 def append(
@@ -35,7 +35,7 @@ def log(
     write = sys.stdout.write
     for event in book.events(since, stream=stream, types=[type_] if type_ else None):
         if json_out:
-            write(event.line() + "\n")
+            write_data(event.line() + "\n")
         else:
             write(f"{event.seq:>8}  {event.time}  {event.stream:<24} {event.type:<22} {event.hash[:16]}\n")
 
@@ -47,7 +47,7 @@ def show(
     """Show one event."""
     event = session.ledger().get(check_seq(seq, "seq"))
     if json_out:
-        sys.stdout.write(event.line() + "\n")
+        write_data(event.line() + "\n")
         return
     print(f"seq     {event.seq}\nstream  {event.stream}\ntype    {event.type}\ntime    {event.time}")
     print(f"actor   {event.actor}\nprev    {event.prev}\nhash    {event.hash}\nsig     {event.sig}")

@@ -56,8 +56,9 @@ Bounds (docs/measure.md): a request without --deadline is cut after 600 s; an SS
 over 1 MiB fails its request; /metrics is read within 10 s and 16 MiB. Requests are
 written to requests.jsonl as they finish and figures are accumulated, so memory does
 not grow with --requests; with --ledger the wave must fit one event (1 MiB), checked
-before anything is sent. Credentials in --url are sent as an Authorization header and
-never recorded.
+before anything is sent. Credentials in --url (or --metrics-url) are sent as an
+Authorization header to that URL's origin (scheme, host, port) only, and never recorded;
+a --header goes with every request.
 
 Exit codes: 0 measured (see the summary for failed requests); 1 no request succeeded;
 2 bad input; 3 the server did not answer; 130 interrupted (what was measured is still

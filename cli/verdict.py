@@ -54,18 +54,19 @@ def print_result(data: dict[str, Any], result: dict[str, Any], console: Console)
 
 
 def _print_win2(result: dict[str, Any], console: Console) -> None:
+    from rich.markup import escape  # names come from the input: shown as they are, never read as markup
     from rich.table import Table
 
     conf = f"{result['params']['confidence']:.0%}"
     for cell, cell_result in result["cells"].items():
-        table = Table(title=f"{cell}: {cell_result['verdict'] or 'not computed (incomplete data)'}",
+        table = Table(title=escape(f"{cell}: {cell_result['verdict'] or 'not computed (incomplete data)'}"),
                       title_justify="left")
         for header in ("metric", "role", "s1 per repeat", "s2 per repeat", "s3 per repeat", "d per repeat",
                        "point", f"{conf} interval", "verdict"):
             table.add_column(header)
         for name, m in cell_result["metrics"].items():
             interval = "-" if m["low"] is None else f"[{_pct(m['low'])}, {_pct(m['high'])}]"
-            table.add_row(f"{name} ({m['direction']})", m["role"], _series(m["per_repeat"]["s1"]),
+            table.add_row(escape(f"{name} ({m['direction']})"), m["role"], _series(m["per_repeat"]["s1"]),
                           _series(m["per_repeat"]["s2"]), _series(m["per_repeat"]["s3"]), _series(m["d"], _pct),
                           _pct(m["point"]), interval, m["verdict"] or "-")
         console.print(table)
@@ -79,6 +80,7 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
 
 
 def _print_pp3(data: dict[str, Any], result: dict[str, Any], console: Console) -> None:
+    from rich.markup import escape  # family and context names come from the input
     from rich.table import Table
 
     table = Table(title="pp3-v1 per pair (tok/s = delivered tokens / decode s)", title_justify="left")
@@ -91,11 +93,11 @@ def _print_pp3(data: dict[str, Any], result: dict[str, Any], console: Console) -
         for block in ("A1", "A2", "B1", "B2"):
             r = rows.get((block, family, context))
             if r is None or r["delivered_tokens"] is None or not r["decode_s"]:
-                rates.append("-" if r is None else r["status"])
+                rates.append("-" if r is None else escape(r["status"]))
             else:
                 rates.append(_num(r["delivered_tokens"] / r["decode_s"]) + ("" if r["status"] == "ok"
                                                                             else f" ({r['status']})"))
-        table.add_row(label, *rates, _pct(entry["gain"]), _pct(entry["ttft_change"]), _pct(entry["round_p95_change"]))
+        table.add_row(escape(label), *rates, _pct(entry["gain"]), _pct(entry["ttft_change"]), _pct(entry["round_p95_change"]))
     console.print(table)
     params = result["params"]
     families = ", ".join(f"{f} {_pct(v['gain'])} ({v['pairs']} pairs)" for f, v in result["per_family"].items())

@@ -19,6 +19,7 @@ from runner.app import (
     describe_power,
     dry_run_window,
     owner_name,
+    power_spread_lines,
     recorded_decision,
     register_window,
     run_window,
@@ -26,7 +27,17 @@ from runner.app import (
     write_window_report,
 )
 
-from .common import EXIT_FAILED, JsonOpt, SiteOpt, WindowArg, command, print_json, session
+from .common import (
+    EXIT_FAILED,
+    JsonOpt,
+    SiteOpt,
+    WindowArg,
+    command,
+    discard_stdout,
+    never_fails,
+    print_json,
+    session,
+)
 
 if TYPE_CHECKING:
     from runner.app import Decision
@@ -65,11 +76,18 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
 
 def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False,
              chain_production: Path | None = None) -> None:
+    # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
+    # must not leave production drained (never_fails); the window runs on to its recorded end.
     result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
-                        progress=not json_out and sys.stdout.isatty(), echo=not json_out)
-    if not json_out and result.decision is not None:
-        print_verdict(recorded_decision(session.ledger(), window))
-    _print_result(result, json_out, owner_name(), aborted_is_failure=not abort)
+                        progress=not json_out and sys.stdout.isatty(), echo=not json_out, guard=never_fails)
+    try:  # the window is over and recorded: a failed print loses only the report, never the exit code
+        if not json_out and result.decision is not None:
+            print_verdict(recorded_decision(session.ledger(), window))
+        _print_result(result, json_out, owner_name())
+    except (OSError, ValueError):
+        discard_stdout()
+    if result.blocked or result.escalated or (not abort and result.ending == "aborted"):
+        raise typer.Exit(EXIT_FAILED)
 
 
 def print_verdict(decision: Decision | None) -> None:
@@ -87,8 +105,9 @@ def print_verdict(decision: Decision | None) -> None:
             print(f"  - {reason}")
 
 
-def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_failure: bool) -> None:
-    """Print the run's outcome; exit 1 when it stopped, escalated, or (run/resume) ended aborted.
+def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
+    """Print the run's outcome (``_execute`` then exits 1 when it stopped, escalated, or (run/resume)
+    ended aborted).
 
     An aborted window is restored and decided REJECT: the run did its job safely, but the
     window failed, and a script that runs it must see that. ``tally window abort`` asked
@@ -106,8 +125,6 @@ def _print_result(result: RunResult, json_out: bool, runner: str, *, aborted_is_
                   f"{result.overhead_s:.2f} s ({share:.1%} of the run)")
         if result.blocked:
             print(f"  stopped: {result.blocked}", file=sys.stderr)
-    if result.blocked or result.escalated or (aborted_is_failure and result.ending == "aborted"):
-        raise typer.Exit(EXIT_FAILED)
 
 
 ChainProductionOpt = Annotated[Path | None, typer.Option(
@@ -198,21 +215,23 @@ def _print_power(f: dict[str, Any]) -> None:
         probs = ", ".join(f"{k} {v['p']:.3f}" for k, v in f["outcomes"][key].items())
         extra = ""
         if "analytic" in f:
-            extra = "; analytic " + ", ".join(f"{k} {v:.3f}" for k, v in f["analytic"][key].items())
+            extra = "; analytic " + ", ".join(f"{k} {v:.3f}" for k, v in f["analytic"][key].items()
+                                              if isinstance(v, float))
         print(f"  {label} ({effect:+.2%}): {probs} (MC error <= {max(v['mc_error'] for v in f['outcomes'][key].values()):.3f}){extra}")
     if "analytic" in f:
         mde = f["analytic"]["mde"]
-        print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}")
+        approximates = f["analytic"].get("approximates")
+        print(f"  analytic MDE: {'none' if mde is None else f'{mde:.2%}'}" + (f" ({approximates})" if approximates else ""))
     if "nominal_false_win_rate" in f:
         above = ("; ABOVE nominal: the start-to-start spread is shared by every repeat and the paired t cannot "
                  "see it") if f.get("false_win_above_nominal") else ""
-        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}")
-    spreads = f["spread"] if f["rule"] == "win2-v1" else {"pairs": f["spread"]}
-    for cell, s in spreads.items():
-        print(f"  spread {cell}: start-to-start {s['start_sd']:.2%}, repeat-to-repeat {s['repeat_sd']:.2%} "
-              f"({s['source']}: {s['entries']} entries, {s['windows']} windows with both controls)")
+        loss = f", false-LOSS rate {f['false_loss_rate']:.3f}" if "false_loss_rate" in f else ""
+        print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}{loss}")
+    for line in power_spread_lines(f):
+        print(f"  {line}")
     print(f"  noise model: {f['noise_model']}")
-    print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas")
+    print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas"
+          + (f" (power model {f['model']})" if "model" in f else ""))
 
 
 def register(app: typer.Typer) -> None:

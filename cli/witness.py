@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,7 @@ import typer
 
 from runner.app import cosign_checkpoint, witness_vkey
 
-from .common import JsonOpt, command, print_json
+from .common import JsonOpt, command, print_json, write_data
 
 
 def witness_cosign(
@@ -34,7 +33,7 @@ def witness_cosign(
         print_json({**result.checkpoint.to_json(), "old_size": result.old_size, "time": result.timestamp,
                     "cosignature": result.line, "note": result.note, "vkey": witness_key})
     else:
-        sys.stdout.write(result.note)
+        write_data(result.note)
 
 
 def witness_vkey_cmd(

@@ -39,7 +39,7 @@ from .keys import KEY_EVENT_TYPES, KeyRing, Signer, verify_signature
 from .stored import referenced_blobs
 from .strictfile import file_kind
 from .strictjson import read_json
-from .verify import verify_events
+from .verify import check_body, check_role, verify_events
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -603,13 +603,15 @@ def _genesis_origin(first: Event) -> str:
 
 
 def _partial_ring(events: Sequence[Event], root_key: str | None) -> KeyRing:
-    """Rules 5-7 and 9 over a partial bundle, in seq order, building the key ring as it goes.
+    """Rules 4-7 and 9 over a partial bundle, in seq order, building the key ring as it goes.
 
-    The bundle carries every key event, so each event's actor is checked against the keys
-    known (and not revoked) at its seq, and its signature verified.
+    The bundle carries every key event, so each event's body is checked (rule 4), its
+    actor against the keys known (and not revoked) at its seq and their roles (rule 5),
+    and its signature verified.
     """
     ring = KeyRing()
     for event in events:
+        check_body(event)
         if event.seq == 1 and event.type == "ledger.created":
             _apply(ring, event)
             if root_key is not None and "root" not in getattr(ring.keys.get(root_key), "roles", ()):
@@ -618,6 +620,7 @@ def _partial_ring(events: Sequence[Event], root_key: str | None) -> KeyRing:
         key = ring.keys.get(event.actor)
         if key is None or (key.revoked_at_seq is not None and key.revoked_at_seq < event.seq):
             raise VerificationError("actor is not a key known at this seq", seq=event.seq, rule=5)
+        check_role(key, event.seq)
         try:
             signature = event.raw_sig
         except ValueError:

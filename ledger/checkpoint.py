@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import b64, merkle
 from . import note as notes
 from .errors import FormatError, StorageError, TallyError, VerificationError
-from .keys import KeyRing
+from .keys import EVENT_ROLES, KeyRing
 
 if TYPE_CHECKING:
     from .store import Ledger
@@ -53,7 +53,7 @@ __all__ = [
     "witness_verifiers",
 ]
 
-LOG_ROLES = ("root", "signer")  # keys that may sign checkpoints (the roles that append)
+LOG_ROLES = EVENT_ROLES  # keys that may sign checkpoints (the roles that append)
 MAX_SIZE = (1 << 63) - 1
 MAX_PROOF_HASHES = 128
 

@@ -5,6 +5,13 @@ bytes it was hashed with, and the body bytes are spliced together from the membe
 JCS order (``actor, ledger, payload, prev, seq, stream, time, type, v``). Every string
 member goes through the JCS string encoder, so a body built from tampered stored
 values is still the JCS of what is stored, and its hash shows the tampering.
+
+The syntax of the body's string members (``docs/format.md``, the body) is checked in one
+place, ``body_problem``: ``ledger`` is 32 lowercase hex; ``stream`` a non-empty string
+with no control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F) and no
+surrogate; ``type`` dotted lowercase words; ``time`` ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, a
+real date and time. The store refuses to append what it names (``tally append``, exit
+2) and the verifier fails the event on it (rule 4).
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cached_property
+from datetime import UTC, date, datetime
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .canonical import MAX_BODY_BYTES, check_payload, json_string
@@ -26,9 +34,11 @@ __all__ = [
     "SIGNING_PREFIX",
     "Event",
     "body_bytes",
+    "body_problem",
     "check_seq",
     "event_from_json",
     "format_time",
+    "member_problem",
     "signing_message",
 ]
 
@@ -42,6 +52,60 @@ def check_seq(value: int, name: str, low: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
         raise FormatError(f"{name} {value!r} is out of range ({low} .. 2^63-1)")
     return value
+
+
+_LEDGER_ID = re.compile(r"[0-9a-f]{32}")
+_TYPE = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)+")
+_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}Z")
+_NOT_IN_STREAM = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # control characters (Cc), surrogates
+
+
+@lru_cache(maxsize=256)
+def _real_date(year: str, month: str, day: str) -> bool:
+    try:
+        date(int(year), int(month), int(day))
+    except ValueError:
+        return False
+    return True
+
+
+def member_problem(name: str, value: object) -> str | None:
+    """What is wrong with body member ``name`` (``ledger``, ``stream``, ``type``, ``time``), or None.
+
+    The rules of ``docs/format.md`` (the body); ``value`` is what a caller or a stored
+    row holds, of any type.
+    """
+    if not isinstance(value, str):
+        return f"{name} is not a string"
+    if name == "ledger":
+        return None if _LEDGER_ID.fullmatch(value) else f"ledger id {value[:40]!r} is not 32 lowercase hex characters"
+    if name == "stream":
+        if not value:
+            return "stream is empty"
+        bad = _NOT_IN_STREAM.search(value)
+        if bad is None:
+            return None
+        what = "a surrogate" if bad.group() >= "\ud800" else "a control character"
+        return f"stream {value[:40]!r} contains {what} (U+{ord(bad.group()):04X})"
+    if name == "type":
+        return None if _TYPE.fullmatch(value) else \
+            f"type {value[:40]!r} is not dotted lowercase words ([a-z0-9_]+ joined by dots, e.g. gate.result)"
+    if name == "time":
+        found = _TIME.fullmatch(value)
+        if found is None or not _real_date(*found.groups()):
+            return f"time {value[:40]!r} is not a UTC time YYYY-MM-DDTHH:MM:SS.ffffffZ"
+        return None
+    raise ValueError(f"no syntax rule for body member {name!r}")
+
+
+def body_problem(event: Event) -> str | None:
+    """The first body member of ``event`` whose syntax is wrong (``member_problem``), or None."""
+    for name, value in (("ledger", event.ledger), ("stream", event.stream), ("type", event.type),
+                        ("time", event.time)):
+        problem = member_problem(name, value)
+        if problem is not None:
+            return problem
+    return None
 
 
 def format_time(moment: datetime | None = None) -> str:

@@ -32,6 +32,7 @@ from .errors import FormatError, PolicyError
 from .strictfile import read_limited
 
 __all__ = [
+    "EVENT_ROLES",
     "KEY_EVENT_TYPES",
     "ROLES",
     "KeyInfo",
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 ROLES = ("root", "signer", "witness")
+EVENT_ROLES = ("root", "signer")  # the roles whose keys sign events and checkpoints; a witness key only cosigns
 KEY_EVENT_TYPES = frozenset({"ledger.created", "key.added", "key.revoked"})
 PASSPHRASE_ENV = "TALLY_KEY_PASSPHRASE"
 MAX_KEY_FILE_BYTES = 64 << 10  # a PEM key is a few hundred bytes
@@ -283,6 +285,11 @@ class KeyInfo:
     @property
     def public_b64(self) -> str:
         return base64.b64encode(self.public_raw).decode("ascii")
+
+    @property
+    def signs_events(self) -> bool:
+        """Whether the key holds a role that may sign events (``EVENT_ROLES``: root or signer)."""
+        return any(role in EVENT_ROLES for role in self.roles)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "roles": list(self.roles),

@@ -24,6 +24,7 @@ digest and that the Statement is exactly the one derived from it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from .keys import Signer
 from .note import Verifier, parse_vkey
 from .signing import sign_checkpoint
 from .strictjson import read_json
+from .strictwrite import open_dir, write_whole
 from .trusted import TrustedTree, proven_inclusion, trusted_event, trusted_tree
 
 if TYPE_CHECKING:
@@ -497,12 +499,16 @@ def receipt_paths(out: Path, seq: int) -> tuple[Path, Path, Path]:
 
 
 def write_receipt(receipt: Receipt, out: Path) -> tuple[Path, Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    envelope_path, proof_path, event_path = receipt_paths(out, receipt.seq)
-    envelope_path.write_text(receipt.envelope.dumps(), encoding="utf-8")
-    proof_path.write_text(receipt.proof.text(), encoding="utf-8")
-    event_path.write_text(receipt.event.line() + "\n", encoding="utf-8")
-    return envelope_path, proof_path, event_path
+    """Write a receipt's three files into ``out``, each whole, never through a symlink (``FormatError``)."""
+    paths = receipt_paths(out, receipt.seq)
+    texts = (receipt.envelope.dumps(), receipt.proof.text(), receipt.event.line() + "\n")
+    directory = open_dir(out, "receipt directory")
+    try:
+        for path, text in zip(paths, texts, strict=True):
+            write_whole(path.name, text.encode("utf-8"), "receipt file", mode=0o644, dir_fd=directory, shown=path)
+    finally:
+        os.close(directory)
+    return paths
 
 
 # ---------------------------------------------------------------------------

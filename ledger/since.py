@@ -20,12 +20,15 @@ from .checkpoint import Checkpoint, KeySpec, _reason, log_verifiers, open_checkp
 from .errors import FormatError, StorageError, VerificationError
 from .event import GENESIS_PREV
 from .keys import KEY_EVENT_TYPES, KeyRing
+from .strictfile import read_limited
 from .verify import VerifyStart, check_chain, check_event
 
 if TYPE_CHECKING:
     from .store import Ledger
 
 __all__ = ["SincePoint", "prove_since", "proven_key_ring", "since_start"]
+
+MAX_SAVED_CHECKPOINT_BYTES = 1 << 20  # a checkpoint note, with every cosignature a witness set adds
 
 
 @dataclass(frozen=True)
@@ -146,10 +149,11 @@ def since_start(ledger: Ledger, saved: str | Path, keys: Iterable[KeySpec] | Non
     "truncated" or "rewritten" history), then rebuilds the key ring of the first
     ``size`` events from their key events, each proven to be in the saved tree.
     """
-    if isinstance(saved, Path):
+    if isinstance(saved, Path):  # bounded, a regular file, never through a symlink
+        data = read_limited(saved, "the saved checkpoint", MAX_SAVED_CHECKPOINT_BYTES)
         try:
-            saved = saved.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            saved = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise FormatError(f"cannot read the saved checkpoint: {exc}") from None
     point = prove_since(ledger, saved, keys)
     info = ledger.info

@@ -4,6 +4,11 @@ An append is one transaction: it takes the append lock, reads the head, signs th
 events, and writes them with their Merkle nodes, blobs and key-cache rows, committing
 all or nothing. ``seq`` is the primary key, so even an appender that bypassed the lock
 could only lose a race (and retry on the new head), never fork the chain.
+
+The time an append records is the ledger's clock (``Ledger.now``, ``docs/deploy.md``,
+clocks): on PostgreSQL the database server's ``clock_timestamp()``, read under the
+append lock, so every machine appending to one ledger records times of one clock, in
+seq order; on SQLite (a file on one machine) this machine's clock.
 """
 
 from __future__ import annotations
@@ -11,16 +16,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -41,13 +47,12 @@ from .db import (
     sqlite_path,
 )
 from .errors import ExternalError, FormatError, PayloadError, PolicyError, StorageError, TallyError
-from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, check_seq, format_time
-from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
+from .event import GENESIS_PREV, SIGNING_PREFIX, Event, check_body_size, check_seq, format_time, member_problem
+from .keys import EVENT_ROLES, KEY_EVENT_TYPES, KeyInfo, KeyRing, Signer, key_entry, parse_key_entry
 from .models import BlobRow, CheckpointRow, EventRow, KeyRow, MerkleNodeRow
 
 __all__ = ["Blob", "Ledger", "LedgerInfo", "NewEvent", "blob_ref"]
 
-_TYPE_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 _EVENTS = cast(Table, EventRow.__table__)
 _NODES = cast(Table, MerkleNodeRow.__table__)
 _BLOBS = cast(Table, BlobRow.__table__)
@@ -57,7 +62,7 @@ _EVENT_COLUMNS = (
     _EVENTS.c.ledger, _EVENTS.c.seq, _EVENTS.c.prev, _EVENTS.c.stream, _EVENTS.c.type,
     _EVENTS.c.time, _EVENTS.c.actor, _EVENTS.c.payload, _EVENTS.c.hash, _EVENTS.c.sig, _EVENTS.c.v,
 )
-APPEND_ROLES = ("root", "signer")
+APPEND_ROLES = EVENT_ROLES  # the roles that append (verification rule 5 asks the same)
 _ROW_COLUMNS = "ledger, seq, prev, stream, type, time, actor, payload, hash, sig, v"
 _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, actor, payload, hash, sig, v) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -103,16 +108,11 @@ class LedgerInfo:
     genesis: Event
 
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f]")
-
-
 def _check_name(kind: str, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"{kind} must be a non-empty string")
-    if _CONTROL_RE.search(value):
-        raise FormatError(f"{kind} {value!r} contains control characters")
-    if kind == "type" and not _TYPE_RE.match(value):
-        raise FormatError(f"type {value!r} must be dotted lowercase words, e.g. gate.result")
+    """``stream`` and ``type`` as ``verify`` will check them (``event.member_problem``): ``FormatError`` otherwise."""
+    problem = member_problem(kind, value)
+    if problem is not None:
+        raise FormatError(problem)
 
 
 def _row_event(row: Sequence[Any]) -> Event:
@@ -176,10 +176,19 @@ def _first_line(exc: BaseException) -> str:
     return message.splitlines()[0] if message else type(exc).__name__
 
 
-class Ledger:
-    """A ledger in one database. Cheap to construct; thread-safe for appends."""
+def _machine_clock() -> datetime:
+    return datetime.now(UTC)
 
-    def __init__(self, url: str | None = None, *, engine: Engine | None = None, tree: bool = True):
+
+class Ledger:
+    """A ledger in one database. Cheap to construct; thread-safe for appends.
+
+    ``clock`` is this machine's wall clock (default ``datetime.now(UTC)``): the time of an
+    append on SQLite, unused on PostgreSQL, whose server keeps the ledger's clock.
+    """
+
+    def __init__(self, url: str | None = None, *, engine: Engine | None = None, tree: bool = True,
+                 clock: Callable[[], datetime] | None = None):
         self.url = normalise_url(url) if engine is None else str(engine.url)
         self.engine = engine if engine is not None else make_engine(self.url)
         self.tree = tree
@@ -187,6 +196,50 @@ class Ledger:
         self._info: LedgerInfo | None = None
         self._frontier: merkle.Frontier | None = None
         self._frontier_head = ""
+        self._machine_clock = clock or _machine_clock
+        self._server_clock: tuple[datetime, float] | None = None  # (server time, time.monotonic()) read together
+
+    # ------------------------------------------------------------------ the clock
+
+    @property
+    def server_clock(self) -> bool:
+        """Whether the database server keeps the ledger's clock (PostgreSQL) rather than this machine."""
+        return self.engine.dialect.name == "postgresql"
+
+    def now(self) -> datetime:
+        """The ledger's clock now (UTC): what an append made now would record as its time.
+
+        On PostgreSQL, the server's clock as last read (by an append, or here when none has
+        been made yet) advanced by this machine's monotonic clock since: no query and no
+        failure once read, and no step when this machine's wall clock is set. On SQLite,
+        this machine's clock. The runner's budget reads it (``docs/window.md``): minutes
+        between event times and now are then measured on one clock, whichever machine
+        recorded the events and whichever resumes the window.
+        """
+        if not self.server_clock:
+            return self._machine_clock().astimezone(UTC)
+        if self._server_clock is None:
+            try:
+                with self.engine.connect() as conn:
+                    self._note_server_time(conn.execute(text("SELECT clock_timestamp()")).scalar_one())
+            except (SQLAlchemyError, sqlite3.Error) as exc:
+                raise database_error(exc, self.engine) from None
+        assert self._server_clock is not None
+        server, read_at = self._server_clock
+        return server + timedelta(seconds=time.monotonic() - read_at)
+
+    def _note_server_time(self, value: datetime) -> datetime:
+        moment = value.astimezone(UTC)
+        self._server_clock = (moment, time.monotonic())
+        return moment
+
+    def _append_time(self, tx: RawTx) -> str:
+        """The time of the append in ``tx``: the server's clock under the append lock, else this machine's."""
+        if tx.dialect == "postgresql":
+            row = tx.one("SELECT clock_timestamp()")
+            assert row is not None
+            return format_time(self._note_server_time(row[0]))
+        return format_time(self._machine_clock())
 
     # ------------------------------------------------------------------ schema
 
@@ -358,7 +411,7 @@ class Ledger:
         ledger_json = json_string(ledger_id)
         sha256 = hashlib.sha256
         leaf = merkle.hash_leaf
-        now = format_time()  # one append, one time: the transaction's
+        now = self._append_time(tx)  # one append, one time: the ledger's clock, under the append lock
         digests: list[bytes] = []
         for item, payload_json in prepared:
             size += 1

@@ -88,19 +88,20 @@ def _read(path: str | Path, what: str, limit: int, *, missing_ok: bool, follow_s
             raise FormatError(f"{what} {path} is a {file_kind(info.st_mode)}, not a regular file")
         if check is not None:
             check(info)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        # One read of the size fstat gives (and a byte more, to see a file over the limit): the bytes are
+        # held once, not as chunks and their join. A file that grew since fstat is read on, to the limit.
+        data = os.read(fd, min(limit, info.st_size) + 1)
+        if len(data) <= limit:
+            parts, total = [data], len(data)
+            while total <= limit and (chunk := os.read(fd, min(limit + 1 - total, 1 << 20))):
+                parts.append(chunk)
+                total += len(chunk)
+            if len(parts) > 1:
+                data = b"".join(parts)
     except OSError as exc:
         raise FormatError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise FormatError(f"{what} {path} is over the {limit}-byte limit")
     return data

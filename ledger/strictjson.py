@@ -10,6 +10,11 @@ server's reply): it refuses, with one ``FormatError`` line naming ``what``,
 - an object with the same member twice (``{"verdict":"FAIL","verdict":"PASS"}``): two
   readers could see two different values;
 - ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON.
+
+Memory is bounded too: ``nesting_depth`` scans the text in chunks of ``SCAN_CHUNK``
+characters and keeps nothing but two counters, so the guard costs a constant (under a
+megabyte) whatever the document's size; a document of ``MAX_DOCUMENT_BYTES`` costs its
+bytes, its text and its parsed value (``bench/strict.py`` measures it per byte).
 """
 
 from __future__ import annotations
@@ -22,19 +27,58 @@ from typing import Any
 
 from .errors import FormatError
 
-__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "nesting_depth", "read_json"]
+__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "SCAN_CHUNK", "nesting_depth", "read_json"]
 
 MAX_DEPTH = 64
 MAX_DOCUMENT_BYTES = 64 << 20
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKET = re.compile(r"[\[\]{}]")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+SCAN_CHUNK = 1 << 16  # characters nesting_depth looks at in one step
+# A JSON string: possessive repeats, so the regular expression engine keeps no backtracking state per character.
+_BODY = r'(?:[^"\\]++|\\.)*+'
+_STRINGS = re.compile(rf'(?<!\\)"{_BODY}"', re.S)  # whole strings (a string never follows a backslash in JSON)
+_STRING_OPEN = re.compile(rf'"{_BODY}"?', re.S)  # one string from its opening quote, closed or not
+_STRING_START = re.compile(r'(?<!\\)"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
 
 
 def nesting_depth(text: str) -> int:
-    """How deep the arrays and objects of a JSON text nest (strings skipped); 0 for a scalar."""
-    steps = [_STEP[c] for c in _BRACKET.findall(_STRING.sub("", text))]
-    return max(accumulate(steps), default=0)
+    """How deep the arrays and objects of a JSON text nest (strings skipped); 0 for a scalar.
+
+    Linear in time, constant in memory: the text is read in chunks of ``SCAN_CHUNK``
+    characters; in each, whole strings are removed and the brackets left are counted.
+    A chunk that ends inside a string is cut before that string (the next chunk starts
+    with it); a string longer than a chunk is skipped in one pass of the pattern. After
+    an unterminated string the rest of the text is inside it, as a JSON reader sees it.
+    For text that is not JSON (a backslash outside a string) the count is an upper
+    estimate from that point: a JSON parser refuses such text there anyway.
+    """
+    depth = deepest = 0
+    pos, size = 0, len(text)
+    step = _STEP.__getitem__
+    while pos < size:
+        end = min(size, pos + SCAN_CHUNK)
+        piece = text[pos:end]
+        if '"' in piece:
+            piece = _STRINGS.sub("", piece)
+            cut = _STRING_START.search(piece)
+            if cut is not None:  # a string this chunk does not close: the next chunk starts with it
+                end -= len(piece) - cut.start()
+                if end == pos:  # it is longer than a chunk (or never closed): skip it whole
+                    found = _STRING_OPEN.match(text, pos)
+                    assert found is not None
+                    pos = found.end()
+                    continue
+                piece = piece[:cut.start()]
+        pos = end
+        brackets = piece.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
+        if brackets:
+            opens = brackets.count(b"[") + brackets.count(b"{")
+            if depth + opens > deepest:
+                deepest = max(deepest, max(accumulate(map(step, brackets), initial=depth)))
+            depth += 2 * opens - len(brackets)
+    return deepest
 
 
 class _Duplicate(ValueError):

@@ -14,12 +14,13 @@ Everything tally signs with a ledger key (a checkpoint, a receipt) rests on
   chain, actor, signature, key events) and its leaf appended to the frontier, so the
   root at the size is computed from leaves, not read from storage.
 
-``trusted_event(ledger, seq, tree)`` re-checks one event (its hash, its signer's key at
-its seq, its signature) and proves it is in the tree; ``proven_inclusion`` returns the
-inclusion path only after verifying it against the trusted root. A change to storage
-made without the key (an edited payload, a rebuilt ``merkle_nodes`` table, deleted
-checkpoint rows) therefore yields a refusal (``VerificationError`` naming the seq and
-rule), never a signature over something the events do not say.
+``trusted_event(ledger, seq, tree)`` re-checks one event (its body and hash, its
+signer's key and role at its seq, its signature) and proves it is in the tree;
+``proven_inclusion`` returns the inclusion path only after verifying it against the
+trusted root. A change to storage made without the key (an edited payload, a rebuilt
+``merkle_nodes`` table, deleted checkpoint rows, an event signed with a witness-only
+key) therefore yields a refusal (``VerificationError`` naming the seq and rule), never a
+signature over something the events do not say.
 
 What it costs (``bench/trusted.py``): with a stored checkpoint, one key-event inclusion
 proof per key event and a full check of the events since the checkpoint; without one, a
@@ -37,7 +38,7 @@ from .checkpoint import log_verifiers, open_checkpoint, parse_checkpoint
 from .errors import FormatError, StorageError, TallyError, VerificationError
 from .keys import KEY_EVENT_TYPES, KeyInfo, KeyRing
 from .since import proven_key_ring
-from .verify import VerifyStart, check_event, check_signature, verify_events
+from .verify import VerifyStart, check_body, check_event, check_signature, verify_events
 
 if TYPE_CHECKING:
     from .event import Event
@@ -63,12 +64,16 @@ def _fail(message: str, seq: int | None, rule: int | str) -> VerificationError:
 
 
 def key_at(ring: KeyRing, actor: str, seq: int) -> KeyInfo:
-    """The signer's key as the ring stood at ``seq``: added before it (or by the genesis), not revoked before it."""
+    """The signer's key as the ring stood at ``seq`` (rule 5): added before it (or by the genesis), not revoked
+    before it, and holding a role that signs events (root or signer; never a witness-only key)."""
     info = ring.keys.get(actor)
     if info is None or (info.added_seq >= seq and not (info.added_seq == 1 and seq == 1)):
         raise _fail(f"actor {actor[:16]} is not a key known at seq {seq}", seq, 5)
     if info.revoked_at_seq is not None and info.revoked_at_seq < seq:
         raise _fail(f"actor {info.name} was revoked at seq {info.revoked_at_seq}", seq, 5)
+    if not info.signs_events:
+        raise _fail(f"actor {info.name} has roles {list(info.roles)}: events are signed by root or signer keys only",
+                    seq, 5)
     return info
 
 
@@ -174,9 +179,13 @@ def trusted_event(ledger: Ledger, seq: int, tree: TrustedTree) -> Event:
     if not 1 <= seq <= tree.size:
         raise FormatError(f"seq {seq} is not in the verified tree of size {tree.size}")
     event = ledger.get(seq)
-    digest = _hash_of(event)
     try:
-        check_signature(event, key_at(tree.ring, event.actor, seq), digest)
+        digest = check_body(event)
+    except VerificationError as exc:
+        raise _fail(str(exc.args[0]), seq, 4) from None
+    key = key_at(tree.ring, event.actor, seq)
+    try:
+        check_signature(event, key, digest)
     except VerificationError as exc:
         raise _fail(str(exc.args[0]), seq, 6) from None
     proven_inclusion(ledger, seq, tree.size, tree.root, digest)

@@ -11,6 +11,8 @@ log keys trusted for it). The check and the update happen under an exclusive loc
 that directory, and the new state is written to a temporary file, fsynced and renamed
 over the old one (then the directory is fsynced), so that a crash leaves either the
 old or the new state and two cosigners can never both advance from the same state.
+Nothing there is used through a symlink (``ledger.strictwrite``): a planted link at the
+directory, its ``.lock`` or a state file is refused (``FormatError``) and left as it was.
 
 Refusals: a smaller tree than the state (``rollback``), the same size with another
 root or a consistency proof that does not hold (``fork``), a proof from a size other
@@ -32,6 +34,8 @@ from . import note as notes
 from .checkpoint import Checkpoint, ConsistencyProof, _reason, as_verifier, open_checkpoint, parse_checkpoint
 from .errors import FormatError, PolicyError, StorageError, VerificationError
 from .keys import Signer
+from .strictfile import read_optional
+from .strictwrite import open_dir, open_lock, write_whole
 
 __all__ = ["CosignResult", "Witness", "WitnessState", "state_dir_name"]
 
@@ -64,22 +68,30 @@ class CosignResult:
         return self.cosignature.line()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+MAX_STATE_BYTES = 1 << 20  # a state file (a cosigned note, the vkeys) is far smaller
+
+
+def _write_atomic(directory: _StateDir, name: str, text: str) -> None:
+    """A state file, whole: a fresh temporary name (never a symlink followed), fsync, rename, fsync the directory."""
+    write_whole(name, text.encode("utf-8"), "witness state", mode=0o644, dir_fd=directory.fd,
+                shown=directory.path / name)
+
+
+def _read_state(path: Path) -> str | None:
+    """A state file's text (``None`` when absent); a symlink, a FIFO or an oversized file is refused."""
+    data = read_optional(path, "witness state", MAX_STATE_BYTES)
+    if data is None:
+        return None
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StorageError(f"witness state {path} is not UTF-8") from None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+@dataclass(frozen=True)
+class _StateDir:
+    path: Path
+    fd: int
 
 
 class Witness:
@@ -103,28 +115,26 @@ class Witness:
         return self.root / state_dir_name(origin)
 
     @contextmanager
-    def _locked(self, origin: str) -> Iterator[Path]:
+    def _locked(self, origin: str) -> Iterator[_StateDir]:
+        """The origin's state directory, opened (never through a symlink) and locked exclusively."""
         directory = self._dir(origin)
+        fd = open_dir(directory, "witness state")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            handle = open(directory / ".lock", "a")  # noqa: SIM115 - held for the whole block
-        except OSError as exc:
-            raise FormatError(f"cannot use witness state {directory}: {exc.strerror}") from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            yield directory
+            lock = open_lock(".lock", "witness state", dir_fd=fd, shown=directory / ".lock")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield _StateDir(directory, fd)
+            finally:
+                os.close(lock)
         finally:
-            handle.close()
+            os.close(fd)
 
     def state(self, origin: str) -> WitnessState | None:
         """The last checkpoint cosigned for ``origin``, or None."""
         path = self._dir(origin) / "checkpoint"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        text = _read_state(path)
+        if text is None:
             return None
-        except OSError as exc:
-            raise StorageError(f"cannot read witness state {path}: {exc.strerror}") from None
         try:
             checkpoint = parse_checkpoint(notes.parse_note(text).text)
         except FormatError as exc:
@@ -135,11 +145,8 @@ class Witness:
 
     def trusted_keys(self, origin: str) -> list[str]:
         """Log vkeys remembered for ``origin`` (from an earlier ``cosign``)."""
-        path = self._dir(origin) / "vkeys"
-        try:
-            return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except FileNotFoundError:
-            return []
+        text = _read_state(self._dir(origin) / "vkeys")
+        return [] if text is None else [line.strip() for line in text.splitlines() if line.strip()]
 
     def cosign(
         self,
@@ -170,9 +177,9 @@ class Witness:
             line = notes.cosign(notes.parse_note(message).text, self.name, self.signer, now)
             cosigned = notes.with_signatures(message, [line])
             if given:
-                _write_atomic(directory / "vkeys", "".join(k.vkey() + "\n" for k in given))
-            _write_atomic(directory / "origin", origin + "\n")
-            _write_atomic(directory / "checkpoint", cosigned)
+                _write_atomic(directory, "vkeys", "".join(k.vkey() + "\n" for k in given))
+            _write_atomic(directory, "origin", origin + "\n")
+            _write_atomic(directory, "checkpoint", cosigned)
         return CosignResult(new, cosigned, line, old_size, now)
 
     def _check_step(self, state: WitnessState | None, new: Checkpoint, proof: ConsistencyProof | None) -> None:

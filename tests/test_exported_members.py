@@ -30,7 +30,7 @@ FACES: dict[str, list[str]] = {
         "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
-        "measure_server", "new_checkpoint", "new_key", "owner_name", "promotion_check", "record_budget",
+        "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "record_budget",
         "record_chain_prev_ok", "record_power", "record_qualification", "record_rng", "record_standard_spec",
         "recorded_decision", "register_window", "rehearse_production", "replay_power", "replay_state", "replay_verdict",
         "revoke_key", "run_demo_in", "run_window", "serve_sim", "show_checkpoint", "upgrade_ledger",
@@ -44,7 +44,7 @@ FACES: dict[str, list[str]] = {
         "DEFAULT_PARAMS", "INPUT_BUILDER", "MIN_WINDOWS", "RULES", "Difference", "ReplayResult", "Spread",
         "build_input", "cap_reasons", "compute", "decision_for", "design_of", "dial_back_reasons", "diff",
         "estimate_spread", "inputs_digest", "parse_pilot", "pooled_values", "power_figures", "pp3", "recorded_builder",
-        "replay_window", "smoke_findings", "smoke_tally", "validate", "win2",
+        "replay_window", "smoke_findings", "smoke_tally", "spread_lines", "validate", "win2",
     ],
     "runner.demo": [
         "DEMO_TIME_SCALE", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
@@ -73,7 +73,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.measure": [
         "COUNTER_SERIES", "FAMILIES", "MAX_COUNT", "MAX_FAMILY_BYTES", "MAX_PROBE_BYTES", "SERVER_STRING_BYTES",
-        "STATUSES", "CounterDeltas", "Family", "Frame", "MetricsSnapshot", "Prompt", "ReplyRefused", "RequestRecord",
+        "STATUSES", "CounterDeltas", "Family", "Frame", "MetricsSnapshot", "OriginAuth", "Prompt", "ReplyRefused", "RequestRecord",
         "SSEDecoder", "SSEOverflow", "ServerURL", "StampingTransport", "WaveResult", "WaveTotals", "bounded_json",
         "clip", "counter_deltas", "counter_source", "deadline_guard", "dump_json", "error_of", "family_bytes", "fetch",
         "list_models", "load_family", "measure_wave", "parse_family", "parse_metrics", "read_frame", "redact",

@@ -116,7 +116,7 @@ def rehearse_production(session: Session, url: str, eos: int, out: Path, *, wind
     Authorization header and never recorded.
     """
     from ..gates import RehearsalGate, run_gate
-    from ..measure import redact, server_url
+    from ..measure import OriginAuth, redact, server_url
     from ..rehearsal import FIELDS, plan_needs, rehearse, write_rehearsal
 
     if not url.startswith(("http://", "https://")):
@@ -136,7 +136,7 @@ def rehearse_production(session: Session, url: str, eos: int, out: Path, *, wind
     if window is not None:
         book, signer = session.ledger_and_signer()
         reg = registered(book, window)
-    result = rehearse(server.url, eos, model=model, timeout=timeout, headers=server.headers,
+    result = rehearse(server.url, eos, model=model, timeout=timeout, auth=OriginAuth(server),
                       needs=plan_needs(reg.plan) if reg is not None else (), vllm_checks=vllm_checks,
                       accept_ignored=accepted, probe_list=probe_list)
     summary_path, responses_path, responses = write_rehearsal(result, out)

@@ -29,10 +29,15 @@ __all__ = ["append_event", "get_blob", "init_ledger", "upgrade_ledger"]
 
 def init_ledger(session: Session, origin: str | None) -> dict[str, Any]:
     """Create the schema and the genesis event (and the root key file when no key is given); what was made."""
+    from ledger.db import sqlite_path
     from ledger.keys import generate_key_file, load_signer
     from ledger.store import Ledger
 
     book = Ledger(session.db)
+    path = sqlite_path(book.url)
+    if path is not None and path.is_symlink():  # init creates the file: never through a planted link
+        raise FormatError(f"the database path {path} is a symbolic link; refusing to create a ledger through it "
+                          "(give its real path)")
     origin = origin or f"tally.local/{os.urandom(4).hex()}"
     book.check_init(origin)  # refuse a database init would refuse before a key is created
     key_path = session.key_path(book.url)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ledger.keys import Signer
     from ledger.store import Ledger
 
-    from ..measure import Family, Prompt, RequestRecord, WaveResult, WaveTotals
+    from ..measure import Family, OriginAuth, Prompt, RequestRecord, WaveResult, WaveTotals
     from .session import Session
 
 __all__ = ["Measured", "WaveProgress", "dump_report", "measure_server"]
@@ -81,7 +81,7 @@ def measure_server(session: Session, url: str, family: Path, *, metrics_url: str
     """Measure one wave and keep it (``summary.json`` and ``requests.jsonl`` in ``out``; with ``ledger`` one
     ``wave.measured`` event on stream ``measure/<id>``); the block reads the :class:`Measured` before the wave's
     spool is removed."""
-    from ..measure import list_models, load_family, select_source, server_url
+    from ..measure import OriginAuth, list_models, load_family, select_source, server_url
 
     select_source(counter_source)   # a bad name is one line, exit 2, before anything is read or sent
 
@@ -96,10 +96,10 @@ def measure_server(session: Session, url: str, family: Path, *, metrics_url: str
     if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
         raise FormatError("--id must be non-empty, without spaces or '/'")
     sent_headers = _headers(list(headers))
-    if server.authorized:
-        if any(name.lower() == "authorization" for name in sent_headers):
-            raise FormatError("credentials in --url and an Authorization --header: give one of them")
-        sent_headers.update(server.headers)
+    if server.authorized and any(name.lower() == "authorization" for name in sent_headers):
+        raise FormatError("credentials in --url and an Authorization --header: give one of them")
+    # each URL's credentials go to its own origin only (a --metrics-url elsewhere gets its own, or none)
+    auth = OriginAuth(server, *(() if metrics is None else (metrics,)))
     check_out(out, "requests.jsonl", "summary.json")  # a planted symlink is refused before any request
     loaded = load_family(family)
     prompts = _Cycle(loaded.prompts, requests if requests is not None else len(loaded.prompts))
@@ -107,7 +107,7 @@ def measure_server(session: Session, url: str, family: Path, *, metrics_url: str
         _check_fits_one_event(prompts, loaded)
     base = server.url.removesuffix("/v1")
     # Reachability first (exit 3 with one line); also the default model.
-    models = list_models(base, headers=sent_headers)
+    models = list_models(base, headers=sent_headers, auth=auth)
     if model is None:
         if not models:
             raise FormatError(f"{base}/v1/models lists no model; pass --model")
@@ -124,7 +124,7 @@ def measure_server(session: Session, url: str, family: Path, *, metrics_url: str
                                      deadline=deadline, wave_deadline=wave_deadline, chat=chat,
                                      ignore_eos=ignore_eos, priority=priority, token_ids=token_ids,
                                      headers=sent_headers,
-                                     metrics_headers=metrics.headers if metrics is not None else None,
+                                     auth=auth,
                                      keep_records=ledger, records_file=records_file, spool_parent=out,
                                      progress=progress, counter_source=counter_source,
                                      speculative=False if spec_off else None)
@@ -210,7 +210,7 @@ def _headers(values: list[str]) -> dict[str, str]:
 def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family, *, model: str, max_tokens: int,
          seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
          ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
-         metrics_headers: dict[str, str] | None, keep_records: bool, records_file: BinaryIO | None,
+         auth: OriginAuth, keep_records: bool, records_file: BinaryIO | None,
          spool_parent: Path | None, progress: WaveProgress | None, counter_source: str = "vllm",
          speculative: bool | None = None) -> tuple[WaveResult, bool]:
     """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
@@ -242,7 +242,7 @@ def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family,
                 base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
                 deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
                 priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
-                on_request=on_request, headers=headers, metrics_headers=metrics_headers, totals=totals,
+                on_request=on_request, headers=headers, auth=auth, totals=totals,
                 unsent_records=None if keep_records else UNSENT_LISTED, counter_source=counter_source,
                 speculative=speculative)
         except BaseException as exc:

@@ -52,7 +52,7 @@ def new_checkpoint(session: Session) -> tuple[SignedCheckpoint, bool]:
                           "`tally checkpoint show` prints the stored ones")
     signer = session.signer(book.url)
     existed = checkpoint_at(book, book.size()) is not None
-    return sign_checkpoint(book, signer), not existed
+    return sign_checkpoint(book, signer), not existed  # stored first: what is printed is what the ledger committed to
 
 
 def show_checkpoint(session: Session, size: int | None) -> SignedCheckpoint:
@@ -136,4 +136,7 @@ def cosign_checkpoint(checkpoint_file: Path, key: Path, state_dir: Path, *, proo
     proven = parse_consistency_proof(read_text(proof, "proof")) if proof is not None else None
     signer = load_key(key, name)
     witness = Witness(state_dir, name or signer.name, signer)
+    # The state advances first: a witness must remember every checkpoint it cosigned before the
+    # cosignature leaves it. The output is built before and written as UTF-8 bytes (no locale can fail
+    # it); if it is lost, cosigning the same checkpoint again gives it again.
     return witness.cosign(message, vkeys, proven, now=int(time.time())), witness.vkey()

@@ -26,14 +26,16 @@ from .outdir import restage, staged_out
 from .session import registered, site_driver
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ledger.store import Ledger
 
     from ..execution import RunResult
     from ..gates import Admission, PowerCheck
     from .session import Session
 
-__all__ = ["Decision", "admit_window", "describe_power", "dry_run_window", "owner_name", "recorded_decision",
-           "register_window", "run_window", "window_power", "write_window_report"]
+__all__ = ["Decision", "admit_window", "describe_power", "dry_run_window", "owner_name", "power_spread_lines",
+           "recorded_decision", "register_window", "run_window", "window_power", "write_window_report"]
 
 
 def register_window(session: Session, plan: Path, *, commit: str | None = None, window_id: str | None = None,
@@ -64,9 +66,12 @@ def admit_window(session: Session, window: str) -> Admission:
 
 
 def run_window(session: Session, window: str, site: Path, *, resume: bool = False, abort: bool = False,
-               chain_production: Path | None = None, progress: bool = False, echo: bool = True) -> RunResult:
+               chain_production: Path | None = None, progress: bool = False, echo: bool = True,
+               guard: Callable[[Callable[..., None]], Callable[..., None]] = lambda show: show) -> RunResult:
     """Execute (``resume``: continue, ``abort``: restore production and decide REJECT) a registered window on a
-    site, under its runner lock. ``progress``: the terminal's progress bar; ``echo``: the runner's lines."""
+    site, under its runner lock. ``progress``: the terminal's progress bar; ``echo``: the runner's lines;
+    ``guard`` wraps every output callback (the CLI's makes a failed print harmless, so that a closed pipe
+    mid-HOLD never stops the window before its recorded end)."""
     from ..execution import Progress, WindowRunner, window_lock
 
     book = session.ledger()
@@ -75,9 +80,9 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
     driver, scale = site_driver(site)
     with window_lock(book, window), Progress(enabled=progress, echo=echo) as bar:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
-                              say=bar.say if echo else (lambda _t: None),
-                              on_wave=bar.wave, owner=window, chain_production=chain_production)
-        bar.begin(len(runner.plan.waves), runner.plan)
+                              say=guard(bar.say) if echo else (lambda _t: None),
+                              on_wave=guard(bar.wave), owner=window, chain_production=chain_production)
+        guard(bar.begin)(len(runner.plan.waves), runner.plan)
         if not resume and not abort and (runner.ws.actions or runner.ws.ending is not None):
             raise FormatError(f"window {window} has already run (phase {runner.ws.phase}); "
                               "use `tally window resume` to continue it")
@@ -159,3 +164,10 @@ def describe_power(figures: dict[str, Any]) -> str:
     from ..gates import describe
 
     return describe(figures)
+
+
+def power_spread_lines(figures: dict[str, Any]) -> list[str]:
+    """The spreads power figures rest on, one line each (start-to-start, repeat-to-repeat, their source)."""
+    from ..decide import spread_lines
+
+    return spread_lines(figures)

@@ -31,7 +31,7 @@ from .inputs import (
     replay_window,
     smoke_findings,
 )
-from .power import design_of, power_figures
+from .power import design_of, power_figures, spread_lines
 from .rules import DEFAULT_PARAMS, RULES, compute, validate
 from .smoke import smoke_tally
 from .spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
@@ -62,6 +62,7 @@ __all__ = [
     "replay_window",
     "smoke_findings",
     "smoke_tally",
+    "spread_lines",
     "validate",
     "win2",
 ]

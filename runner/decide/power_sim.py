@@ -61,6 +61,7 @@ class Pp3Design:
     contexts: tuple[str, ...]
     params: pp3.Pp3Params
     tokens: int = 512
+    bound_s: float | None = None    # the decode bound (model 2 cuts every run there; model 1 ignores it)
 
     @property
     def pairs(self) -> int:

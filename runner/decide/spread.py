@@ -25,7 +25,7 @@ from typing import Any
 
 from ..fields import FieldError, Fields
 
-__all__ = ["MIN_WINDOWS", "Spread", "estimate_spread", "parse_pilot"]
+__all__ = ["MIN_WINDOWS", "Spread", "estimate_spread", "parse_pilot", "read_spread"]
 
 MIN_WINDOWS = 2
 """Windows with both control starts (so 2 x this many archive entries) a spread estimate needs by default."""
@@ -71,7 +71,8 @@ def estimate_spread(windows: Sequence[Pair], *, source: str, entries: int | None
     return Spread(math.sqrt(start_var), math.sqrt(within), used, len(deltas), source)
 
 
-def _spread_of(f: Fields) -> Spread:
+def read_spread(f: Fields, also: tuple[str, ...] = ()) -> Spread:
+    """One pilot spread ``S`` (``also``: members another reader takes, e.g. the guards of model 2)."""
     if isinstance(f.data.get("windows"), list):
         pairs: list[Pair] = []
         for w in f.tables("windows"):
@@ -81,9 +82,9 @@ def _spread_of(f: Fields) -> Spread:
                 raise w.fail("first" if 0 in first else "second", "values must be > 0 (rates)")
             if len(first) != len(second):
                 raise w.fail("second", f"{len(second)} values, but first has {len(first)} (units are matched)")
-            w.done()
+            w.done(also)
             pairs.append((first, second))
-        f.done()
+        f.done(also)
         spread = estimate_spread(pairs, source="pilot")
         if spread is None:
             raise f.fail("windows", "no window has two or more matched units: no repeat-to-repeat spread")
@@ -91,7 +92,7 @@ def _spread_of(f: Fields) -> Spread:
     start_sd = f.number("start_sd", low=0)
     repeat_sd = f.number("repeat_sd", low=0)
     windows = f.integer("windows", 0, low=0)
-    f.done()
+    f.done(also)
     return Spread(float(start_sd), float(repeat_sd), 2 * windows, windows, "pilot")
 
 
@@ -104,14 +105,14 @@ def parse_pilot(data: Any, cells: Sequence[str]) -> Mapping[str, Spread]:
     applies to every cell ``cells`` does not name.
     """
     f = Fields(data, "pilot", dialect="json")
-    default = _spread_of(f.table("spread")) if "spread" in f.data else None
+    default = read_spread(f.table("spread")) if "spread" in f.data else None
     named: dict[str, Spread] = {}
     if "cells" in f.data:
         table = f.table("cells")
         for name in list(table.data):
             if name not in cells:
                 raise table.fail(name, f"not a cell of the plan (expected one of {', '.join(cells)})")
-            named[name] = _spread_of(table.table(name))
+            named[name] = read_spread(table.table(name))
         table.done()
     f.done()
     out: dict[str, Spread] = {}

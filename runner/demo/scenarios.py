@@ -166,8 +166,11 @@ def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[st
 
 
 POWER_EFFECT = 0.035
-POWER_PILOT = {"spread": {"start_sd": 0.003, "repeat_sd": 0.012, "windows": 4}}
-"""The power scenario's pilot: the spread of four earlier control pairs on the pair (an example)."""
+POWER_PILOT = {"spread": {"start_sd": 0.003, "repeat_sd": 0.012, "windows": 4, "guards": {
+    "accepted_per_round": {"start_sd": 0.0, "repeat_sd": 0.0}, "decode_tps": {"start_sd": 0.003, "repeat_sd": 0.012}}},
+    "correlation": {"cells": 0.5, "decode_tps": 0.95, "cells_decode_tps": 0.5}}
+"""The power scenario's pilot: the spread of earlier control pairs on the pair (an example): greedy drafts accept
+the same tokens in every start, the client decode rate moves with the server rate, a start's offset half shared."""
 
 
 def _power_overrides(repeats: int) -> dict[str, Any]:

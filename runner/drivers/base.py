@@ -30,6 +30,7 @@ __all__ = [
     "CHAIN_ACTIONS",
     "CLOSE_ACTIONS",
     "DEFAULT_TIMEOUTS_S",
+    "OBSERVING_ACTIONS",
     "OPTIONAL_ACTIONS",
     "PER_HOST_ACTIONS",
     "SERVING_STATES",
@@ -43,6 +44,12 @@ __all__ = [
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
            "quiet_proof", "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof",
            "restore", "watch", "read_clock_cap", "probe", "read_thermal", "pair_close", "hold_stash", "commit_close")
+
+# Actions that only look at the hosts and change nothing on them. Every other action (a drain, a
+# start or stop of an engine, a fence, a placeholder, a restore, and any action added later) may
+# change a host: once its start is recorded, the window counts as having touched production.
+OBSERVING_ACTIONS = frozenset({"preflight", "probe", "snapshot", "read_clock_cap", "read_thermal", "watch",
+                               "quiet_proof", "placeholder_proof", "production_down_proof"})
 
 # Run once per host (host given); every other action is run once, site-wide (host None).
 PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "placeholder_proof"})

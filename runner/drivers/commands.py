@@ -5,9 +5,23 @@ Quoting: a template is split into arguments once, when the site loads, with
 then filled in *inside* each argument, so a value never splits or merges arguments
 and no local shell sees it (``shell=False``). Write ``bash -c '...'`` explicitly to get
 a shell. Values that come from the window (host, window, start, role, arm, snapshot,
-seed) must be plain words (letters, digits and ``. _ - : @ % + = , /``) so that a
-remote shell behind ``ssh`` cannot read them as code; structured values travel as
-JSON on the command's stdin and in ``$TALLY_REQUEST``.
+seed) must be plain words (letters, digits and ``. _ - : @ % + = , /``, not starting
+with ``-``, or a lone ``-``): a plain word means the same thing to every shell that
+parses it, however many times, and is never read as an option; structured values travel
+as JSON on the command's stdin and in ``$TALLY_REQUEST``.
+
+Shells that parse a command line again (:func:`reparsed_arguments`): everything after
+the destination of ``ssh`` (ssh joins its arguments into one string that the remote
+user's shell parses), ssh's own options, the script of ``sh -c`` (``bash``, ``dash``
+...) and the program text of an interpreter (``python -c``, ``perl -e``, an ``awk``
+program). There a value must be a plain word, whatever placeholder it fills (``{state_dir}``
+and ``{serving_url}`` included: checked when the site loads), so it is quoted for that
+shell by being its own quoting; a plain word is checked again when the command is
+built. ``{arm_config}`` (JSON, with strings from the plan) may fill an argument only of
+a command that runs no shell and no ``ssh`` (a template that puts it after one is
+refused when the site loads), and it never carries the arm's free-text
+``description``: the plan's free text reaches a command only as data, on stdin and in
+the environment.
 
 A command runs in its own process group with the site file's directory as working
 directory; its stdout and stderr are captured whole (through files, so a process it
@@ -18,7 +32,11 @@ signal handler's) interrupts the wait, before the exception goes on.
 Facts come from stdout: each line ``TALLY-FACTS {json object}`` is merged in order
 (later keys win); for ``start_arm``, ``restore`` and ``read_clock_cap`` the last
 ``clock cap N MHz`` line also gives ``clock_cap_mhz`` and ``log_line``, and lines
-``HOST: ... clock cap N MHz`` give each host's own reading (``hosts``).
+``HOST: ... clock cap N MHz`` give each host's own reading (``hosts``). A facts line is
+hostile input: it is read by the bounded strict JSON reader (at most
+``MAX_FACTS_LINE_BYTES``, nested at most ``MAX_FACTS_DEPTH`` levels, no duplicate member, no
+NaN) and must hold only what an event payload can carry (integers within +/-(2^53-1),
+valid Unicode); a line that is not is a failure of the action, named, never an exception.
 """
 
 from __future__ import annotations
@@ -38,13 +56,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ledger.canonical import canonical
 from ledger.errors import FormatError
+from ledger.strictjson import read_json
 
 from ..vocabulary import CounterSourceName
 from .base import ACTIONS, ActionResult, check_action, settle
 
 __all__ = ["INHERITED_ENV", "PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "command_environment",
-           "group_members", "parse_facts", "parse_template"]
+           "group_members", "is_plain_word", "parse_facts", "parse_template", "reparsed_arguments"]
 
 # Placeholder -> where its value comes from (docs/site.md, "Placeholders").
 PLACEHOLDERS: Mapping[str, str] = {
@@ -57,7 +77,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     "start": "params start: the start id (s1, B2, ...)",
     "role": "params role: the arm's role (A, B, P, production)",
     "arm": "params arm: the arm's name",
-    "arm_config": "params arm_config: the arm's declared config as compact JSON",
+    "arm_config": "params arm_config: the arm's declared config as compact JSON, without its description",
     "snapshot": "params snapshot_sha256: the production snapshot to restore or check",
     "seed": "params seed",
     "state_dir": "the site's state_dir (absolute)",
@@ -69,7 +89,19 @@ PLACEHOLDERS: Mapping[str, str] = {
 # Placeholders filled from params, and the params key each reads.
 _FROM_PARAMS = {"window": "window", "start": "start", "role": "role", "arm": "arm", "arm_config": "arm_config",
                 "snapshot": "snapshot_sha256", "seed": "seed"}
-_WORD = re.compile(r"[A-Za-z0-9._:@%+=,/-]*")
+# A plain word: never split, expanded or read as an option (a lone "-", "no window", is no option either).
+_WORD = re.compile(r"(?:-|[A-Za-z0-9._:@%+=,/][A-Za-z0-9._:@%+=,/-]*)?")
+_WORD_RULE = "letters, digits, . _ - : @ % + = , /; not starting with -"
+# Programs whose command line is parsed again by a shell (docs/site.md, "Remote shells").
+REMOTE_PROGRAMS = frozenset({"ssh", "autossh"})
+SHELL_PROGRAMS = frozenset({"sh", "bash", "dash", "ash", "ksh", "mksh", "zsh", "yash", "posh", "fish", "csh", "tcsh"})
+_SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+_SHELL_OPTIONS_WITH_VALUE = frozenset("oO")
+# Interpreters whose option takes a program text: python -c CODE, perl -e CODE, ...
+CODE_OPTIONS = {"python": ("-c",), "python3": ("-c",), "perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "-p"),
+                "php": ("-r",), "lua": ("-e",), "awk": (), "gawk": (), "mawk": ()}
+FREE_TEXT = frozenset({"arm_config"})        # placeholders whose value carries strings from the plan
+_DROPPED_FROM_ARGV = ("description",)        # the arm's free text: never on a command line
 _FACTS_PREFIX = "TALLY-FACTS "
 # What a site command inherits from the runner's environment (docs/site.md, "Environment"):
 # nothing else, so no secret of the runner (TALLY_KEY_PASSPHRASE, a database URL with its
@@ -80,6 +112,14 @@ NEVER_PASSED = re.compile(r"TALLY_.*")
 _CLOCK_LINE = re.compile(r"\bclock cap (\d+) MHz\b")
 _HOST_CLOCK_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,62}): (.*\bclock cap (\d+) MHz\b.*)")
 _CLOCK_ACTIONS = frozenset({"start_arm", "restore", "read_clock_cap"})
+MAX_FACTS_LINE_BYTES = 64 << 10   # one TALLY-FACTS line (facts are small: states, digests, identities)
+MAX_FACTS_DEPTH = 16              # nesting of one line's object (it is recorded nested in an event payload)
+MAX_QUOTED_LINE = 1000            # characters of a stderr or log line quoted in a fact
+
+
+def is_plain_word(value: str) -> bool:
+    """Whether ``value`` may fill an argument a shell parses again (``_WORD``)."""
+    return _WORD.fullmatch(value) is not None
 
 
 def command_environment(environ: Mapping[str, str], pass_env: tuple[str, ...] = ()) -> dict[str, str]:
@@ -91,16 +131,106 @@ def command_environment(environ: Mapping[str, str], pass_env: tuple[str, ...] = 
 
 @dataclass(frozen=True)
 class CommandTemplate:
-    """One action's command: argument templates and the placeholders they use."""
+    """One action's command: argument templates, the placeholders they use, and those a shell parses again."""
 
     action: str
     text: str
     argv: tuple[str, ...]
     fields: frozenset[str]
     timeout_s: float
+    reparsed: frozenset[str] = frozenset()   # placeholders in an argument a shell parses again
 
     def render(self, values: Mapping[str, str]) -> list[str]:
         return [arg.format_map(values) for arg in self.argv]
+
+
+def _program(arg: str) -> str:
+    return arg.rsplit("/", 1)[-1]
+
+
+def _ssh_reparsed(argv: tuple[str, ...], at: int) -> tuple[set[int], int]:
+    """ssh at ``argv[at]``: the indexes of its options, their values, the destination and the remote command."""
+    marked: set[int] = set()
+    index = at + 1
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "-":
+        marked.add(index)
+        if argv[index] == "--":
+            index += 1
+            break
+        cluster = argv[index][1:]
+        index += 1
+        for position, flag in enumerate(cluster):
+            if flag in _SSH_OPTIONS_WITH_VALUE:
+                if position == len(cluster) - 1 and index < len(argv):  # the value is the next argument
+                    marked.add(index)
+                    index += 1
+                break
+    marked.update(range(index, len(argv)))  # the destination and the remote command
+    return marked, len(argv)
+
+
+def _shell_reparsed(argv: tuple[str, ...], at: int) -> set[int]:
+    """A shell at ``argv[at]``: the index of its ``-c`` script (nothing when it runs a script file)."""
+    index, command = at + 1, False
+    while index < len(argv) and argv[index][:1] in ("-", "+") and argv[index] not in ("-", "+", "--"):
+        cluster = argv[index][1:]
+        if cluster[:1] == "-":  # a long option: --login, --rcfile FILE, --init-file FILE
+            index += 2 if cluster in ("-rcfile", "-init-file") else 1
+            continue
+        command = command or "c" in cluster
+        index += 2 if cluster[-1:] in _SHELL_OPTIONS_WITH_VALUE else 1
+    if index < len(argv) and argv[index] == "--":
+        index += 1
+    return {index} if command and index < len(argv) else set()
+
+
+def reparsed_arguments(argv: tuple[str, ...]) -> tuple[set[int], int | None]:
+    """Which arguments of ``argv`` a shell parses again, and where the first shell or ssh program is.
+
+    After ``ssh`` (or ``autossh``): its options and their values, the destination and every
+    argument of the remote command; after a shell (``sh``, ``bash`` ...) given ``-c``: its
+    script. Wrappers before them (``sudo``, ``env``, ``timeout``) change nothing.
+    """
+    marked: set[int] = set()
+    first: int | None = None
+    index = 0
+    while index < len(argv):
+        name = _program(argv[index])
+        if name in REMOTE_PROGRAMS:
+            first = index if first is None else first
+            found, index = _ssh_reparsed(argv, index)
+            marked |= found
+            continue
+        if name in SHELL_PROGRAMS:
+            first = index if first is None else first
+            marked |= _shell_reparsed(argv, index)
+        elif name in CODE_OPTIONS or re.fullmatch(r"python3(\.\d+)?", name):
+            first = index if first is None else first
+            marked |= _code_argument(argv, index, CODE_OPTIONS.get(name, ("-c",)))
+        index += 1
+    return marked, first
+
+
+def _code_argument(argv: tuple[str, ...], at: int, flags: tuple[str, ...]) -> set[int]:
+    """An interpreter at ``argv[at]``: the index of the program text it is given (awk: its first operand)."""
+    rest = range(at + 1, len(argv))
+    if not flags:  # awk [-F fs] [-v a=b] 'PROGRAM' file...: the first operand (none with -f progfile)
+        skip = False
+        for index in rest:
+            arg = argv[index]
+            if skip:
+                skip = False
+            elif arg == "-f" or arg.startswith("-f"):
+                return set()
+            elif arg in ("-F", "-v"):
+                skip = True
+            elif not arg.startswith("-") or arg == "-":
+                return {index}
+        return set()
+    for index in rest:
+        if argv[index] in flags and index + 1 < len(argv):
+            return {index + 1}
+    return set()
 
 
 def parse_template(action: str, text: str, timeout_s: float, where: str) -> CommandTemplate:
@@ -132,7 +262,21 @@ def parse_template(action: str, text: str, timeout_s: float, where: str) -> Comm
             fields.add(name)
     if "{" in argv[0] or "}" in argv[0]:
         raise FormatError(f"{where}: action {action}: the program name cannot be a placeholder")
-    return CommandTemplate(action, text, argv, frozenset(fields), timeout_s)
+    marked, first = reparsed_arguments(argv)
+    reparsed: set[str] = set()
+    for index, arg in enumerate(argv):
+        names = {name for _literal, name, _spec, _conv in formatter.parse(arg) if name is not None}
+        if index in marked:
+            reparsed |= names
+        free = names & FREE_TEXT
+        if free and first is not None and index > first:
+            name = sorted(free)[0]
+            shell = _program(argv[first])
+            raise FormatError(f"{where}: action {action}: {{{name}}} after {shell} (a command line "
+                              f"{'the remote shell' if shell in REMOTE_PROGRAMS else 'a shell'} parses again) could "
+                              "run the plan's text as code; read it from the JSON request on stdin (ssh forwards it), "
+                              "or $TALLY_ARM_CONFIG (docs/site.md, \"Remote shells\")")
+    return CommandTemplate(action, text, argv, frozenset(fields), timeout_s, frozenset(reparsed))
 
 
 def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]:
@@ -143,17 +287,14 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
     hosts: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith(_FACTS_PREFIX):
-            try:
-                value = json.loads(line[len(_FACTS_PREFIX):])
-            except ValueError as exc:
-                return facts, f"stdout line {number}: TALLY-FACTS is not JSON: {exc}"
-            if not isinstance(value, dict):
-                return facts, f"stdout line {number}: TALLY-FACTS must be a JSON object"
+            value, problem = _facts_line(line[len(_FACTS_PREFIX):])
+            if problem is not None:
+                return facts, f"stdout line {number}: {problem}"
             facts.update(value)
             continue
         match = _CLOCK_LINE.search(line)
         if match:
-            clock = (int(match.group(1)), line.strip())
+            clock = (int(match.group(1)), line.strip()[:MAX_QUOTED_LINE])
             own = _HOST_CLOCK_LINE.fullmatch(line.strip())
             if own is not None and len(hosts) < 64:
                 hosts[own.group(1)] = {"clock_cap_mhz": int(own.group(3)), "log_line": own.group(2)[:300]}
@@ -166,6 +307,21 @@ def parse_facts(action: str, stdout: bytes) -> tuple[dict[str, Any], str | None]
         if hosts:
             facts.setdefault("hosts", hosts)
     return facts, None
+
+
+def _facts_line(text: str) -> tuple[dict[str, Any], str | None]:
+    """One ``TALLY-FACTS`` line's object, or why it cannot be taken (bounded, strict, recordable)."""
+    try:
+        value = read_json(text, "the line", max_bytes=MAX_FACTS_LINE_BYTES, max_depth=MAX_FACTS_DEPTH)
+    except FormatError as exc:
+        return {}, f"TALLY-FACTS is not JSON the runner can read ({str(exc)[:300]})"
+    if not isinstance(value, dict):
+        return {}, "TALLY-FACTS must be a JSON object"
+    try:
+        canonical(value, "facts")   # what an event payload can carry
+    except FormatError as exc:
+        return {}, f"TALLY-FACTS cannot be recorded ({str(exc)[:300]})"
+    return value, None
 
 
 class CommandsDriver:
@@ -240,6 +396,10 @@ class CommandsDriver:
         check_action(self, action, host)
         template = self._commands[action]
         values = {name: self._value(template, name, host, params) for name in template.fields}
+        for name in sorted(template.reparsed):  # a shell parses these again: plain words only
+            if not _WORD.fullmatch(values[name]):
+                raise FormatError(f"site action {action}: {{{name}}} = {values[name][:80]!r} is not a plain word "
+                                  f"({_WORD_RULE}), and a shell parses this argument again")
         return template.render(values)
 
     def _value(self, template: CommandTemplate, name: str, host: str | None, params: Mapping[str, Any]) -> str:
@@ -254,12 +414,14 @@ class CommandsDriver:
             if params.get(key) is None:
                 raise FormatError(f"site action {action}: placeholder {{{name}}} needs params[{key!r}], not given")
             raw = params[key]
-            if name == "arm_config":
-                return json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            if name == "arm_config":  # the arm's config, without its free text
+                shown = {k: v for k, v in raw.items() if k not in _DROPPED_FROM_ARGV} if isinstance(raw, Mapping) \
+                    else raw
+                return json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             value = str(raw)
             if isinstance(raw, bool) or not isinstance(raw, str | int) or not _WORD.fullmatch(value):
-                raise FormatError(f"site action {action}: params[{key!r}] = {raw!r} is not a plain word "
-                                  "(letters, digits, . _ - : @ % + = , /)")
+                raise FormatError(f"site action {action}: params[{key!r}] = {str(raw)[:80]!r} is not a plain word "
+                                  f"({_WORD_RULE})")
         elif name == "action":
             value = action
         elif name == "hosts":
@@ -343,7 +505,7 @@ class CommandsDriver:
         elif code != 0 and "error" not in facts:
             last = stderr.decode("utf-8", "replace").strip().splitlines()
             how = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
-            facts["error"] = f"{action} failed ({how})" + (f": {last[-1]}" if last else "")
+            facts["error"] = f"{action} failed ({how})" + (f": {last[-1][:MAX_QUOTED_LINE]}" if last else "")
         ok, facts = settle(action, host, params, ok, facts)
         return ActionResult(action, host, ok, code, duration, timed_out, stdout, stderr, facts)
 

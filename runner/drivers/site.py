@@ -21,9 +21,10 @@ from ledger.strictfile import read_limited
 from ledger.stricttoml import MAX_TOML_BYTES, MAX_TOML_DEPTH, read_toml
 
 from ..fields import Fields
+from ..measure.urls import has_credentials, redact
 from ..vocabulary import COUNTER_SOURCES, CounterSourceName
 from .base import ACTIONS, CHAIN_ACTIONS, DEFAULT_TIMEOUTS_S, OPTIONAL_ACTIONS, HostDriver
-from .commands import CommandsDriver, CommandTemplate, parse_template
+from .commands import CommandsDriver, CommandTemplate, is_plain_word, parse_template
 from .sim import SimDriver
 
 __all__ = ["HOST_NAME", "MAX_TOML_DEPTH", "REQUIRED_COMMAND_ACTIONS", "load_site", "read_toml", "site_from_dict",
@@ -177,9 +178,17 @@ def _commands_site(f: Fields, base_dir: Path, check_programs: bool) -> CommandsD
         raise f.fail(f"actions.{missing[0]}", f"required (a commands site needs {', '.join(required)})")
     if not clocks and "read_clock_cap" in commands:
         raise f.fail("actions.read_clock_cap", "the site declares clocks = false: there is no clock cap to read")
+    constants = {"state_dir": str(state_dir) if state_dir is not None else "", "serving_url": serving}
     for action, template in commands.items():
         if "state_dir" in template.fields and state_dir is None:
             raise f.fail_here(f"actions.{action}.command uses {{state_dir}} but the site sets no state_dir")
+        for name in sorted(template.reparsed & set(constants)):
+            if not is_plain_word(constants[name]):  # ssh's remote shell (or sh -c) would parse it again
+                raise f.fail(f"actions.{action}.command",
+                             f"{{{name}}} is {constants[name][:120]!r}, not a plain word, and this argument is "
+                             "parsed again by a shell (the remote shell behind ssh, or sh -c): give the site a "
+                             f"{name} of letters, digits and . _ - : @ % + = , / only, or pass it another way "
+                             "(docs/site.md, \"Remote shells\")")
     return CommandsDriver(hosts=hosts, serving_url=serving, metrics_urls=metrics, production_clock_cap_mhz=cap,
                           commands=commands, cwd=base_dir, state_dir=state_dir, kill_grace_s=grace, pass_env=pass_env,
                           counter_source=source)
@@ -252,7 +261,12 @@ def _url(f: Fields, key: str) -> str:
 
 def _check_url(f: Fields, key: str, value: Any) -> str:
     if not isinstance(value, str) or not _URL.fullmatch(value):
-        raise f.fail(key, f"must be an http:// or https:// URL, got {value!r}")
+        shown = redact(value) if isinstance(value, str) else value
+        raise f.fail(key, f"must be an http:// or https:// URL, got {shown!r}")
+    if has_credentials(value):
+        # the site's URLs are recorded with every wave and given to site commands ({serving_url})
+        raise f.fail(key, f"{redact(value)!r} carries credentials: a site URL is recorded with every wave and "
+                          "passed to site commands, so it must not hold them")
     return value
 
 

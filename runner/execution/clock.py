@@ -1,6 +1,10 @@
 """The budget clock (``docs/window.md``, the budget clock): window minutes from event times, and the limits they hit.
 
-The clock's zero is the window's first host action (as recorded in the ledger). A
+The clock's zero is the window's first host action (as recorded in the ledger), and
+its "now" is the ledger's clock (``Ledger.now``: the database server's on PostgreSQL),
+never earlier than the window's last recorded event (``not_before``): event times and
+now come from one clock, so a runner on a machine whose clock is minutes behind or
+ahead (a window resumed elsewhere) neither gains nor loses budget. A
 site's ``time_scale`` converts wall time to window time: a real site runs at 1.0; the
 simulator at 0.01 runs a 75-minute window in 45 seconds, and its budget is enforced in
 the same window minutes the plan registers. Pure: the caller passes ``now``.
@@ -63,6 +67,18 @@ class BudgetClock:
     @property
     def restore_by_min(self) -> float:
         return self.budget.restore_by_min
+
+    @staticmethod
+    def not_before(reading: datetime, last_recorded: str | None) -> datetime:
+        """The budget's now: the ledger clock's ``reading``, but never before the window's last recorded event.
+
+        Real time has passed every event already recorded, so a clock read as earlier (one
+        that is behind the clock that recorded them) cannot give the window more time than
+        its own record proves has passed.
+        """
+        if last_recorded is None:
+            return reading
+        return max(reading, parse_time(last_recorded))
 
     def minutes(self, since: datetime | None, now: datetime) -> float:
         """Window minutes elapsed from ``since`` to ``now`` (0 before the clock starts)."""

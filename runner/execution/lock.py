@@ -3,7 +3,9 @@
 The ledger shows who holds the HOLD; this lock makes sure no two live runners act on
 one window at once (the second refuses). It dies with its process, so a crashed
 runner never blocks ``tally window resume``. PostgreSQL: a session-level advisory
-lock (every host sees it). SQLite: an ``flock`` on a file beside the database.
+lock (every host sees it). SQLite: an ``flock`` on a file beside the database, opened
+by ``ledger.strictwrite.open_lock`` (never through a symlink, never truncating a file
+that is not a lock file: a planted one is refused, exit 2).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ledger.db import sqlite_path
 from ledger.errors import PolicyError
+from ledger.strictwrite import open_lock, stamp_pid
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
@@ -89,7 +92,7 @@ def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator
             lock.release()
         return
     lock_path = path.with_name(f"{path.name}.window-{hashlib.sha256(window.encode()).hexdigest()[:16]}.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock(lock_path, "the window's lock file")  # never through a symlink, never over a foreign file
     try:
         def take_file() -> bool:
             try:
@@ -100,8 +103,7 @@ def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator
 
         if not _retrying(take_file, wait_s):
             raise _refuse(window)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        stamp_pid(fd)
         try:
             yield
         finally:

@@ -3,6 +3,10 @@
 Every host action is ``host.action started`` -> run it -> ``host.action finished`` plus
 the events its outcome establishes, appended in one transaction (``Recorder.action``).
 An action found started and never finished (a crash) is re-probed by the next runner.
+Its outcome is recorded whatever the site printed or the driver did, bounded
+(``runner.execution.outcome``). Appends go through an ``Appender``
+(``runner.execution.appends``): what the ledger refuses past its retries is held, folded
+into the state the runner decides from, and appended as soon as the ledger takes it.
 ``Recorder`` is the base of the runner's step handlers (``opening``, ``starts``,
 ``endings``) and of ``WindowRunner`` itself; it holds what they all read.
 """
@@ -10,7 +14,6 @@ An action found started and never finished (a crash) is re-probed by the next ru
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import threading
@@ -19,17 +22,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.errors import ExternalError
+from ledger.errors import ExternalError, FormatError, StorageError
 from ledger.store import Blob
 
 from ..events import payloads as p
 from ..events.catalogue import window_event
 from ..plan.register import WindowNotRegistered
+from ..state.fold import fold
+from ..state.replay import replay
+from .appends import MAX_BACKLOG, Appender, pending_events
+from .outcome import failed_result, output_blob, recordable, unrecordable
 
 if TYPE_CHECKING:
     from ledger.event import Event
     from ledger.keys import Signer
-    from ledger.store import Ledger
+    from ledger.store import Ledger, NewEvent
 
     from ..drivers.base import ActionResult, HostDriver
     from ..plan.model import Plan
@@ -118,7 +125,11 @@ class Recorder:
     say: Callable[[str], None]
     on_wave: Callable[[int, int, str], None] | None
     crash: CrashHook
-    held: list[Pending]   # what a held read-only action left to record (``action(..., hold=True)``)
+    held: list[NewEvent]  # what a held read-only action left to record (``action(..., hold=True)``)
+    appender: Appender    # appends with bounded retries; what the ledger refuses waits in its backlog
+    appended: list[Event]  # what this runner stored since it last folded the ledger (``refresh``)
+    recorded: State | None  # while the ledger refuses: the state it holds (``state`` adds the backlog)
+    step_kind: str | None   # the step being taken (named in a refused append's record)
 
     @property
     def ws(self) -> WindowState:
@@ -127,20 +138,92 @@ class Recorder:
             raise WindowNotRegistered(self.window)
         return ws
 
+    def events_of(self, items: Sequence[Pending]) -> list[NewEvent]:
+        """``items`` (type, payload, blobs) as validated window events (``PayloadError`` if one is not)."""
+        return [window_event(self.window, self.registration.plan_sha256, t, payload, b, ledger=self.ledger)
+                for t, payload, b in items]
+
     def append(self, items: Sequence[Pending]) -> list[Event]:
         """Validate and append ``items`` (type, payload, blobs) in one transaction.
 
         What a read-only host action left to record (``action(..., hold=True)``) goes first in it.
+        An append the ledger refuses for a passing reason (locked, full, not answering) is tried
+        again within bounds, then kept in memory with the backlog before it: the state the
+        runner decides from includes it (and a ``window.interrupted`` naming the refusal, so
+        that the window stops measuring and ends by restoring production), and it is appended,
+        in order, as soon as the ledger takes appends again. It returns the events as stored,
+        or, deferred, as they will be (no hash yet).
         """
-        if self.held:
-            items, self.held = [*self.held, *items], []
-        if not items:
-            return []
-        events = [window_event(self.window, self.registration.plan_sha256, t, payload, b, ledger=self.ledger)
-                  for t, payload, b in items]
-        stored = self.ledger.append_many(events, self.signer)
-        self.crash.after([e.type for e in stored])
-        return stored
+        events = [*self.held, *self.events_of(items)]
+        self.held = []
+        return self.append_events(events) if events else []
+
+    def append_events(self, events: list[NewEvent]) -> list[Event]:
+        """Append validated window events (see ``append``)."""
+        deferring = bool(self.appender.unrecorded)
+        landing = self.appender.append(events)
+        if landing.deferred:
+            return self._defer(events)
+        self.crash.after([e.type for e in landing.stored])
+        if deferring:   # the backlog went in first: the ledger holds everything again
+            self._caught_up(list(landing.stored))
+        else:
+            self.appended.extend(landing.stored)
+        return list(landing.stored[len(landing.stored) - len(events):])
+
+    def catch_up(self, wait_s: float = 0.0) -> bool:
+        """Try to append the backlog (for up to ``wait_s`` seconds); True when nothing is left unrecorded."""
+        if not self.appender.unrecorded:
+            return True
+        landing = self.appender.flush(wait_s)
+        if landing.deferred:
+            return False
+        self.crash.after([e.type for e in landing.stored])
+        self._caught_up(list(landing.stored))
+        self.say(f"  the ledger takes appends again: {len(landing.stored)} held event(s) recorded")
+        return True
+
+    def _defer(self, events: list[NewEvent]) -> list[Event]:
+        """Keep ``events`` in the backlog and fold them into the state the runner decides from."""
+        first = self.recorded is None
+        if first:   # what the ledger holds, as far as this runner knows (its reads may fail too)
+            self.recorded = self._known_state()
+            self.appended = []
+            self.state = self.recorded
+            self.say(f"  the ledger refuses appends ({self.appender.last_error}): holding the records, "
+                     "ending the window safely, recording them as soon as it can")
+        if len(self.appender.unrecorded) > MAX_BACKLOG:
+            raise ExternalError(f"the ledger has refused {len(self.appender.unrecorded)} events "
+                                f"({self.appender.last_error}); stopping")
+        after = self.state.size
+        pending = pending_events(events, after)
+        ws = self.state.windows.get(self.window)
+        if first and ws is not None and ws.ending is None:   # the window was live when the ledger refused
+            note = self.events_of([("window.interrupted", p.WindowInterrupted(
+                reason="error", phase=ws.phase, detail={
+                    "step": self.step_kind, "append_failed": True,
+                    "error": f"the ledger refused an append: {self.appender.last_error}"[:500]}), ())])
+            self.appender.keep(note)
+            pending += pending_events(note, after + len(pending))
+        self.state = fold(self.state, pending)
+        return pending[:len(events)]
+
+    def _known_state(self) -> State:
+        try:
+            return replay(self.ledger, self.state)
+        except (ExternalError, StorageError):
+            return fold(self.state, self.appended)
+
+    def _caught_up(self, stored: list[Event]) -> None:
+        """The backlog is stored: the state is the ledger's again."""
+        base = self.recorded if self.recorded is not None else self.state
+        self.recorded = None
+        try:
+            self.state = replay(self.ledger, base)
+            self.appended = []
+        except (ExternalError, StorageError):
+            self.state = base
+            self.appended = stored
 
     def action(
         self,
@@ -159,14 +242,23 @@ class Recorder:
         ``verify`` checks a success against what the runner expects (a restore at production's
         cap): the facts it returns (with an ``error``) turn the success into a failure.
 
-        The ``started`` record is always committed before the action runs. With ``hold`` (a
+        The ``started`` record is committed before the action runs. While the ledger refuses
+        it, an action that may change a host runs only if the ledger already shows the window
+        as having touched the hosts (a HOLD, an earlier recorded start of such an action), or
+        if it is the restore (production comes first); otherwise it is recorded as not run
+        (``detail.not_run``): "nothing to restore" stays provable from the ledger alone. With ``hold`` (a
         read-only action: it changes nothing on the host) that established nothing, its
         ``finished`` record is kept and goes first into the step's next append (one commit
         fewer; it carries that commit's time); ``flush_held`` appends it when a step ends
         without one. What an action established (a dial-back) is never held: a crash must
         not lose it.
+
+        Its outcome is always recorded: when the driver raises, when the site's output cannot
+        be recorded (facts an event cannot carry, too large), or when the runner cannot build
+        the record, the ``finished`` half says so (an ``error``, ``ok`` false) and the action
+        counts as failed and as possibly done (``runner.execution.outcome``).
         """
-        from ..drivers.base import ActionResult
+        from ..drivers.base import OBSERVING_ACTIONS
 
         action_id = uuid.uuid4().hex[:16]
         full = {"window": self.window, **(params or {})}
@@ -176,32 +268,76 @@ class Recorder:
         self.append([("host.action", p.HostAction(
             host=host or "site", action=name, phase="started", action_id=action_id,
             detail={"start": start, "params": plain(params or {})}, **probe), ())])
+        if self.appender.unrecorded and name not in OBSERVING_ACTIONS and name != "restore" \
+                and not self._touched_on_record():
+            result = failed_result(name, host, f"not run: the ledger refused its start record "
+                                               f"({self.appender.last_error})", may_have_run=False)
+        else:
+            result = self._run(name, host, full)
         try:
-            result = self.driver.run(name, host, full)
+            if verify is not None and result.ok:
+                refused = verify(result)
+                if refused is not None:
+                    result = dataclasses.replace(result, ok=False, facts={**result.facts, **refused})
+            result, events = self._outcome(name, host, action_id, start, probe, result, then)
+        except Exception as exc:  # the record the runner owes could not be built: record that instead
+            result = failed_result(name, host, f"the runner could not record the outcome of {name}: "
+                                               f"{type(exc).__name__}: {exc}")
+            result, events = self._outcome(name, host, action_id, start, probe, result, None)
+        if hold and len(events) == 1:  # nothing established (a dial-back found is committed at once)
+            self.held.extend(events)
+        else:
+            self.append_events(events)
+        verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
+        self.say(f"  {name}{' ' + host if host else ''}{' ' + start if start else ''}: {verdict}"[:1000])
+        return result
+
+    def _touched_on_record(self) -> bool:
+        """Does what the ledger holds (not the backlog) show this window as having touched the hosts?"""
+        from .steps import touched
+
+        state = self.recorded if self.recorded is not None else self.state
+        ws = state.windows.get(self.window)
+        return ws is not None and touched(state, ws)
+
+    def _run(self, name: str, host: str | None, params: dict[str, Any]) -> ActionResult:
+        """Run the action through the driver; a driver that raises gives a failed outcome, never an exception."""
+        try:
+            return self.driver.run(name, host, params)
         except ExternalError as exc:
-            result = ActionResult(action=name, host=host, ok=False, exit_code=None, duration_s=0.0, timed_out=False,
-                                  stdout=b"", stderr=str(exc).encode(), facts={"error": str(exc)})
-        if verify is not None and result.ok:
-            refused = verify(result)
-            if refused is not None:
-                result = dataclasses.replace(result, ok=False, facts={**result.facts, **refused})
-        output = Blob(json.dumps({"stdout": result.stdout.decode("utf-8", "replace"),
-                                  "stderr": result.stderr.decode("utf-8", "replace")}, sort_keys=True).encode(),
-                      "application/json")
+            return failed_result(name, host, str(exc))
+        except Exception as exc:   # after it may have acted: record it, as an action that may have happened
+            return failed_result(name, host, f"the driver raised {type(exc).__name__} running {name}: {exc} "
+                                             "(the action may have run)")
+
+    def _outcome(self, name: str, host: str | None, action_id: str, start: str | None, probe: dict[str, Any],
+                 result: ActionResult, then: Callable[[ActionResult], list[Pending]] | None,
+                 ) -> tuple[ActionResult, list[NewEvent]]:
+        """The ``finished`` record and what the outcome established, as validated events (bounded)."""
+        output, cut = output_blob(result)
+        detail = {**plain(result.facts), "start": start, "timed_out": bool(result.timed_out),
+                  **({"output_cut": cut} if cut else {})}
+        why = recordable(detail)
+        if why is not None:
+            result = unrecordable(result, why)
+            detail = {**result.facts, "start": start, "timed_out": bool(result.timed_out),
+                      **({"output_cut": cut} if cut else {})}
         finished = p.HostAction(
             host=host or "site", action=name, phase="finished", action_id=action_id, exit_code=result.exit_code,
             ok=bool(result.ok), duration_s=round(result.duration_s, 6), output=p.BlobRef.of(output),
-            detail={**plain(result.facts), "start": start, "timed_out": bool(result.timed_out)}, **probe)
-        items: list[Pending] = [("host.action", finished, (output,))]
-        if then is not None and result.ok:
-            items += then(result)
-        if hold and len(items) == 1:  # nothing established (a dial-back found is committed at once)
-            self.held.extend(items)
-        else:
-            self.append(items)
-        verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
-        self.say(f"  {name}{' ' + host if host else ''}{' ' + start if start else ''}: {verdict}")
-        return result
+            detail=detail, **probe)
+        record = self.events_of([("host.action", finished, (output,))])
+        if then is None or not result.ok:
+            return result, record
+        try:
+            established = self.events_of(then(result))
+            for event in established:
+                problem = recordable(event.payload)
+                if problem is not None:
+                    raise FormatError(f"{event.type}: {problem}")
+        except FormatError as exc:   # what the outcome established cannot be recorded: the action failed
+            return self._outcome(name, host, action_id, start, probe, unrecordable(result, str(exc)), None)
+        return result, [*record, *established]
 
     def flush_held(self) -> None:
         """Append what a held read-only action left to record (nothing if nothing is held)."""
@@ -220,8 +356,12 @@ class Recorder:
         A restore is asked for it, so that it restores what the ledger recorded whatever the
         host now remembers (a host that rebooted under the window remembers nothing).
         """
-        for event in self.ledger.events(types=["production.snapshot"]):
-            payload = event.payload
+        held = [item.payload for item in self.appender.unrecorded if item.type == "production.snapshot"]
+        try:
+            stored = [event.payload for event in self.ledger.events(types=["production.snapshot"])]
+        except (ExternalError, StorageError):   # the ledger cannot be read now: restore without it
+            stored = []
+        for payload in (*stored, *held):
             if payload.get("sha256") == sha and payload.get("source") != "marker" and payload.get("identity"):
                 identity = payload["identity"]
                 return dict(identity) if isinstance(identity, dict) else None

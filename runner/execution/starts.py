@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import ExternalError
@@ -86,6 +86,16 @@ def _gauges(gauges: dict[str, Any]) -> p.WaveGauges:
                            for when in ("before", "after")}, series=gauges["series"])
 
 
+def _said(value: Any) -> str | int | None:
+    """A fact a probe reported, as a record can quote it: a short printable string or a safe integer,
+    else its repr, cut."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53):
+        return value
+    if isinstance(value, str) and len(value) <= 200 and value.isprintable():
+        return value
+    return repr(value)[:200]
+
+
 READ_ONLY_ACTIONS = frozenset({"read_thermal"})  # host actions that read the host and change nothing on it
 
 
@@ -98,6 +108,10 @@ class StartSteps(Recorder):
     def _elapsed_min(self, now: datetime) -> float:
         first = self.ws.clock.get("first_action")
         return self.clock.minutes(parse_time(first) if first else None, now)
+
+    def _now(self) -> datetime:
+        """The budget's now: the ledger's clock, never before the window's last event (``BudgetClock.not_before``)."""
+        return self.clock.not_before(self.ledger.now(), self.ws.clock.get("last"))
 
     def start_arm(self, step: Step, _r: RunResult) -> None:
         assert step.start is not None
@@ -142,7 +156,6 @@ class StartSteps(Recorder):
 
     def config_gate(self, step: Step, _r: RunResult) -> None:
         """``start_config``: what the host reported starting is the arm the plan declares."""
-        from ..gates.admission import record_gate
         from ..gates.start_config import check_start_config
         from ..state.fold import ENGINE_REPORTS
 
@@ -156,14 +169,13 @@ class StartSteps(Recorder):
         production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
         clock = (self.ws.starts.get(start.id) or {}).get("clock_problems") or []
         checked = check_start_config(start.id, arm, reported, production, clock_problems=clock)
-        record_gate(self.ledger, self.signer, self.window, "start_config", checked.verdict, checked.evidence,
-                    commit=self.plan.commit, start=start.id, summary=checked.summary, auto_admit=False)
-        self.crash.after(["gate.result"])
+        self.append([("gate.result", p.GateResult(gate="start_config", verdict=checked.verdict,
+                                                  evidence=dict(checked.evidence), summary=checked.summary,
+                                                  commit=self.plan.commit, start=start.id), ())])
         self.say(f"  start_config {start.label}: {checked.verdict}" +
                  (f" ({checked.summary})" if checked.failures else ""))
 
     def spec_gate(self, step: Step, _r: RunResult) -> None:
-        from ..gates.admission import record_gate
         from ..gates.spec import SpecResult, check_standard_spec
 
         assert step.start is not None
@@ -176,10 +188,10 @@ class StartSteps(Recorder):
                                  ("the host reported no speculative config for this start",))
         else:
             checked = check_standard_spec(start.id, start.role, observed, arm.speculative)
-        record_gate(self.ledger, self.signer, self.window, "standard_spec", checked.verdict, checked.evidence,
-                    commit=self.plan.commit, start=start.id, summary="; ".join(checked.failures) or "standard",
-                    auto_admit=False)
-        self.crash.after(["gate.result"])
+        self.append([("gate.result", p.GateResult(gate="standard_spec", verdict=checked.verdict,
+                                                  evidence=dict(checked.evidence),
+                                                  summary="; ".join(checked.failures) or "standard",
+                                                  commit=self.plan.commit, start=start.id), ())])
         self.say(f"  standard_spec {start.label}: {checked.verdict}")
 
     def warmup(self, step: Step, _r: RunResult) -> None:
@@ -206,7 +218,7 @@ class StartSteps(Recorder):
         salt = f"tally-prime-{self.window}-{step.start}-{uuid.uuid4().hex[:16]}"  # fixed per block, fresh across
         scale = self.clock.time_scale
         sampling = self.plan.sampling
-        now = datetime.now(UTC)
+        now = self._now()
         began = block_began(self.ws, step.start)
         cut_s, _cut = self.clock.wave_cut_s(self._elapsed_min(now), self.clock.minutes(began, now) if began else None)
         t0 = time.perf_counter()
@@ -270,7 +282,11 @@ class StartSteps(Recorder):
             res = self.driver.run("probe", None, {"window": self.window, "start": start_id})
         except ExternalError as exc:
             res = ActionResult("probe", None, False, None, 0.0, False, b"", b"", {"error": str(exc)})
-        facts = res.facts
+        except Exception as exc:   # a probe that could not be read is a probe that failed
+            res = ActionResult("probe", None, False, None, 0.0, False, b"", b"",
+                               {"error": f"the driver raised {type(exc).__name__}: {str(exc)[:300]}"})
+        # what the site said is quoted into the wave's record: bounded and recordable
+        facts = {name: _said(res.facts.get(name)) for name in ("arm", "session", "engine", "serving", "error")}
         problems = [] if res.ok else [f"the probe failed: {facts.get('error') or res.exit_code}"]
         if facts.get("arm") != expected:
             problems.append(f"arm {facts.get('arm')!r} serves, not the start's {expected!r}")
@@ -340,7 +356,7 @@ class StartSteps(Recorder):
             return
         family = self._prompts_for(wave.family)
         prompts = [family[pid] for pid in wave.prompt_ids]
-        now = datetime.now(UTC)
+        now = self._now()
         began = block_began(self.ws, step.start)
         block = self.clock.minutes(began, now) if began else None
         cut_s, cut = self.clock.wave_cut_s(self._elapsed_min(now), block)
@@ -376,7 +392,7 @@ class StartSteps(Recorder):
         cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", p.BudgetDecision(
-                action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+                action=cut.action, reason=cut.reason, elapsed_min=round(self._elapsed_min(self._now()), 3),
                 limit_min=cut.at_min, start=step.start if cut.action == "truncate_block" else None,
                 cell=wave.cell), ()))
         stored = self.append(items)
@@ -395,7 +411,7 @@ class StartSteps(Recorder):
         limit = step.limit
         assert limit is not None
         self.append([("budget.decision", p.BudgetDecision(
-            action=limit.action, reason=limit.reason, elapsed_min=round(self._elapsed_min(datetime.now(UTC)), 3),
+            action=limit.action, reason=limit.reason, elapsed_min=round(self._elapsed_min(self._now()), 3),
             limit_min=limit.at_min, start=step.start), ())])
         self.say(f"budget: {limit.action}: {limit.reason}")
 

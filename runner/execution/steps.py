@@ -29,7 +29,7 @@ from ..plan.model import Plan, WaveSpec
 from ..state.fold import State, WindowState
 from .clock import Limit
 
-__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step"]
+__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step", "touched"]
 
 MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once
@@ -213,7 +213,9 @@ def _measuring(ctx: Context) -> Step:
         return _stop_measuring(ctx, "aborted", _aborting(ws) or "")
     stopped = _stopped(ws)
     if stopped is not None:
-        return _stop_measuring(ctx, "interrupted", stopped)
+        # the ledger refused an append: end by restoring production, whatever the plan's chain
+        why = "failed" if any(item.get("append_failed") for item in ws.interrupted) else "interrupted"
+        return _stop_measuring(ctx, why, stopped)
     if (ws.engine or {}).get("serving") == "up":  # production serves inside our HOLD: the host restarted
         reason = "the hosts serve production inside the HOLD (did a host restart?)"
         if ws.current_start is not None:
@@ -309,13 +311,28 @@ def _ending(ctx: Context, ending: str) -> Step:
 
 
 def _touched(ctx: Context) -> bool:
-    """Did this window change anything on the hosts (so that its ending must restore)?"""
-    ws = ctx.ws
-    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or _under_foreign_marker(ctx):
+    return touched(ctx.state, ctx.ws)
+
+
+def touched(state: State, ws: WindowState) -> bool:
+    """May this window have changed anything on the hosts (so that its ending must restore)?
+
+    "No" only on positive evidence: the runner records every host action's start before it
+    runs it, so a window none of whose recorded starts is of an action that can change a host
+    (every action but the observing ones; a start whose finished record says it never ran does
+    not count) has changed nothing. A drain counts from the moment its start is recorded,
+    whatever became of its outcome (unrecordable, lost, re-probed). And any probe that found
+    production not serving sends the window down the restore path.
+    """
+    from ..drivers.base import OBSERVING_ACTIONS
+
+    marker = state.marker
+    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or (
+            marker is not None and marker.get("window") != ws.id):
         return True
-    changing = ("drain", "start_arm", "stop_arm", "fence", "experiment_stop", "placeholder_up", "restore")
-    return any(item["action"] in changing for item in ws.finished) or \
-        any(info.get("action") in changing for info in ws.open_actions.values())
+    if ws.not_serving_seq is not None:
+        return True
+    return any(count > 0 for action, count in ws.begun.items() if action not in OBSERVING_ACTIONS)
 
 
 def _restore_ending(ctx: Context, ending: str) -> Step:

@@ -16,17 +16,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from ledger.errors import PolicyError, TallyError
+from ledger.errors import ExternalError, PolicyError, StorageError, TallyError
 
 from ..events import payloads as p
 from ..plan.register import registered_plan
-from ..state.fold import WindowState, admission_blockers
+from ..state.fold import WindowState, admission_blockers, fold
 from ..state.replay import replay
 from . import endings, opening, smoke, starts
+from .appends import RECORD_WAIT_S, Appender
 from .capture import check_capture, read_capture
 from .clock import BudgetClock, StageClock, parse_time
 from .endings import EndingSteps
@@ -88,13 +89,29 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.model: str | None = None
         self.crash = CrashHook()
         self.held = []
+        self.appender = Appender(ledger, signer, floor=self.state.size)
+        self.appended = []
+        self.recorded = None
+        self.step_kind = None
+        self.record_wait_s = RECORD_WAIT_S   # how long a run that ends holding refused records retries them
+        self.gave_up = False                 # it did, in vain (later tries do not wait again)
         self.last_wave_end: float | None = None
         self.last_attested: tuple[str, int, dict[str, Any]] | None = None
         # a production capture (``--chain-production``): read now, checked against the marker at run
         self.capture = read_capture(chain_production) if chain_production is not None else None
 
     def refresh(self) -> None:
-        self.state = replay(self.ledger, self.state)
+        """Fold what the ledger gained; while it refuses appends, try the backlog first.
+
+        A ledger that cannot be read now leaves the state as this runner's own appends made it.
+        """
+        if self.appender.unrecorded and not self.catch_up():
+            return   # still refused: the state is what the ledger holds plus the backlog
+        try:
+            self.state = replay(self.ledger, self.state)
+        except (ExternalError, StorageError):
+            self.state = fold(self.state, self.appended)
+        self.appended = []
 
     # ------------------------------------------------------------------ running
 
@@ -140,6 +157,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             if in_main:
                 signal.signal(signal.SIGINT, previous[0])
                 signal.signal(signal.SIGTERM, previous[1])
+            held = self._record_backlog()
+        if held:
+            raise ExternalError(held)
         result.overhead_s = time.perf_counter() - started - result.measuring_s
         ws = self.ws
         result.ending = ws.ending
@@ -181,6 +201,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             if step.kind == "blocked":
                 result.blocked = step.reason
                 return
+            if step.kind == "decide" and self._record_backlog() is not None:
+                return   # a decision is made from the ledger alone: it waits until the ledger holds the ending
+            self.step_kind = step.kind
             try:
                 if step.kind in OPENING_STEPS:
                     blocked = self._perform_opening(result)
@@ -190,21 +213,45 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 else:
                     self.perform(step, result)
                 errors = 0
-            except TallyError as error:
-                # Something did not answer (a server, the database): record it and end the
-                # window as the plan allows, rather than leave production down in silence.
+            except Exception as error:
+                # Something did not answer (a server, the database) or failed inside the runner:
+                # record it and end the window as the plan allows, rather than leave production
+                # down in silence.
                 errors += 1
-                self.say(f"error during {step.kind}: {error}")
+                said = str(error) if isinstance(error, TallyError) else f"{type(error).__name__}: {error}"
+                self.say(f"error during {step.kind}: {said}"[:2000])
                 if errors >= MAX_CONSECUTIVE_ERRORS or ws.ending is not None:
-                    raise PolicyError(f"{error}; the window is not finished: fix the cause, then "
-                                      f"`tally window resume {self.window}` (or `tally window abort`)") from None
-                if not any(i.get("reason") == "error" for i in ws.interrupted):
+                    raise PolicyError(f"{said[:1000]}; the window is not finished: fix the cause, then "
+                                      f"`tally window resume {self.window}` (or `tally window abort`)") from (
+                                          None if isinstance(error, TallyError) else error)
+                if not any(i.get("reason") == "error" for i in self.ws.interrupted):
                     self.append([("window.interrupted", p.WindowInterrupted(reason="error", phase=ws.phase, detail={
-                        "step": step.kind, "error": str(error)[:500]}), ())])
+                        "step": step.kind, "error": said[:500]}), ())])
+            finally:
+                self.step_kind = None
             if step.kind == "restore_failed":
                 result.escalated = True
                 result.blocked = step.reason
                 return
+
+    def _record_backlog(self) -> str | None:
+        """Append what the ledger refused, trying for up to ``record_wait_s``; why not, if it still refuses."""
+        if not self.appender.unrecorded:
+            return None
+        wait_s = 0.0 if self.gave_up else self.record_wait_s
+        self.say(f"the ledger refuses appends ({self.appender.last_error}); {len(self.appender.unrecorded)} "
+                 f"event(s) held: retrying for up to {wait_s:g} s")
+        if self.catch_up(wait_s):
+            return None
+        self.gave_up = True
+        ws = self.ws
+        where = (f"the window ended {ws.ending} in memory" if ws.ending is not None
+                 else f"the window stopped in phase {ws.phase}")
+        types = ", ".join(dict.fromkeys(e.type for e in self.appender.unrecorded))
+        return (f"the ledger refused {len(self.appender.unrecorded)} event(s) ({types}): "
+                f"{self.appender.last_error}; {where}, but the ledger does not say so: once it takes appends, "
+                f"`tally window resume {self.window}` re-probes the hosts, restores production if it may "
+                "have been touched, and records the ending")
 
     def perform(self, step: Step, result: RunResult) -> None:
         """Take one step: the handler registered for its kind (what it held recorded at its end)."""
@@ -230,7 +277,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         stop_limit = block_limit = None
         first = ws.clock.get("first_action")
         if first is not None and ws.measurement_ended is None:
-            now = datetime.now(UTC)
+            now = self.clock.not_before(self.ledger.now(), ws.clock.get("last"))  # the ledger's clock
             elapsed = self.clock.minutes(parse_time(first), now)
             stages = self._stage_clock(ws, parse_time(first), now) if self.plan.budget.stop_admitting_if_overrun \
                 else None

@@ -12,6 +12,13 @@ both control starts than the plan's ``[power] min_windows`` (the number needed i
 stated), and otherwise PASSes when P(WIN) (pp3-v1: P(CANDIDATE)) at the registered effect
 is at least ``min_power``. Its evidence holds every figure and the archive events it
 rests on, so ``replay_power_gate`` recomputes it from the ledger, bit for bit.
+
+The evidence names the power model (``model``, ``runner.decide.power.MODEL``); a recorded
+result without one was computed by model 1 (``runner.decide.power_v1``) and is replayed
+by it. Model 2 also reads the archived windows' guards (accepted per round from the
+counters, the client decode rate from the waves' client figures) and the start offsets'
+correlation across cells; a correlation the archive is too thin for is said in the
+summary and assumed at its conservative value figure by figure.
 """
 
 from __future__ import annotations
@@ -22,7 +29,18 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
-from ..decide.power import design_of, power_figures
+from ..decide.noise import (
+    METRICS,
+    PRIMARY,
+    ControlPair,
+    Pp3Noise,
+    Win2Noise,
+    estimate_win2_noise,
+)
+from ..decide.pilot import parse_pilot_noise
+from ..decide.power import MODEL, correlation_label, design_of, power_figures, thin_reason
+from ..decide.power_sim import Win2Design
+from ..decide.power_v1 import power_figures_v1
 from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
 from ..decide.win2 import pooled_values
 from ..plan.model import Power
@@ -37,7 +55,8 @@ if TYPE_CHECKING:
     from ..plan.model import Plan
     from .record import GateOutcome
 
-__all__ = ["PowerCheck", "PowerGate", "archive_spreads", "check_power", "comparable", "power_gate", "replay_power_gate"]
+__all__ = ["ArchiveNoise", "PowerCheck", "PowerGate", "archive_noise", "archive_spreads", "check_power", "comparable",
+           "power_gate", "replay_power_gate"]
 
 
 def comparable(plan: Plan, entry: Mapping[str, Any]) -> bool:
@@ -112,6 +131,68 @@ def archive_spreads(ledger: Ledger, plan: Plan, until: int | None = None) -> Arc
     return ArchiveSpreads(spreads, entries, {c: len(pairs[c]) for c in plan.decision_cells}, tuple(events))
 
 
+def _per_repeat_metrics(waves: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float | None]]:
+    """Repeat -> the rate, accepted per round and client decode rate of one start and cell (model 2).
+
+    The repeats ``_per_repeat`` counts (a counted wave per family, counters complete); the
+    client decode rate is ``None`` where a wave lacks its client figures.
+    """
+    families = sorted({w["family"] for w in waves})
+    out: dict[int, dict[str, float | None]] = {}
+    for repeat in sorted({w["repeat"] for w in waves}):
+        chosen = [w for w in waves if w["repeat"] == repeat]
+        counters = [w.get("counters") or {} for w in chosen]
+        if sorted(w["family"] for w in chosen) != families or not _complete(chosen, counters):
+            continue
+        clients: list[Mapping[str, Any]] = [w["client"] if isinstance(w.get("client"), Mapping) else {} for w in chosen]
+        have_client = all(_number(c.get("tokens_after_first")) and _number(c.get("decode_s")) for c in clients)
+        values = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
+                               [c["decode_s"] for c in counters],
+                               int(sum(c["tokens_after_first"] for c in clients)) if have_client else 0,
+                               [float(c["decode_s"]) for c in clients] if have_client else [0.0], [0.0])
+        if values[PRIMARY] is not None:
+            out[repeat] = {m: values[m] for m in METRICS}
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ArchiveNoise:
+    spreads: dict[str, Spread | None]   # the primary's, per decision cell; None: no matched pair
+    noise: Win2Noise | None             # the whole model (None: a cell has no primary spread)
+    entries: dict[str, int]
+    windows: dict[str, int]
+    used: tuple[Event, ...]
+
+
+def archive_noise(ledger: Ledger, plan: Plan, until: int | None = None) -> ArchiveNoise:
+    """Model 2's noise of every decision cell from the comparable archive entries recorded before ``until``."""
+    events = [e for e in ledger.events(stream="archive", types=["archive.control_start"], until=until)
+              if comparable(plan, e.payload)]
+    by_window: dict[str, list[Event]] = {}
+    for event in events:
+        by_window.setdefault(str(event.payload.get("window")), []).append(event)
+    pairs: dict[str, list[ControlPair]] = {c: [] for c in plan.decision_cells}
+    for window, archived in by_window.items():
+        waves = [e.payload for e in ledger.events(stream=f"window/{window}", types=["wave.measured"], until=until)]
+        for cell in plan.decision_cells:
+            starts = sorted({str(e.payload.get("start")) for e in archived if e.payload.get("cell") == cell})
+            if len(starts) < 2:
+                continue
+            first, second = (_per_repeat_metrics([w for w in waves if w.get("start") == s and w.get("cell") == cell])
+                             for s in starts[:2])
+            units = sorted(set(first) & set(second))
+            if units:
+                pairs[cell].append(ControlPair(window, {m: [first[u][m] for u in units] for m in METRICS},
+                                               {m: [second[u][m] for u in units] for m in METRICS}))
+    entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
+    spreads, noise = estimate_win2_noise(plan.decision_cells, pairs, source="archive", entries=entries)
+    return ArchiveNoise(spreads, noise, entries, {c: len(pairs[c]) for c in plan.decision_cells}, tuple(events))
+
+
 @dataclass(frozen=True)
 class PowerCheck:
     verdict: GateVerdict
@@ -121,8 +202,59 @@ class PowerCheck:
 
 def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, target: float | None = None,
                 windows: int | None = None, seed: int | None = None, pilot: Any = None,
+                until: int | None = None, search: bool = True, model: int = MODEL) -> PowerCheck:
+    """The power figures of ``plan`` and the gate's verdict on them (``pilot``: a parsed pilot document).
+
+    ``model``: the power model (a recorded result's own, to replay it; 1 is the old one).
+    """
+    if model == 1:
+        return _check_power_v1(ledger, plan, effect=effect, target=target, windows=windows, seed=seed, pilot=pilot,
+                               until=until, search=search)
+    if model != MODEL:
+        raise PolicyError(f"power model {model} is not known (this tally knows 1 and {MODEL})")
+    power = plan.power or Power(effect=float(design_bar(plan)), min_windows=MIN_WINDOWS)
+    effect = power.effect if effect is None else effect
+    target = power.min_power if target is None else target
+    n = power.windows if windows is None else windows
+    seed = power.seed if seed is None else seed
+    design = design_of(plan)
+    cells = plan.decision_cells if plan.protocol == "win2-v1" else ("pairs",)
+    evidence: dict[str, Any] = {"model": MODEL, "effect": effect, "min_power": target,
+                                "min_windows": power.min_windows,
+                                "spread_from": "pilot" if pilot is not None else "archive", "until_seq": until}
+    noise: Win2Noise | Pp3Noise | None
+    if pilot is not None:
+        contexts = design.contexts if not isinstance(design, Win2Design) else ()
+        read = parse_pilot_noise(pilot, cells, protocol=plan.protocol, contexts=contexts)
+        noise = read.win2 if read.win2 is not None else read.pp3
+    else:
+        if plan.protocol != "win2-v1":
+            summary = "FAIL (closed): pp3-v1 windows write no control archive; the spread needs a pilot file"
+            return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows, entries={}))
+        arch = archive_noise(ledger, plan, until)
+        evidence["archive"] = {"entries": arch.entries, "windows": arch.windows,
+                               "seqs": [e.seq for e in arch.used], "hashes": [e.hash for e in arch.used]}
+        short = {c: arch.windows[c] for c in cells if arch.windows[c] < power.min_windows or arch.spreads[c] is None}
+        if short or arch.noise is None:
+            need = "; ".join(f"{c}: {arch.entries[c]} comparable entries, {w} window(s) with both control starts"
+                             for c, w in short.items())
+            wanted = f"{power.min_windows} archived window{'s' if power.min_windows != 1 else ''}"
+            summary = (f"FAIL (closed): the archive is too thin ({need}); {wanted} with both control starts per "
+                       f"decision cell ({2 * power.min_windows} entries) are needed")
+            return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows,
+                                                    needed_entries=2 * power.min_windows))
+        noise = arch.noise
+    assert noise is not None
+    figures = power_figures(design, noise, effect=effect, target=target, windows=n, seed=seed, search=search)
+    evidence["figures"] = figures
+    verdict: GateVerdict = "PASS" if figures["power"] >= target else "FAIL"
+    return PowerCheck(verdict, f"{verdict}: {describe(figures)}", evidence)
+
+
+def _check_power_v1(ledger: Ledger, plan: Plan, *, effect: float | None = None, target: float | None = None,
+                windows: int | None = None, seed: int | None = None, pilot: Any = None,
                 until: int | None = None, search: bool = True) -> PowerCheck:
-    """The power figures of ``plan`` and the gate's verdict on them (``pilot``: a parsed pilot document)."""
+    """Model 1's check (the code every gate result without a ``model`` member was computed by)."""
     power = plan.power or Power(effect=float(design_bar(plan)), min_windows=MIN_WINDOWS)
     effect = power.effect if effect is None else effect
     target = power.min_power if target is None else target
@@ -154,7 +286,7 @@ def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, targ
                                                 needed_entries=2 * power.min_windows))
     design = design_of(plan)
     chosen = [s for s in (spreads[c] for c in cells) if s is not None]
-    figures = power_figures(design, chosen, effect=effect, target=target, windows=n, seed=seed, search=search)
+    figures = power_figures_v1(design, chosen, effect=effect, target=target, windows=n, seed=seed, search=search)
     evidence["figures"] = figures
     verdict: GateVerdict = "PASS" if figures["power"] >= target else "FAIL"
     return PowerCheck(verdict, f"{verdict}: {describe(figures)}", evidence)
@@ -185,7 +317,15 @@ def describe(figures: Mapping[str, Any]) -> str:
     rests = (f"{figures['entries']} archive entries" if source == "archive"
              else f"a pilot ({min(s['windows'] for s in spreads)} windows)" if source == "pilot"
              else "the window's own control starts")
-    line += f"; false-{positive} rate {figures['false_positive_rate']:.3f}; spread from {rests}"
+    line += f"; false-{positive} rate {figures['false_positive_rate']:.3f}"
+    if "false_loss_rate" in figures:
+        line += f", false-LOSS rate {figures['false_loss_rate']:.3f}"
+    line += f"; spread from {rests}"
+    thin = (figures.get("conservative") or {}).get("thin") or []
+    if thin:
+        correlations = figures.get("correlations") or {}
+        said = ", ".join(f"{correlation_label(t)}: {thin_reason(correlations.get(t, {}))}" for t in thin)
+        line += f"; correlations assumed ({said}), the conservative value for each figure"
     return line
 
 
@@ -235,7 +375,10 @@ def replay_power_gate(ledger: Ledger, event: Event) -> list[str]:
         if blob is None:
             raise PolicyError(f"gate.result at seq {event.seq}: its pilot blob is missing")
         pilot = read_json(blob.data, "pilot blob")
-    again = check_power(ledger, plan, pilot=pilot, until=evidence.get("until_seq"))
+    model = evidence.get("model", 1)   # a result recorded before the model was versioned: model 1
+    if not isinstance(model, int) or isinstance(model, bool):
+        raise PolicyError(f"gate.result at seq {event.seq}: evidence.model is not a model number")
+    again = check_power(ledger, plan, pilot=pilot, until=evidence.get("until_seq"), model=model)
     recomputed = dict(again.evidence)
     if "pilot" in evidence:
         recomputed["pilot"] = evidence["pilot"]

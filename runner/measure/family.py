@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from ledger.errors import FieldError, FormatError
 from ledger.strictfile import read_limited
 from ledger.strictjson import MAX_DEPTH, nesting_depth, read_json
+from ledger.strictwrite import write_whole
 
 from ..fields import Fields
 
@@ -83,17 +84,42 @@ def _line_prompt(obj: Any, number: int, name: str, where: str) -> Prompt:
     return Prompt(pid, prompt, kind)
 
 
+def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(number, byte offset, bytes) of each line of ``data``; lines end at ``\n`` only.
+
+    One line at a time, sliced from ``data``: reading a family costs its bytes and the
+    prompts it holds, never a second copy of the whole file (its text, its list of lines).
+    """
+    start, number, size = 0, 0, len(data)
+    while start <= size:
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = size
+        number += 1
+        yield number, start, data[start:end]
+        start = end + 1
+
+
+def _check_utf8(data: bytes, where: str) -> None:
+    """The whole file is UTF-8 (checked line by line: no text of the whole file is built)."""
+    if data.isascii():
+        return
+    for _number, offset, raw in _lines(data):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FieldError("", f"not UTF-8 ({exc.reason} at byte {offset + exc.start})", source=where) from None
+
+
 def parse_family(data: bytes, name: str, where: str = "family") -> Family:
     """Parse family bytes; ``FieldError`` names the first bad line (and member)."""
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FieldError("", f"not UTF-8 ({exc.reason} at byte {exc.start})", source=where) from None
+    _check_utf8(data, where)
     # Lines end at "\n" only: str.splitlines() would also split inside JSON strings at U+0085, U+2028...
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for number, _offset, raw in _lines(data):
+        line = raw.decode("utf-8").removesuffix("\r")
+        del raw
         if not line.strip():
             continue
         # Hostile input: nesting bounded before any parser recurses, then one value per
@@ -109,6 +135,7 @@ def parse_family(data: bytes, name: str, where: str = "family") -> Family:
             obj = read_json(line, "the line")
         except FormatError as exc:
             raise FieldError(f"line {number}", str(exc).removeprefix("the line "), source=where) from None
+        del line
         prompt = _line_prompt(obj, number, name, where)
         if prompt.id in seen:
             raise FieldError(f"line {number}", f"duplicate id {prompt.id!r} (first on line {seen[prompt.id]})",
@@ -137,7 +164,7 @@ def family_bytes(prompts: Iterable[Prompt]) -> bytes:
 
 
 def write_family(path: str | Path, prompts: Sequence[Prompt]) -> str:
-    """Write a family file; returns its sha256 (what a plan registers)."""
+    """Write a family file (whole, never through a symlink); returns its sha256 (what a plan registers)."""
     data = family_bytes(prompts)
-    Path(path).write_bytes(data)
+    write_whole(path, data, "family file", mode=0o644)
     return hashlib.sha256(data).hexdigest()

@@ -168,7 +168,7 @@ class CounterDeltas:
 def _creation_changed(before: MetricsSnapshot, after: MetricsSnapshot, series: str) -> bool:
     """``_created`` of the series moved: the counter was created again (a restart)."""
     stamp = series
-    for suffix in ("_total", "_sum"):
+    for suffix in ("_total", "_sum", "_count"):
         if series.endswith(suffix):
             stamp = series[: -len(suffix)]
     return stamp in before.created and stamp in after.created and before.created[stamp] != after.created[stamp]

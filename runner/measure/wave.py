@@ -36,6 +36,7 @@ from .request import Cutter, run_request, utc_now
 from .sources import CounterSource, GaugeReading, select_source
 from .totals import WaveTotals
 from .transport import StampingTransport
+from .urls import has_credentials, redact
 
 __all__ = ["ListedModel", "Scrape", "UrlCounters", "WaveResult", "host_load", "list_models", "measure_wave",
            "scrape_metrics", "served_models"]
@@ -50,6 +51,15 @@ _COLLECT_EVERY = 256   # finished requests between two young-generation collecti
 def _base(url: str) -> str:
     url = url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _no_credentials(url: str, what: str) -> str:
+    """``url``, refused when it has a ``user:password@`` part: a wave records its URLs, so credentials
+    travel apart, as an :class:`~.urls.OriginAuth` (``auth``), and go only to their own origin."""
+    if has_credentials(url):
+        raise FormatError(f"{what} {redact(url)!r} carries credentials: pass them as auth "
+                          "(runner.measure.urls.OriginAuth), never inside a URL that is recorded")
+    return url
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ def scrape_metrics(http: httpx.Client, url: str, timeout_s: float = 10.0, *, hea
                    max_bytes: int = MAX_METRICS_BYTES,
                    on_socket: Callable[[socket.socket | None], None] | None = None) -> Scrape:
     """Read ``/metrics`` within ``timeout_s`` overall and ``max_bytes``; what went wrong is the scrape's problem."""
+    _no_credentials(url, "the metrics URL")
     try:
         reply = fetch(http, "GET", url, deadline_s=timeout_s, max_bytes=max_bytes, what=f"metrics at {url}",
                       headers=headers, on_socket=on_socket)
@@ -121,20 +132,21 @@ class ListedModel:
 
 
 def list_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
-                headers: Mapping[str, str] | None = None) -> list[str]:
+                headers: Mapping[str, str] | None = None, auth: httpx.Auth | None = None) -> list[str]:
     """The model ids a server lists at ``/v1/models``; ``ExternalError`` if it does not answer."""
-    return [m.id for m in served_models(base_url, timeout_s=timeout_s, http=http, headers=headers)]
+    return [m.id for m in served_models(base_url, timeout_s=timeout_s, http=http, headers=headers, auth=auth)]
 
 
 def served_models(base_url: str, *, timeout_s: float = 10.0, http: httpx.Client | None = None,
-                  headers: Mapping[str, str] | None = None) -> list[ListedModel]:
+                  headers: Mapping[str, str] | None = None, auth: httpx.Auth | None = None) -> list[ListedModel]:
     """The models a server lists at ``/v1/models``; ``ExternalError`` if it does not answer.
 
     The whole exchange takes at most ``timeout_s`` and the reply at most 1 MiB.
     ``max_model_len`` is kept only as an integer from 1 to 2^31 (anything else: not said).
+    ``headers`` go with the request; credentials go as ``auth`` (an :class:`~.urls.OriginAuth`).
     """
-    client = http or httpx.Client(transport=StampingTransport(), headers=dict(headers or {}))
-    url = f"{_base(base_url)}/v1/models"
+    url = f"{_base(_no_credentials(base_url, 'the server URL'))}/v1/models"
+    client = http or httpx.Client(transport=StampingTransport(), headers=dict(headers or {}), auth=auth)
     try:
         reply = fetch(client, "GET", url, deadline_s=timeout_s, max_bytes=MAX_MODELS_BYTES, what=f"the reply of {url}")
     except httpx.TimeoutException:
@@ -386,6 +398,7 @@ def measure_wave(
     quiet: bool = True,
     metrics_headers: Mapping[str, str] | None = None,
     metrics_timeout_s: float = 10.0,
+    auth: httpx.Auth | None = None,
     totals: WaveTotals | None = None,
     unsent_records: int | None = None,
     counter_source: str | CounterSource = "vllm",
@@ -412,7 +425,10 @@ def measure_wave(
     record (from worker threads). With ``quiet`` (the default) the GIL switch interval
     is lowered and cyclic GC suspended while the wave runs (:mod:`.interpreter`).
     Each ``/metrics`` scrape takes at most ``metrics_timeout_s`` (1 s after a cancel)
-    and 16 MiB; ``metrics_headers`` are added to ``headers`` for it.
+    and 16 MiB; ``metrics_headers`` are added to ``headers`` for it. ``headers`` go with
+    every request, to every URL: credentials go as ``auth`` (an :class:`~.urls.OriginAuth`),
+    which sends each URL's own only to that URL's origin; a URL with a ``user:password@``
+    part is refused (``FormatError``), since the wave records its URLs.
 
     A wave too big to hold: pass ``totals`` (e.g. :meth:`.totals.WaveTotals.spooled`)
     and the records are added to it as they finish and not kept (``requests`` is empty,
@@ -456,7 +472,9 @@ def measure_wave(
     source = select_source(counter_source)
     urls: tuple[str, ...] = (() if not source.scrapes or not metrics_url
                              else (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url))
-    base = _base(base_url)
+    base = _base(_no_credentials(base_url, "the server URL"))
+    for url in urls:
+        _no_credentials(url, "the metrics URL")
     endpoint = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     total = len(prompts)
     workers = min(concurrency, total)
@@ -469,7 +487,7 @@ def measure_wave(
     next_index = [0]
     unsent = [0]
     listed = [0]
-    with httpx.Client(transport=StampingTransport(limits), headers=dict(headers or {})) as http, \
+    with httpx.Client(transport=StampingTransport(limits), headers=dict(headers or {}), auth=auth) as http, \
             (quiet_interpreter() if quiet else contextlib.nullcontext()):
         started_at = utc_now()
         cutter = Cutter(cancel, None)
@@ -587,6 +605,24 @@ def _merged(scrapes: tuple[Scrape, ...] | None, *, all_read: bool = True) -> Met
     return merge_snapshots(snaps)
 
 
+def _merged_steps(source: CounterSource, deltas: CounterDeltas, records: Sequence[RequestRecord]) -> str | None:
+    """A note when the server counted more decode steps than the chunks it streamed after each first.
+
+    On real vLLM (0.32) a stream whose reader falls behind gets the outputs of several
+    engine steps merged into one chunk (the output collector merges what the stream has
+    not taken yet): such a chunk's interval spans more than one step. Measured on 2 busy
+    cores: 16 one-token steps reached the client as 15 chunks."""
+    if not source.chunks_are_steps or deltas.rounds is None or not records:
+        return None
+    streamed = sum(max(len(r.chunk_t) - 1, 0) for r in records)
+    if deltas.rounds <= streamed:
+        return None
+    merged = deltas.rounds - streamed
+    return (f"the server counted {deltas.rounds} decode steps, the client received {streamed} chunks after each "
+            f"request's first: {merged} step{'s' if merged != 1 else ''} reached the client merged into another's "
+            "chunk (the server's output fell behind), so not every chunk interval is one round")
+
+
 def _gauges(source: CounterSource, scrapes: tuple[Scrape, ...] | None,
             merged: MetricsSnapshot | None) -> GaugeReading | None:
     """The gauges of the scrapes that were read (``merged``: all of them, already summed)."""
@@ -635,6 +671,9 @@ def _result(records: list[RequestRecord], before: tuple[Scrape, ...] | None, aft
                 reasons.extend(f"metrics at {u}: {problem}" for problem in problems
                                if f"metrics at {u}: {problem}" not in reasons)
     notes.extend(deltas.notes)
+    merged_note = _merged_steps(source, deltas, records)
+    if merged_note is not None:
+        notes.append(merged_note)
     if unsettled is not None:
         reasons.append(unsettled)
     for status, label in (("failed", "failed"), ("timeout", "timed out"), ("cancelled", "cancelled")):

@@ -493,16 +493,19 @@ class Plan:
         raise KeyError(start_id)
 
     def cell(self, name: str) -> Cell:
-        for cell in self.cells:
-            if cell.name == name:
-                return cell
-        raise KeyError(name)
+        return self._cells_by_name[name]  # KeyError for a cell the plan does not have
 
     def family(self, name: str) -> Family:
-        for family in self.families:
-            if family.name == name:
-                return family
-        raise KeyError(name)
+        return self._families_by_name[name]
+
+    @cached_property
+    def _cells_by_name(self) -> dict[str, Cell]:
+        """name -> cell, built once: a lookup per wave stays O(1) however many cells (names are unique)."""
+        return {cell.name: cell for cell in self.cells}
+
+    @cached_property
+    def _families_by_name(self) -> dict[str, Family]:
+        return {family.name: family for family in self.families}
 
     @property
     def start_ids(self) -> tuple[str, ...]:
@@ -563,7 +566,14 @@ class Plan:
         return tuple(out)
 
     def waves_of(self, start_id: str) -> tuple[WaveSpec, ...]:
-        return tuple(w for w in self.waves if w.start == start_id)
+        return self._waves_by_start.get(start_id, ())
+
+    @cached_property
+    def _waves_by_start(self) -> dict[str, tuple[WaveSpec, ...]]:
+        grouped: dict[str, list[WaveSpec]] = {}
+        for wave in self.waves:
+            grouped.setdefault(wave.start, []).append(wave)
+        return {start: tuple(waves) for start, waves in grouped.items()}
 
     @cached_property
     def wave_index(self) -> dict[tuple[str, str, int], WaveSpec]:

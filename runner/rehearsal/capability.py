@@ -76,6 +76,7 @@ __all__ = [
     "Status",
     "Want",
     "assess",
+    "assess_logit_bias",
     "capability_probes",
     "forced_probes",
     "judge_answered",
@@ -190,11 +191,20 @@ def smoke_refusals(plan: Plan, fields: Mapping[str, Any] | None) -> list[str]:
             for need in smoke_needs(plan) if fields.get(need.field) in ("ignored", "refused")]
 
 
-def vllm_needs() -> tuple[Need, ...]:
-    """The vLLM checks of seed 000's admission: the terminator probe and the R16 control."""
+def vllm_needs(*, control_answered: bool = False) -> tuple[Need, ...]:
+    """The vLLM checks of seed 000's admission: the terminator probe and the R16 control.
+
+    ``control_answered``: the control came back 200 (a production without speculative
+    decoding accepts ``logit_bias``): then the check is that the server acts on it.
+    """
+    if control_answered:
+        bias = Need("logit_bias", "honoured", "vLLM check (control): the control was answered 200 (no speculative "
+                                              "decoding here), so the server must act on logit_bias")
+    else:
+        bias = Need("logit_bias", "refused", "vLLM check (control): refused under speculative decoding, the R16 cause")
     return (
         Need("allowed_token_ids", "honoured", "vLLM check: the admission's terminator probe forces EOS with it"),
-        Need("logit_bias", "refused", "vLLM check (control): refused under speculative decoding, the R16 cause"),
+        bias,
     )
 
 
@@ -535,6 +545,11 @@ def _logit_bias(r: Mapping[str, ProbeResult]) -> _Reading:
     if control.status is not None and 400 <= control.status < 500:
         return "refused", f"control: HTTP {control.status}: {error_of(_error_body(control))[1][:200]}"
     return _forcing(r, "bias-eos", "logit_bias")
+
+
+def assess_logit_bias(results: Mapping[str, ProbeResult]) -> tuple[Status, str]:
+    """``logit_bias``'s reading (status, detail) from the probes' results."""
+    return _logit_bias(results)
 
 
 def _type_checked(r: Mapping[str, ProbeResult], valid: str, wrong: str, field: str) -> _Reading:

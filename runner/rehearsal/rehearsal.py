@@ -14,7 +14,9 @@ probe          request                     passes when
                ``allowed_token_ids``       (a vLLM check)
 ``control``    the ``logit_bias`` probe    HTTP 400 whose message says the parameter is
                replayed                    not supported with speculative decoding (the
-                                           vLLM check of the R16 cause)
+                                           vLLM check of the R16 cause); or HTTP 200 when
+                                           the capability probe then shows ``logit_bias``
+                                           honoured (below)
 =============  ==========================  ==============================================
 
 then the admission's own probes when a probe list is given (:mod:`.probe_list`: each
@@ -32,27 +34,43 @@ Each probe's whole exchange is bounded by the timeout and its reply by 1 MiB
 answer within the timeout, the remaining probes are not sent (recorded as "no answer,
 rerun", ``not sent``).
 
+The control is learnt, not assumed: vLLM refuses ``logit_bias`` only when the server runs
+speculative decoding (vLLM 0.32 still does: ``SamplingParams._validate_spec_decode``), and
+a production without speculative decoding answers it 200. When the control came back 200
+and ``bias-eos`` shows the server acting on ``logit_bias`` (EOS forced at once), the
+control passes ("the refusal it replays cannot happen here") and the vLLM check wants
+``logit_bias`` honoured instead of refused; a 200 on a server that ignores it still fails.
+
 Reading of a failure: transport error or 5xx = "no answer, rerun"; anything else (a 4xx,
-a 200 where the control expected 400, a wrong finish reason) = "probe wrong for this
-server". ``cause_confirmed`` is true when the control came back 400 with the
-speculative-decoding message. Verdict PASS when every deciding probe passed and every
+a 200 where the control expected 400 and ``logit_bias`` is not honoured, a wrong finish
+reason) = "probe wrong for this server". ``cause_confirmed`` is true when the control came
+back 400 with the speculative-decoding message. Verdict PASS when every deciding probe passed and every
 needed field is as needed; the command exits 0 PASS, 3 when every failure is "no
 answer", else 1.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ledger.strictwrite import open_dir, write_whole
+
 from ..vocabulary import GateVerdict
-from .capability import FieldResult, Need, assess, capability_probes, forced_probes, judge_answered, vllm_needs
+from .capability import (
+    FieldResult,
+    Need,
+    assess,
+    assess_logit_bias,
+    capability_probes,
+    forced_probes,
+    judge_answered,
+    vllm_needs,
+)
 from .probe import (
     MAX_TOKENS,
     PRIORITY,
@@ -132,7 +150,7 @@ class Rehearsal:
 
     @property
     def cause_confirmed(self) -> bool:
-        return any(r.name == "control" and r.ok for r in self.results)
+        return any(r.name == "control" and r.ok and r.status == 400 for r in self.results)
 
     @property
     def no_answer(self) -> bool:
@@ -148,7 +166,9 @@ class Rehearsal:
     @property
     def summary(self) -> str:
         if self.verdict == "PASS":
-            control = "the control came back 400 (cause confirmed)" if self.vllm_checks else "vLLM checks off"
+            control = ("vLLM checks off" if not self.vllm_checks else
+                       "the control came back 400 (cause confirmed)" if self.cause_confirmed else
+                       "the control came back 200 and logit_bias is honoured here (no refusal to confirm)")
             needed = [f.field for f in self.fields
                       if f.need is not None and f.need.want != "accepted" and not f.accepted_ignored]
             text = f"PASS: every probe answered as expected; {control}"
@@ -232,7 +252,8 @@ class _Sender:
 def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 30.0,
              transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None,
              needs: Sequence[Need] = (), vllm_checks: bool = True,
-             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None) -> Rehearsal:
+             accept_ignored: Sequence[str] = (), probe_list: ProbeList | None = None,
+             auth: httpx.Auth | None = None) -> Rehearsal:
     """Send every probe once, in order, with no idle wait between them; then read every field.
 
     ``needs`` are the window's (:func:`.capability.plan_needs`); the vLLM checks add
@@ -242,14 +263,14 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
     probes after it are not sent (each recorded as "no answer, rerun", not sent), so a
     stalled server costs one timeout, not one per probe. ``probe_list`` (the admission's
     own probes, :func:`.probe_list.read_probe_list`) is sent after the fixed five, each
-    judged against its expected outcome.
+    judged against its expected outcome. Credentials go as ``auth`` (an
+    :class:`~runner.measure.urls.OriginAuth`: only to their own origin), not in ``headers``.
     """
     import httpx
 
     from ..measure.transport import StampingTransport
 
-    all_needs = tuple(needs) + (vllm_needs() if vllm_checks else ())
-    with httpx.Client(transport=transport or StampingTransport(), headers=headers) as client:
+    with httpx.Client(transport=transport or StampingTransport(), headers=headers, auth=auth) as client:
         sender = _Sender(client, url, timeout)
         results = tuple(sender(probe, _judge) for probe in probes(eos, model))
         listed = tuple(sender(probe, judge_expected) for probe in (probe_list.probes if probe_list else ()))
@@ -257,29 +278,27 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
                            for probe in capability_probes(eos, model, {r.name: r for r in results}))
         seen = {r.name: r for r in results + capability}
         capability += tuple(sender(probe, judge_answered) for probe in forced_probes(eos, model, seen))
+    probed = {r.name: r for r in results + capability}
+    results = tuple(_learnt_control(r, probed) if r.name == "control" else r for r in results)
+    control = next((r for r in results if r.name == "control"), None)
+    answered = control is not None and control.status == 200
+    all_needs = tuple(needs) + (vllm_needs(control_answered=answered) if vllm_checks else ())
     fields = assess(eos, {r.name: r for r in results + capability}, all_needs, accept_ignored)
     return Rehearsal(url, eos, results, capability, fields, all_needs, vllm_checks, tuple(accept_ignored),
                      listed, probe_list)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``path`` whole and 0600: a fresh temporary name (``O_EXCL | O_NOFOLLOW``), then a
-    rename over the name, so a symlink planted at ``path`` is replaced, never written or chmod'ed."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+def _learnt_control(control: ProbeResult, probed: dict[str, ProbeResult]) -> ProbeResult:
+    """The control judged with what the capability probe learnt: a 200 from a server that acts on
+    ``logit_bias`` (``bias-eos`` stopped at once) passes, since the refusal it replays cannot happen there."""
+    if control.status != 200:
+        return control
+    status, detail = assess_logit_bias(probed)
+    if status != "honoured":
+        return control
+    return replace(control, ok=True, outcome="pass", reading=None,
+                   detail=f"HTTP 200: this server accepts logit_bias and acts on it ({detail}): no speculative "
+                          "decoding here, or a vLLM that supports it; the refusal the control replays cannot happen")
 
 
 def responses_jsonl(rehearsal: Rehearsal) -> bytes:
@@ -292,11 +311,17 @@ def responses_jsonl(rehearsal: Rehearsal) -> bytes:
 
 
 def write_rehearsal(rehearsal: Rehearsal, out: Path) -> tuple[Path, Path, bytes]:
-    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    summary = out / "rehearsal.json"
-    responses = out / "responses.jsonl"
+    """Write ``rehearsal.json`` and ``responses.jsonl`` (mode 0600) into ``out``.
+
+    Neither ``out`` nor a file in it is ever used through a symlink (``ledger.strictwrite``:
+    each file is written whole to a fresh temporary name and renamed over its name).
+    """
     body = responses_jsonl(rehearsal)
-    _write_private(responses, body)
-    _write_private(summary, (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode())
-    return summary, responses, body
+    summary = (json.dumps(rehearsal.to_json(), indent=2, sort_keys=True) + "\n").encode()
+    directory = open_dir(out, "--out")
+    try:
+        write_whole("responses.jsonl", body, "--out", dir_fd=directory, shown=out / "responses.jsonl")
+        write_whole("rehearsal.json", summary, "--out", dir_fd=directory, shown=out / "rehearsal.json")
+    finally:
+        os.close(directory)
+    return out / "rehearsal.json", out / "responses.jsonl", body

@@ -2,6 +2,11 @@
 
 SVG text stays text (``svg.fonttype = none``), the file carries no date and element ids come
 from a fixed salt, so the same input and result always render the same bytes.
+
+Names come from the input (cells, metrics, families, contexts) and are drawn literally:
+every title and tick label is a Text with ``parse_math=False`` and ``usetex=False``
+(:data:`LITERAL`), so a ``$`` (or ``$\\foo{x$``) is a dollar sign, never mathtext that
+matplotlib might fail to parse.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ __all__ = ["pp3_figure", "win2_cell_figure"]
 
 START_STYLE = {"s1": ("o", "#1f77b4", "s1 control"), "s2": ("^", "#d62728", "s2 candidate"),
                "s3": ("s", "#2ca02c", "s3 control")}
+LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}  # Text properties: no mathtext, no TeX
 VERDICT_COLOUR = {"WIN": "#2ca02c", "LOSS": "#d62728", "NO_CHANGE": "#7f7f7f", "OK": "#2ca02c", None: "#bbbbbb"}
 
 
@@ -62,7 +68,7 @@ def _per_repeat_panel(ax: Axes, name: str, metric: Mapping[str, Any]) -> None:
     ax.set_xticks(x)
     ax.set_xlabel("repeat")
     ax.set_title(f"{name} ({metric['role']}, {metric['direction']} is better)\nverdict {metric['verdict'] or '-'}",
-                 fontsize=9)
+                 fontsize=9, **LITERAL)
     ax.grid(alpha=0.3)
 
 
@@ -82,7 +88,7 @@ def _differences_panel(ax: Axes, name: str, metric: Mapping[str, Any], bar: floa
     ax.set_xticks(x)
     ax.set_xlabel("repeat")
     ax.set_ylabel("candidate / control - 1 (%)")
-    ax.set_title(f"{name}: per-repeat relative difference", fontsize=9)
+    ax.set_title(f"{name}: per-repeat relative difference", fontsize=9, **LITERAL)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
 
@@ -101,9 +107,9 @@ def _forest_panel(ax: Axes, metrics: Mapping[str, Mapping[str, Any]], bar: float
     for sign in (1, -1):
         ax.axvline(sign * bar * 100, color="#ff7f0e", linestyle="--", linewidth=1)
     ax.set_yticks([len(names) - i for i in range(len(names))])
-    ax.set_yticklabels([f"{n} ({metrics[n]['direction']})" for n in names], fontsize=7)
+    ax.set_yticklabels([f"{n} ({metrics[n]['direction']})" for n in names], fontsize=7, **LITERAL)
     ax.set_xlabel("mean relative difference (%)")
-    ax.set_title("every metric: point and interval", fontsize=9)
+    ax.set_title("every metric: point and interval", fontsize=9, **LITERAL)
     ax.grid(alpha=0.3)
 
 
@@ -117,7 +123,8 @@ def _spread_panel(ax: Axes, spread: Mapping[str, Any]) -> None:
     ax.set_xticks(x)
     ax.set_xlabel("repeat")
     ax.set_ylabel("spread of the primary (%)")
-    ax.set_title("control spread" + ("" if day is not None else " (archive: fewer than two entries)"), fontsize=9)
+    ax.set_title("control spread" + ("" if day is not None else " (archive: fewer than two entries)"), fontsize=9,
+                 **LITERAL)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
 
@@ -135,7 +142,7 @@ def win2_cell_figure(cell: str, cell_result: Mapping[str, Any], spread: Mapping[
     _differences_panel(axes[1][0], primary, metrics[primary], params["bar"], params["confidence"])
     _forest_panel(axes[1][1], metrics, params["bar"])
     _spread_panel(axes[1][2], spread)
-    fig.suptitle(f"{cell}: {cell_result['verdict'] or 'not computed (incomplete data)'}", fontsize=12)
+    fig.suptitle(f"{cell}: {cell_result['verdict'] or 'not computed (incomplete data)'}", fontsize=12, **LITERAL)
     return _svg(fig)
 
 
@@ -155,9 +162,9 @@ def pp3_figure(result: Mapping[str, Any], gains: Sequence[float] | None) -> byte
     if result["point_gain"] is not None:
         ax_pairs.axhline(result["point_gain"] * 100, color="#2ca02c", label=f"pooled gain {result['point_gain']:+.2%}")
     ax_pairs.set_xticks(x)
-    ax_pairs.set_xticklabels(pairs, rotation=45, ha="right", fontsize=7)
+    ax_pairs.set_xticklabels(pairs, rotation=45, ha="right", fontsize=7, **LITERAL)
     ax_pairs.set_ylabel("throughput gain B/A - 1 (%)")
-    ax_pairs.set_title("gain per pair (family/context)", fontsize=9)
+    ax_pairs.set_title("gain per pair (family/context)", fontsize=9, **LITERAL)
     ax_pairs.legend(fontsize=7)
     ax_pairs.grid(alpha=0.3)
 
@@ -179,9 +186,9 @@ def pp3_figure(result: Mapping[str, Any], gains: Sequence[float] | None) -> byte
             ax_boot.axvline(result["point_gain"] * 100, color="#2ca02c", label=f"point {result['point_gain']:+.2%}")
         ax_boot.legend(fontsize=7)
         ax_boot.set_title(f"bootstrap: {result['resamples']} resamples, {result['distinct_resamples']} distinct values "
-                          f"({len(result['per_family'])} families)", fontsize=9)
+                          f"({len(result['per_family'])} families)", fontsize=9, **LITERAL)
     else:
-        ax_boot.set_title("bootstrap not computed", fontsize=9)
+        ax_boot.set_title("bootstrap not computed", fontsize=9, **LITERAL)
     ax_boot.set_xlabel("resampled gain (%)")
     ax_boot.set_ylabel("resamples")
     ax_boot.grid(alpha=0.3)
@@ -194,10 +201,10 @@ def pp3_figure(result: Mapping[str, Any], gains: Sequence[float] | None) -> byte
                      label=f"regression limit +{params['max_regression']:.0%}")
     ax_guard.axhline(0, color="black", linewidth=0.8)
     ax_guard.set_xticks(x)
-    ax_guard.set_xticklabels(pairs, rotation=45, ha="right", fontsize=7)
+    ax_guard.set_xticklabels(pairs, rotation=45, ha="right", fontsize=7, **LITERAL)
     ax_guard.set_ylabel("B / A - 1 (%)  (lower is better)")
-    ax_guard.set_title("TTFT and p95 round-time change per pair", fontsize=9)
+    ax_guard.set_title("TTFT and p95 round-time change per pair", fontsize=9, **LITERAL)
     ax_guard.legend(fontsize=7)
     ax_guard.grid(alpha=0.3)
-    fig.suptitle(f"pp3-v1: {result['decision']}", fontsize=12)
+    fig.suptitle(f"pp3-v1: {result['decision']}", fontsize=12, **LITERAL)
     return _svg(fig)

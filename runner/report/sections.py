@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,11 +93,12 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
         ("input sha256 (JCS)", input_sha256(data)),
     ))
     sections = [Section("Window inputs", (inputs,))]
+    stems = _figure_stems(list(result["cells"]))
     for cell, cell_result in result["cells"].items():
         blocks: list[Block] = []
         if plots:
             svg = win2_cell_figure(cell, cell_result, result["spread"][cell], params)
-            blocks.append(Figure(f"win2-{_slug(cell)}", svg,
+            blocks.append(Figure(f"win2-{stems[cell]}", svg,
                                  f"{cell}: primary and guards per repeat for s1/s2/s3 with the control spread; "
                                  "per-repeat relative differences of the primary with its interval and the +/- bar; "
                                  "every metric's interval; the in-window OFF/OFF and archive spreads."))
@@ -147,6 +149,16 @@ def _pct_plain(value: float | None) -> str:
 
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+
+
+def _figure_stems(cells: Sequence[str]) -> dict[str, str]:
+    """Each cell's figure file stem: its slug, and where two cells' slugs meet (``a$b``, ``a[b``) a
+    short hash of the name too, so no figure overwrites another."""
+    slugs = {cell: _slug(cell) for cell in cells}
+    taken = Counter(slugs.values())
+    return {cell: slug if taken[slug] == 1 else
+            f"{slug}-{hashlib.sha256(cell.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+            for cell, slug in slugs.items()}
 
 
 # --------------------------------------------------------------------------- pp3-v1

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import FormatError
+from ledger.strictwrite import open_dir, write_whole
 
 from .document import Section
 from .html import render_html
@@ -28,11 +29,9 @@ class ReportPaths:
         return {"html": str(self.html), "markdown": str(self.markdown), "figures": [str(p) for p in self.figures]}
 
 
-def _write(path: Path, data: bytes) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a report."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def _write(directory: int, shown: Path, name: str, data: bytes) -> None:
+    """Write ``name`` whole (fresh temporary file, rename), never through a symlink planted at it."""
+    write_whole(name, data, "report file", mode=0o644, dir_fd=directory, shown=shown / name)
 
 
 def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Path | str, *,
@@ -48,18 +47,22 @@ def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Pa
     doc = build_document(data, result, title=title or f"tally verdict report: {result['rule']}",
                          context=context, plots=plots, banners=banners, appendix=appendix)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        directory = open_dir(out, "report directory")  # a symlink at out or plots/ is refused
+    except FormatError as exc:
+        raise FormatError(f"--out {out}: cannot write the report: {exc}") from None
+    try:
         figures = []
         if doc.figures():
-            (out / "plots").mkdir(exist_ok=True)
-        for figure in doc.figures():
-            path = out / figure_path(figure)
-            _write(path, figure.svg)
-            figures.append(path)
-        html = out / "report.html"
-        markdown = out / "report.md"
-        _write(html, render_html(doc).encode("utf-8"))
-        _write(markdown, render_markdown(doc).encode("utf-8"))
-    except OSError as exc:
-        raise FormatError(f"--out {out}: cannot write the report: {exc.strerror or exc}") from None
-    return ReportPaths(html, markdown, tuple(figures))
+            plots_fd = open_dir(Path("plots"), "report directory", dir_fd=directory)
+            try:
+                for figure in doc.figures():
+                    name = Path(figure_path(figure)).name
+                    _write(plots_fd, out / "plots", name, figure.svg)
+                    figures.append(out / "plots" / name)
+            finally:
+                os.close(plots_fd)
+        _write(directory, out, "report.html", render_html(doc).encode("utf-8"))
+        _write(directory, out, "report.md", render_markdown(doc).encode("utf-8"))
+    finally:
+        os.close(directory)
+    return ReportPaths(out / "report.html", out / "report.md", tuple(figures))

@@ -89,7 +89,7 @@ class LlamaCppMetrics:
 
     # ------------------------------------------------------------------ updates (EngineMetrics' interface)
 
-    def request_started(self, engine: int, prompt_tokens: int, max_tokens: int) -> None:
+    def request_started(self, engine: int, prompt_tokens: int, max_tokens: int, cached_tokens: int = 0) -> None:
         with self._lock:
             self._values["requests_processing"] += 1
 

@@ -92,7 +92,7 @@ class Step:
     accepted: int                   # accepted draft tokens (before stop truncation)
     duration_ms: float              # model ms from the previous step's output to this one's
     finish_reason: str | None = None
-    stop_reason: int | None = None
+    stop_reason: int | str | None = None   # a stop token id, or the stop string that ended the text
 
 
 @dataclass

@@ -31,6 +31,8 @@ __all__ = [
     "completion_chunk",
     "engine_check",
     "error_body",
+    "full_usage",
+    "invalid",
     "parse_request",
     "usage_chunk",
     "usage_of",
@@ -88,12 +90,19 @@ def _bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, "BadRequestError", param)
 
 
+def invalid(loc: str, kind: str, message: str) -> ApiError:
+    """A request-model validation error as vLLM 0.32 answers it (FastAPI/pydantic): type ``Bad Request``,
+    ``param`` the location (``body``, ``body.max_tokens``; ``body.N`` for a JSON decode error at N)."""
+    return ApiError(400, f"1 validation error:\n  {{'type': '{kind}', 'loc': '{loc}', 'msg': '{message}'}}",
+                    "Bad Request", loc)
+
+
 def _int(body: Mapping[str, Any], name: str, default: int | None, low: int | None = None) -> int | None:
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(f"{name} must be an integer", name)
+        raise invalid(f"body.{name}", "int_type", "Input should be a valid integer")
     if low is not None and value < low:
         raise _bad(f"{name} must be at least {low}, got {value}.", name)
     return value
@@ -104,7 +113,7 @@ def _float(body: Mapping[str, Any], name: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _bad(f"{name} must be a number", name)
+        raise invalid(f"body.{name}", "float_type", "Input should be a valid number")
     return float(value)
 
 
@@ -113,7 +122,7 @@ def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _bad(f"{name} must be a boolean", name)
+        raise invalid(f"body.{name}", "bool_type", "Input should be a valid boolean")
     return value
 
 
@@ -122,14 +131,15 @@ def _int_list(body: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise _bad(f"{name} must be a list of integers", name)
+        raise invalid(f"body.{name}", "list_type", "Input should be a valid list of integers")
     return tuple(value)
 
 
 def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
     """Frontend validation of a request body; raises :class:`ApiError`."""
     if not isinstance(body, dict):
-        raise _bad("The request body must be a JSON object.")
+        raise invalid("body", "model_attributes_type", "Input should be a valid dictionary or object to extract "
+                      "fields from")
     for name in config.refuse_fields:
         if _carries(body, name):
             raise _bad(f"Parameter '{name}' is not supported by this server.", name)
@@ -169,7 +179,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
             f"This model's maximum context length is {config.max_model_len} tokens. However, you requested "
             f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
             "completion). Please reduce the length of the messages or completion.",
-            "input_tokens",
+            "max_tokens",
         )
     for name in ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty"):
         _float(body, name, 0.0)
@@ -322,14 +332,24 @@ def engine_check(request: ApiRequest, arm: ArmConfig, vocab_size: int) -> ApiErr
 
 # ---------------------------------------------------------------------- response objects
 
+FINGERPRINT = "vllm-0.32.0-tallysim"   # vLLM's system_fingerprint: its version and a build hash
+NULL_TOP = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}   # a whole reply's last members
+
+
 def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     """vLLM's field order: prompt, total, completion."""
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens}
 
 
+def full_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """A whole reply's usage: the streamed one's members and vLLM's two (null) details."""
+    return {**usage_of(prompt_tokens, completion_tokens), "prompt_tokens_details": None,
+            "completion_tokens_details": None}
+
+
 def completion_chunk(rid: str, created: int, model: str, text: str, *, finish_reason: str | None,
-                     stop_reason: int | None, token_ids: Sequence[int] | None,
+                     stop_reason: int | str | None, token_ids: Sequence[int] | None,
                      prompt_token_ids: Sequence[int] | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": rid, "object": "text_completion", "created": created, "model": model,
@@ -345,8 +365,10 @@ def completion_chunk(rid: str, created: int, model: str, text: str, *, finish_re
 
 
 def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any], *, finish_reason: str | None,
-               stop_reason: int | None = None, token_ids: Sequence[int] | None = None,
-               usage: dict[str, int] | None = None) -> dict[str, Any]:
+               stop_reason: int | str | None = None, token_ids: Sequence[int] | None = None,
+               usage: dict[str, int] | None = None, prompt: Sequence[int] | bool | None = False) -> dict[str, Any]:
+    """A chat chunk; ``prompt`` (the first chunk only: the prompt's token ids, or ``None``) adds vLLM's
+    top-level ``prompt_token_ids`` and ``prompt_text``."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = stop_reason
@@ -356,9 +378,13 @@ def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any], *, fin
                              "choices": [choice]}
     if usage is not None:
         chunk["usage"] = usage
+    if prompt is not False:
+        chunk["prompt_token_ids"] = None if prompt is None or prompt is True else list(prompt)
+        chunk["prompt_text"] = None
     return chunk
 
 
 def usage_chunk(rid: str, created: int, model: str, kind: Kind, usage: dict[str, int]) -> dict[str, Any]:
     obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage}
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage,
+            "system_fingerprint": FINGERPRINT}

@@ -39,10 +39,12 @@ def cut_at_stop(step: Step, stops: Sequence[str], before: str, eos: int) -> tupl
     for j, token in enumerate(step.tokens):
         text += token_text(token, eos)
         window = text[max(0, len(text) - len(token_text(token, eos)) - longest):]
-        hits = [window.find(s) for s in stops if s in window]
+        hits = sorted((window.find(s), i, s) for i, s in enumerate(stops) if s in window)
         if hits:
-            cut = len(text) - len(window) + min(hits)
-            return (replace(step, tokens=step.tokens[: j + 1], finish_reason="stop", stop_reason=None),
+            at, _, matched = hits[0]
+            cut = len(text) - len(window) + at
+            # vLLM's stop_reason is the stop string that ended the text
+            return (replace(step, tokens=step.tokens[: j + 1], finish_reason="stop", stop_reason=matched),
                     text[len(before):cut] if cut >= len(before) else "", True, max(0, len(before) - cut))
     return step, text[len(before):], False, 0
 

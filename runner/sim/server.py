@@ -36,12 +36,16 @@ from .host import EngineSession, Host, HostActionError, wall_time
 from .llamacpp_metrics import CONTENT_TYPE as LLAMACPP_CONTENT_TYPE
 from .model import Generation, Step, token_text
 from .openai import (
+    FINGERPRINT,
+    NULL_TOP,
     ApiError,
     ApiRequest,
     chat_chunk,
     completion_chunk,
     engine_check,
     error_body,
+    full_usage,
+    invalid,
     parse_request,
     usage_chunk,
     usage_of,
@@ -179,7 +183,10 @@ class _Handler(BaseHTTPRequestHandler):
             handler = self._faults_delete
         if handler is None:
             self._read_body()
-            self._json(404, error_body(f"{method} {path} not found", "NotFoundError", None, 404))
+            if path.startswith("/_sim/"):
+                self._json(404, error_body(f"{method} {path} not found", "NotFoundError", None, 404))
+            else:   # FastAPI's answer for a route vLLM does not have
+                self._json(404, {"detail": "Not Found"})
             return
         try:
             handler(parse_qs(url.query))
@@ -211,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         }]})
 
     def _version(self, _query: dict[str, list[str]]) -> None:
-        self._json(200, {"version": "0.12.0+tally.sim"})
+        self._json(200, {"version": "0.32.0+tally.sim"})   # the vLLM it is held to (docs/sim.md)
 
     def _metrics(self, _query: dict[str, list[str]]) -> None:
         fmt = self.server.config.metrics_format
@@ -302,7 +309,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw) if raw else None
         except ValueError as exc:
-            self._refuse(truth, ApiError(400, f"Invalid JSON body: {exc}", "BadRequestError", None))
+            self._refuse(truth, invalid(f"body.{getattr(exc, 'pos', 0)}", "json_invalid", "JSON decode error"))
             return
         try:
             request = parse_request("completion" if kind == "completion" else "chat", body, config)
@@ -416,7 +423,8 @@ class _Handler(BaseHTTPRequestHandler):
         generation, _cold = self._generation(request, engine)
         truth.cached_tokens = generation.cached_tokens
         metrics = engine.metrics
-        metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens)
+        metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens,
+                                cached_tokens=generation.cached_tokens)
         created = int(time.time())
         planned = truth.arrival
         completion_tokens = 0
@@ -425,7 +433,7 @@ class _Handler(BaseHTTPRequestHandler):
         longest_stop = max((len(stop) for stop in stops), default=0)
         token_ids: list[int] = []
         finish_reason: str | None = None
-        stop_reason: int | None = None
+        stop_reason: int | str | None = None
         outcome = "finished"
         if request.stream:
             self._stream_headers()
@@ -515,8 +523,8 @@ class _Handler(BaseHTTPRequestHandler):
         text = "".join(text_parts)
         if schema is not None:  # structured output: an instance of the schema
             text, finish_reason = schema_text(schema, len(request.prompt_ids)), "stop"
-        answer = self._full_response(request, truth.request_id, created, text, finish_reason, stop_reason, usage,
-                                     token_ids)
+        answer = self._full_response(request, truth.request_id, created, text, finish_reason, stop_reason,
+                                     full_usage(len(request.prompt_ids), completion_tokens), token_ids)
         if request.logprobs and request.kind == "completion" and generation.params.greedy:
             answer["choices"][0]["logprobs"] = completion_logprobs(generation, token_ids, config.eos_token_id,
                                                                    request.logprobs)
@@ -580,29 +588,32 @@ class _Handler(BaseHTTPRequestHandler):
         if first:
             role_usage = usage_of(len(request.prompt_ids), 0) if request.continuous_usage else None
             frames.append(_dumps(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
-                                            finish_reason=None, usage=role_usage)))
+                                            finish_reason=None, usage=role_usage,
+                                            prompt=request.prompt_ids if request.return_token_ids else None)))
         frames.append(_dumps(chat_chunk(rid, created, model, {"content": text}, finish_reason=step.finish_reason,
                                         stop_reason=step.stop_reason, token_ids=ids, usage=usage)))
         return frames
 
     def _full_response(self, request: ApiRequest, rid: str, created: int, text: str, finish_reason: str | None,
-                       stop_reason: int | None, usage: dict[str, int], token_ids: list[int]) -> dict[str, Any]:
-        """The non-streamed answer; with ``return_token_ids`` its choice carries ``token_ids``
-        (and, for a completion, ``prompt_token_ids``), as vLLM's does."""
+                       stop_reason: int | str | None, usage: dict[str, Any], token_ids: list[int]) -> dict[str, Any]:
+        """The non-streamed answer, with vLLM 0.32's members in its order; with ``return_token_ids`` the
+        choice carries ``token_ids`` and the prompt's ``prompt_token_ids`` (null otherwise)."""
+        ids = token_ids if request.return_token_ids else None
+        prompt_ids = list(request.prompt_ids) if request.return_token_ids else None
+        top = {"id": rid, "object": "text_completion" if request.kind == "completion" else "chat.completion",
+               "created": created, "model": request.model}
         if request.kind == "completion":
             choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                                      "stop_reason": stop_reason, "prompt_logprobs": None}
-            if request.return_token_ids:
-                choice.update(prompt_token_ids=list(request.prompt_ids), token_ids=token_ids)
-            return {"id": rid, "object": "text_completion", "created": created, "model": request.model,
-                    "choices": [choice], "usage": usage}
-        message = {"role": "assistant", "content": text, "tool_calls": []}
+                                      "stop_reason": stop_reason, "token_ids": ids, "prompt_logprobs": None,
+                                      "prompt_token_ids": prompt_ids, "routed_experts": None}
+            return {**top, "choices": [choice], "service_tier": None, "system_fingerprint": FINGERPRINT,
+                    "usage": usage, **NULL_TOP}
+        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                   "function_call": None, "reasoning": None}
         chat: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
-                                "stop_reason": stop_reason}
-        if request.return_token_ids:
-            chat["token_ids"] = token_ids
-        return {"id": rid, "object": "chat.completion", "created": created, "model": request.model,
-                "choices": [chat], "usage": usage}
+                                "stop_reason": stop_reason, "token_ids": ids, "routed_experts": None}
+        return {**top, "choices": [chat], "service_tier": None, "system_fingerprint": FINGERPRINT, "usage": usage,
+                "prompt_logprobs": None, "prompt_token_ids": prompt_ids, "prompt_text": None, **NULL_TOP}
 
 
 def _drop_tail(parts: list[str], count: int) -> None:

@@ -56,7 +56,8 @@ class RequestTruth:
             for position in range(acc):
                 per_pos[position] = per_pos.get(position, 0) + 1
         return {
-            "rounds": sum(1 for d in self.drafts if d > 0),
+            "rounds": max(len(self.drafts) - 1, 0),        # decode steps: every step after the prefill's
+            "drafts": sum(1 for d in self.drafts if d > 0),   # the steps that drafted (vLLM's num_drafts)
             "draft_tokens": sum(self.drafts),
             "accepted": sum(a for a, d in zip(self.accepted, self.drafts, strict=True) if d > 0),
             "accepted_per_pos": per_pos,
@@ -105,13 +106,14 @@ class TruthLog:
 
     def totals(self, after: int = 0) -> dict[str, Any]:
         """Summed counter contributions of the requests after ``after``."""
-        total: dict[str, Any] = {"requests": 0, "rounds": 0, "draft_tokens": 0, "accepted": 0,
+        total: dict[str, Any] = {"requests": 0, "rounds": 0, "drafts": 0, "draft_tokens": 0, "accepted": 0,
                                  "generation_tokens": 0, "decode_s": 0.0, "requests_finished": 0}
         per_pos: dict[int, int] = {}
         for record in self.since(after):
             total["requests"] += 1
             counts = record.counters()
-            for key in ("rounds", "draft_tokens", "accepted", "generation_tokens", "decode_s", "requests_finished"):
+            for key in ("rounds", "drafts", "draft_tokens", "accepted", "generation_tokens", "decode_s",
+                        "requests_finished"):
                 total[key] += counts[key]
             for position, n in counts["accepted_per_pos"].items():
                 per_pos[position] = per_pos.get(position, 0) + n

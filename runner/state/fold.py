@@ -142,6 +142,11 @@ class WindowState:
         "first_action": None, "hold_opened": None, "measurement_ended": None, "closed": None, "last": None,
     })
     extra_registrations: list[int] = field(default_factory=list)
+    # per host action name: how many of its starts were recorded, less those whose finished record
+    # says the action never ran (``detail.not_run``); the step machine's "touched" test reads it
+    begun: dict[str, int] = field(default_factory=dict)
+    # the seq of the first finished ``probe`` whose facts said production is not serving (down, draining)
+    not_serving_seq: int | None = None
 
     def clone(self) -> WindowState:
         """A copy that shares nothing the handlers mutate (cheaper than ``deepcopy``)."""
@@ -161,6 +166,7 @@ class WindowState:
         new.dial_back_caps = dict(self.dial_back_caps)  # its values are tuples: shared safely
         new.clock = dict(self.clock)
         new.extra_registrations = list(self.extra_registrations)
+        new.begun = dict(self.begun)
         return new
 
     @property
@@ -416,6 +422,7 @@ def _production(s: State, ws: WindowState, e: Event, p: pl.ProductionState) -> N
 def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
     if p.phase == "started":
         ws.actions += 1
+        ws.begun[p.action] = ws.begun.get(p.action, 0) + 1
         if ws.clock["first_action"] is None:
             ws.clock["first_action"] = e.time
         ws.open_actions[p.action_id] = {"host": p.host, "action": p.action, "seq": e.seq, "time": e.time,
@@ -428,6 +435,10 @@ def _host_action(s: State, ws: WindowState, e: Event, p: pl.HostAction) -> None:
             ws.open_actions.pop(p.probe_of, None)
         facts = p.detail
         ok = bool(p.ok)
+        if facts.get("not_run") is True and opened is not None and ws.begun.get(p.action):
+            ws.begun[p.action] -= 1   # recorded as never run (its start could not be recorded in time)
+        if p.action == "probe" and facts.get("serving") in ("down", "draining") and ws.not_serving_seq is None:
+            ws.not_serving_seq = e.seq
         ws.finished.append({"action": p.action, "host": p.host, "ok": ok, "seq": e.seq, "time": e.time,
                             "start": facts.get("start"), "started_time": opened["time"] if opened else None})
         start = facts.get("start")
@@ -586,7 +597,8 @@ def _watch(s: State, ws: WindowState, e: Event, p: pl.WatchResult) -> None:
 
 
 def _interrupted(s: State, ws: WindowState, e: Event, p: pl.WindowInterrupted) -> None:
-    ws.interrupted.append({"reason": p.reason, "signal": p.signal, "seq": e.seq, "phase": ws.phase})
+    failed = {"append_failed": True} if (p.detail or {}).get("append_failed") is True else {}
+    ws.interrupted.append({"reason": p.reason, "signal": p.signal, "seq": e.seq, "phase": ws.phase, **failed})
 
 
 def _closed(s: State, ws: WindowState, e: Event, p: pl.WindowClosed) -> None:

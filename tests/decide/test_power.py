@@ -1,4 +1,4 @@
-"""Power figures: the Monte Carlo through the rules agrees with the analytic non-central t and with the simulator."""
+"""Power model 1 (kept to replay old gate results): the Monte Carlo agrees with the analytic non-central t and the simulator."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from runner.decide import pp3, win2
-from runner.decide.power import power_figures
 from runner.decide.power_analytic import interval_probability, win2_cell, win2_outcomes
 from runner.decide.power_sim import Pp3Design, Pp3Draws, Win2Design, Win2Draws, rule_outcomes
+from runner.decide.power_v1 import power_figures_v1 as power_figures
 from runner.decide.spread import Spread, estimate_spread, parse_pilot
 from runner.sim.config import ArmConfig
 from runner.sim.model import Generation, SamplingParams
@@ -235,7 +235,7 @@ def test_brute_force_simulator_windows_win_as_often_as_the_power_figures_predict
 
 
 def test_the_win2_repeats_search_simulates_at_most_its_cap_of_windows_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.decide import power
+    from runner.decide import power_v1 as power
 
     sizes: list[tuple[int, int]] = []
     draws = power._draws
@@ -246,9 +246,9 @@ def test_the_win2_repeats_search_simulates_at_most_its_cap_of_windows_per_step(m
 
     monkeypatch.setattr(power, "_draws", counted)
     spread = [_spread(0.002, 0.015)]
-    needed = power._search(_win2(3), spread, 0.035, 0.8, 1_000_000, 1)  # a plan may ask for 1,000,000 windows
+    needed = power._search_v1(_win2(3), spread, 0.035, 0.8, 1_000_000, 1)  # a plan may ask for 1,000,000 windows
     assert needed["windows_per_step"] == power.SEARCH_WINDOWS_WIN2 == 10_000
     assert sizes and all(n == power.SEARCH_WINDOWS_WIN2 for n, _ in sizes)
     assert needed["repeats"] is not None and needed["repeats"] > 3
     # the default window count is under the cap: its search is what it was
-    assert power._search(_win2(3), spread, 0.035, 0.8, 10_000, 1) == needed
+    assert power._search_v1(_win2(3), spread, 0.035, 0.8, 10_000, 1) == needed

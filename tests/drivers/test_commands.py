@@ -94,6 +94,21 @@ def test_facts_lines_merge_and_clock_cap_line_counts(tmp_path: Path) -> None:
     assert problem is not None and "object" in problem
 
 
+@pytest.mark.parametrize(("line", "reason"), [
+    (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "over the 65536-byte limit"),   # 100,000 levels: no recursion
+    (b'{"a":' * 17 + b"1" + b"}" * 17, "nests 17 levels deep, more than 16"),
+    (b'{"x": "' + b"y" * (64 << 10) + b'"}', "over the 65536-byte limit"),
+    (b'{"drained_at_ns": 1764600000000000000}', "integer 1764600000000000000 is outside"),
+    (b'{"note": "\\ud800"}', "lone surrogate"),
+    (b'{"serving": "down", "serving": "up"}', "member 'serving' appears twice"),
+    (b'{"t": NaN}', "NaN is not a JSON number"),
+])
+def test_facts_lines_are_read_bounded_and_as_an_event_can_carry_them(line: bytes, reason: str) -> None:
+    facts, problem = parse_facts("drain", b"TALLY-FACTS {\"serving\": \"down\"}\nTALLY-FACTS " + line + b"\n")
+    assert problem is not None and problem.startswith("stdout line 2: TALLY-FACTS") and reason in problem, problem
+    assert len(problem) < 600 and facts == {"serving": "down"}
+
+
 @pytest.mark.parametrize(("action", "script", "reason"), [
     ("probe", "echo 'TALLY-FACTS {oops'", "not JSON"),
     ("drain", "echo 'TALLY-FACTS {\"serving\": \"up\"}'", "drain left production up"),

@@ -55,6 +55,23 @@ class Story(Script):
                                                 "duration_s": 0.1, "detail": facts})
         return self
 
+    def probed(self, of: str, **facts: Any) -> Story:
+        """A re-probe of the open action ``of`` (its unknown outcome), finished with ``facts``."""
+        self._ids += 1
+        for phase in ("started", "finished"):
+            self.add(self.plan, "host.action", {
+                "host": "site", "action": "probe", "phase": phase, "action_id": f"a{self._ids}", "probe_of": of,
+                **({"exit_code": 0, "ok": True, "duration_s": 0.1, "detail": facts} if phase == "finished" else {})})
+        return self
+
+    def snapshotted(self) -> Story:
+        self.admitted().act("preflight", serving="up").act("snapshot", snapshot_sha256=SNAPSHOT)
+        return self.event("production.snapshot", sha256=SNAPSHOT, source="drain")
+
+    def stopped_before_the_hold(self) -> Story:
+        return self.event("window.interrupted", reason="error").event("measurement.ended", reason="interrupted",
+                                                                        waves=0)
+
     def event(self, type_: str, **payload: Any) -> Story:
         self.add(self.plan, type_, payload)
         return self
@@ -247,6 +264,25 @@ ROWS = [
         "decision.recorded", rule="win2-v1", params={}, inputs_digest=SNAPSHOT, input={}, result={}), "done"),
     Row("aborted before touching production", lambda: Story().admitted().event(
         "window.interrupted", reason="abort"), "close", {"args": {"ending": "aborted"}}),
+    Row("a drain's outcome lost, re-probed (production down), stopped before the HOLD: restore", lambda: Story()
+        .snapshotted().act("drain", finished=False).probed("a3", serving="down").stopped_before_the_hold(),
+        "restore"),
+    Row("a drain's outcome lost, re-probed (production up), stopped before the HOLD: restore all the same",
+        lambda: Story().snapshotted().act("drain", finished=False).probed("a3", serving="up", arm="production")
+        .stopped_before_the_hold(), "restore"),
+    Row("a drain failed (its output unrecordable) before the HOLD: restore", lambda: Story().snapshotted().act(
+        "drain", ok=False, error="the site's output for drain could not be recorded", unrecordable=True).event(
+        "measurement.ended", reason="failed", waves=0), "restore"),
+    Row("a drain recorded as never run (its start refused) before the HOLD: nothing to restore", lambda: Story()
+        .snapshotted().act("drain", ok=False, not_run=True).stopped_before_the_hold(), "close",
+        {"args": {"ending": "aborted", "summary": "ABORTED before touching production: nothing to restore"}}),
+    Row("a probe found production not serving, nothing changing started: restore", lambda: Story().snapshotted()
+        .act("probe", serving="down").stopped_before_the_hold(), "restore"),
+    Row("the ledger refused an append in a chained window's HOLD: end by restoring", lambda: Story(chain="chained")
+        .held().event("window.interrupted", reason="error", detail={"append_failed": True}), "measurement_end",
+        {"args": {"why": "failed"}}),
+    Row("an error in a chained window's HOLD: end as the plan allows", lambda: Story(chain="chained").held().event(
+        "window.interrupted", reason="error"), "measurement_end", {"args": {"why": "interrupted"}}),
     Row("chained window measured: placeholders up before the first fence", lambda: Story(chain="chained")
         .all_measured(), "placeholder_up", {"host": HOSTS[0]}),
     Row("placeholders up: fence each host", lambda: chained(Story(chain="chained")), "fence", {"host": HOSTS[0]}),

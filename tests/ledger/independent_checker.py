@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+from datetime import date
 from pathlib import Path
 
 import rfc8785
@@ -17,6 +19,24 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 BODY_MEMBERS = {"v", "ledger", "seq", "prev", "stream", "type", "time", "actor", "payload"}
+LEDGER_ID = re.compile(r"[0-9a-f]{32}")
+TYPE = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.[0-9]{6}Z")
+
+
+def _well_formed(event: dict) -> bool:
+    """The body table of docs/format.md: ledger id, stream characters, type words, a real UTC time."""
+    stream, found = event["stream"], TIME.fullmatch(event["time"])
+    if not LEDGER_ID.fullmatch(event["ledger"]) or not TYPE.fullmatch(event["type"]) or found is None:
+        return False
+    if not stream or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in stream):
+        return False
+    year, month, day, hour, minute, second = (int(part) for part in found.groups())
+    try:
+        date(year, month, day)
+    except ValueError:
+        return False
+    return hour < 24 and minute < 60 and second < 60
 
 
 class CheckFailed(Exception):
@@ -41,6 +61,8 @@ def check_events_jsonl(path: Path) -> tuple[int, str]:
         ledger_id = ledger_id or event["ledger"]
         if event["ledger"] != ledger_id:
             raise CheckFailed(seq, 3, "ledger id changed")
+        if event["v"] != 1 or not _well_formed(event):
+            raise CheckFailed(seq, 4, "malformed body")
         body = {name: event[name] for name in BODY_MEMBERS}
         digest = hashlib.sha256(rfc8785.dumps(body)).digest()
         if digest.hex() != event["hash"]:
@@ -55,6 +77,8 @@ def check_events_jsonl(path: Path) -> tuple[int, str]:
         key = keys.get(event["actor"])
         if key is None or (key["revoked"] is not None and key["revoked"] < seq):
             raise CheckFailed(seq, 5, "actor unknown or revoked")
+        if not {"root", "signer"} & set(key["roles"]):
+            raise CheckFailed(seq, 5, "actor holds no role that signs events")
         try:
             Ed25519PublicKey.from_public_bytes(key["public"]).verify(
                 base64.b64decode(event["sig"]), b"tally-event-v1\n" + digest

@@ -1,7 +1,8 @@
 """Each counter source reads its server's /metrics into the same counters; spec-off arms; the capability check.
 
-The fixtures are whole scrapes as each server prints them (vLLM V1 now and as of
-v0.8 without ``num_drafts``/``per_pos``; the native llama.cpp server; SGLang). The
+The fixtures are whole scrapes as each server prints them (vLLM V1: 0.32 as the real
+server on this machine printed it with n-gram speculation, and as of v0.8 without
+``num_drafts``/``per_pos``; the native llama.cpp server; SGLang). The
 scrape after a wave is the same text with one wave added to its counters; every source
 must then give the same counters for that one wave.
 """
@@ -21,16 +22,16 @@ from runner.measure.sources import COUNTER_SOURCES, counter_source
 from .conftest import FIXTURES
 
 TEXTS = {name: (FIXTURES / f"{name}_metrics.txt").read_text()
-         for name in ("vllm_1_4", "vllm_v08", "llamacpp", "sglang")}
+         for name in ("vllm_1_4", "vllm_0_32", "vllm_v08", "llamacpp", "sglang")}
 
 # One wave of 2 requests, 64 tokens each: every decode step drafted 3 tokens (42 steps), 84 accepted.
 WAVE = {"generated": 128, "accepted": 84, "draft_tokens": 126, "drafts": 42, "per_pos": (34, 28, 22),
-        "decode_s": 1.234, "requests": 2}
+        "decode_s": 1.234, "requests": 2, "steps": 42}
 SERIES = {
     "vllm": {"generated": "vllm:generation_tokens_total", "accepted": "vllm:spec_decode_num_accepted_tokens_total",
              "draft_tokens": "vllm:spec_decode_num_draft_tokens_total", "drafts": "vllm:spec_decode_num_drafts_total",
              "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-             "decode_s": "vllm:request_decode_time_seconds_sum"},
+             "decode_s": "vllm:request_decode_time_seconds_sum", "steps": "vllm:inter_token_latency_seconds_count"},
     "llamacpp": {"generated": "llamacpp:tokens_predicted_total",
                  "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
                  "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
@@ -73,7 +74,7 @@ def counters(source: str, before: str, after: str, *, speculative: bool | None =
                                          first_tokens=WAVE["requests"])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("source", "fixture"), [("vllm", "vllm_1_4"), ("vllm", "vllm_v08"),
+@pytest.mark.parametrize(("source", "fixture"), [("vllm", "vllm_1_4"), ("vllm", "vllm_0_32"), ("vllm", "vllm_v08"),
                                                  ("llamacpp", "llamacpp")])
 def test_speculative_arm_same_counters_from_every_source(source: str, fixture: str) -> None:
     text = TEXTS[fixture]
@@ -87,7 +88,8 @@ def test_speculative_arm_same_counters_from_every_source(source: str, fixture: s
         assert c.missing == ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total")
         assert "- 2 first tokens" in c.derived["rounds"] and "num_drafts" in c.derived["rounds"]
     else:
-        assert c.drafts == 42 and c.accepted_per_pos == (34, 28, 22) and c.missing == ()
+        per_pos = c.accepted_per_pos or ()
+        assert c.drafts == 42 and per_pos[:3] == (34, 28, 22) and not any(per_pos[3:]) and c.missing == ()
 
 
 def test_sglang_counts_no_speculative_rounds_and_says_why() -> None:
@@ -189,3 +191,20 @@ def test_capabilities_by_name() -> None:
         ("vllm", True, True), ("llamacpp", True, False), ("sglang", False, False), ("none", False, False)]
     with pytest.raises(FormatError, match="unknown counter source 'tgi'"):
         counter_source("tgi")
+
+
+def test_vllm_rounds_are_decode_steps_where_some_steps_drafted_nothing() -> None:
+    """Real vLLM 0.32, n-gram speculation: a step without an n-gram match proposes no draft, so
+    num_drafts undercounts the decode steps; one inter-token latency is observed per step."""
+    text = TEXTS["vllm_0_32"]
+    # the 24-token request measured on the real server: 10 decode steps, 6 of them drafted, 17 accepted
+    wave = {"generated": 24, "accepted": 17, "draft_tokens": 24, "drafts": 6, "per_pos": (6, 5, 3, 3),
+            "decode_s": 0.66, "requests": 1, "steps": 10}
+    c = counter_source("vllm").deltas(parse_metrics(text), parse_metrics(bump(text, "vllm_0_32", wave)),
+                                      speculative=True, first_tokens=1)
+    assert (c.rounds, c.drafts, c.accepted) == (10, 6, 17)
+    assert "inter_token_latency_seconds_count" in c.derived["rounds"]
+    older = text.replace("vllm:inter_token_latency_seconds_count", "vllm:no_such_series")   # a vLLM without it
+    c = counter_source("vllm").deltas(parse_metrics(older), parse_metrics(bump(older, "vllm_0_32", wave)),
+                                      speculative=True, first_tokens=1)
+    assert c.rounds == c.drafts == 6 and "older vLLM" in c.derived["rounds"]

@@ -48,11 +48,11 @@ def test_summary_counters_equal_sim_truth(server: SimHandle, family_file: Path, 
         [truth[k] for k in ("rounds", "accepted", "draft_tokens", "accepted_per_pos", "generation_tokens")]
     assert counters["decode_s"] == pytest.approx(truth["decode_s"])
     server_fig = report["figures"]["server"]
-    assert server_fig["drafts"] == truth["rounds"] and server_fig["accepted_tokens"] == truth["accepted"]
+    assert server_fig["drafts"] == truth["drafts"] and server_fig["accepted_tokens"] == truth["accepted"]
     # the same definitions as vllm bench serve's speculative-decoding section
     assert server_fig["acceptance_rate"] == pytest.approx(truth["accepted"] / truth["draft_tokens"])
-    assert server_fig["mean_acceptance_length"] == pytest.approx(1 + truth["accepted"] / truth["rounds"])
-    assert server_fig["per_position_acceptance"] == pytest.approx([n / truth["rounds"]
+    assert server_fig["mean_acceptance_length"] == pytest.approx(1 + truth["accepted"] / truth["drafts"])
+    assert server_fig["per_position_acceptance"] == pytest.approx([n / truth["drafts"]
                                                                    for n in truth["accepted_per_pos"]])
     assert report["measure"]["model"] == MODEL  # the first model the server lists
     assert report["measure"]["family_sha256"] == json.loads((tmp_path / "out" / "summary.json").read_text())[

@@ -28,6 +28,7 @@ class SecondEngine(Handler):
         text = (f"vllm:generation_tokens_total {1000 + 40 * n}\n"
                 f"vllm:request_decode_time_seconds_sum {10.0 + 0.5 * n}\n"
                 f"vllm:spec_decode_num_drafts_total {200 + 10 * n}\n"
+                f"vllm:inter_token_latency_seconds_count {210 + 10 * n}\n"
                 f"vllm:spec_decode_num_accepted_tokens_total {300 + 25 * n}\n"
                 f"vllm:spec_decode_num_draft_tokens_total {500 + 50 * n}\n")
         self.send_body(200, text.encode(), "text/plain")
@@ -44,6 +45,8 @@ def test_counters_summed_over_two_metrics_urls(server) -> None:  # type: ignore[
     assert wave.complete, wave.incomplete_reasons
     assert counters["generation_tokens"] == truth["generation_tokens"] + 40
     assert counters["rounds"] == truth["rounds"] + 10
+    # the summed counters count 10 more decode steps than this client's chunks: said in a note
+    assert any("10 steps reached the client merged" in note for note in wave.notes), wave.notes
     assert counters["accepted"] == truth["accepted"] + 25
     assert counters["draft_tokens"] == truth["draft_tokens"] + 50
     assert counters["decode_s"] == truth["decode_s"] + 0.5

@@ -1,4 +1,5 @@
-"""The real llama.cpp pair, shared by the session (one install, one production server)."""
+"""The real servers, shared by the session: the llama.cpp pair (one install, one production server)
+and the vLLM pair (one install, one converted model, each engine started once)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from . import vllmpair
 from .llamasite import LlamaSite, make_site, unavailable
+
+_VLLM_SITES: list[vllmpair.VllmSite] = []   # the session's vLLM site, to stop after its last test
+_LAST_VLLM_TEST: list[str] = []
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +27,41 @@ def llama_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaSite]:
         yield site
     finally:
         site.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vllmpair.VllmSite]:
+    """The example vLLM site, resident; engines start when a test first asks for them (``site.url(arm)``)."""
+    reason = vllmpair.unavailable()
+    if reason is not None:
+        if os.environ.get("TALLY_REQUIRE_VLLM") == "1":
+            pytest.fail(f"vLLM is required here but unavailable: {reason}")
+        pytest.skip(f"vLLM unavailable: {reason}")
+    site = vllmpair.make_site(tmp_path_factory.mktemp("vllm") / "site")
+    _VLLM_SITES.append(site)
+    try:
+        yield site
+    finally:
+        site.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(vllm_site: vllmpair.VllmSite) -> vllmpair.VllmSite:
+    """The pair up (plain production and the ngram candidate), routed to production."""
+    vllm_site.ensure("plain", "ngram")
+    done = vllm_site.script("up", timeout=1200)
+    assert done.returncode == 0, done.stderr
+    return vllm_site
+
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Note the last test that uses the vLLM engines: they stop after it (about 10 GB), not at the session's end."""
+    users = [item.nodeid for item in items if {"vllm_site", "vllm_pair"} & set(getattr(item, "fixturenames", ()))]
+    _LAST_VLLM_TEST[:] = users[-1:]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _LAST_VLLM_TEST and item.nodeid == _LAST_VLLM_TEST[0]:
+        for site in _VLLM_SITES:
+            site.stop()

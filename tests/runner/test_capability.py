@@ -204,14 +204,35 @@ def test_cli_a_field_the_plan_does_not_need_ignored_passes(site: Site, tmp_path:
 
 
 def test_cli_vllm_checks_off_for_a_server_that_is_not_vllm(site: Site, tmp_path: Path) -> None:
-    with simulator(production_arm="off") as handle:
+    # a server that drops allowed_token_ids and logit_bias (as llama-cpp-python drops fields it does not know)
+    with simulator(production_arm="off", ignore_fields=["allowed_token_ids", "logit_bias"]) as handle:
         on = _rehearse(handle.url, tmp_path / "on")
         off = _rehearse(handle.url, tmp_path / "off", "--no-vllm-checks")
-    assert on[0] == 1 and on[1]["reading"][0]["probe"] == "control"
+    assert on[0] == 1 and [r["probe"] for r in on[1]["reading"]] == ["terminator", "control"]
     assert off[0] == 0, off[1].get("capability_failures")
     assert off[1]["vllm_checks"] is False and off[1]["needs"] == [] and off[1]["reading"] == []
-    assert off[1]["cause_confirmed"] is False and off[1]["fields"]["logit_bias"] == "honoured"
+    assert off[1]["cause_confirmed"] is False and off[1]["fields"]["logit_bias"] == "ignored"
     assert [p["vllm_check"] for p in off[1]["probes"]] == [False, False, False, True, True]
+
+
+def test_the_control_learns_a_production_without_speculative_decoding(site: Site, tmp_path: Path) -> None:
+    """vLLM refuses logit_bias only under speculative decoding (0.32 still does): a plain production answers the
+    control 200 and acts on logit_bias. The rehearsal learns that from the probes, and passes a healthy server."""
+    with simulator(production_arm="off") as handle:
+        code, out, err = _rehearse(handle.url, tmp_path / "plain")
+    assert code == 0, (err, out.get("reading"), out.get("capability_failures"))
+    control = next(p for p in out["probes"] if p["probe"] == "control")
+    assert control["status"] == 200 and control["ok"] and "acts on it" in control["detail"]
+    assert out["cause_confirmed"] is False and out["fields"]["logit_bias"] == "honoured"
+    assert {"field": "logit_bias", "want": "honoured"}.items() <= next(
+        n for n in out["needs"] if n["field"] == "logit_bias").items()
+    with simulator(production_arm="off", ignore_fields=["logit_bias"]) as handle:   # answered 200, not acted on
+        code, out, _ = _rehearse(handle.url, tmp_path / "ignoring")
+    assert code == 1 and [r["probe"] for r in out["reading"]] == ["control"]
+    assert "logit_bias ignored" in " ".join(out["capability_failures"])
+    with simulator() as handle:   # speculative decoding on: refused, the cause confirmed as before
+        code, out, _ = _rehearse(handle.url, tmp_path / "spec")
+    assert code == 0 and out["cause_confirmed"] is True and out["fields"]["logit_bias"] == "refused"
 
 
 @pytest.mark.parametrize("args", [

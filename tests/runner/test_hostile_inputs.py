@@ -43,17 +43,24 @@ def test_a_hostile_simulator_config_is_one_line(tmp_path: Path, name: str, body:
     assert "simulator config" in str(caught.value) and says in str(caught.value), caught.value
 
 
-def test_rehearsal_outputs_replace_a_planted_symlink(tmp_path: Path) -> None:
+def test_rehearsal_outputs_refuse_a_planted_symlink(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("keep me\n")
     victim.chmod(0o644)
     out = tmp_path / "out"
     out.mkdir()
     (out / "responses.jsonl").symlink_to(victim)
-    (out / "rehearsal.json").symlink_to(victim)
     rehearsal = Rehearsal("http://127.0.0.1:1", 2, (), (), (), (), False, ())
-    summary, responses, _ = write_rehearsal(rehearsal, out)
+    with pytest.raises(FormatError, match=r"responses\.jsonl is a symbolic link; refusing to follow it"):
+        write_rehearsal(rehearsal, out)
     assert victim.read_text() == "keep me\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+    assert sorted(p.name for p in out.iterdir()) == ["responses.jsonl"]  # nothing else, no temporary left
+    (out / "responses.jsonl").unlink()
+    summary, responses, _ = write_rehearsal(rehearsal, out)
     for path in (summary, responses):
         assert not path.is_symlink() and stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert sorted(p.name for p in out.iterdir()) == ["rehearsal.json", "responses.jsonl"]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == ["rehearsal.json", "responses.jsonl"]
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    with pytest.raises(FormatError, match=r"--out .*link is a symbolic link; refusing to follow it"):
+        write_rehearsal(rehearsal, link)

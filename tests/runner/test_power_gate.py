@@ -41,22 +41,35 @@ def _register(site: Site, window: str, repeats: int, *, effect: float = 0.03, mi
 
 
 def _archive(site: Site, windows: int, *, start_sd: float = 0.003, repeat_sd: float = 0.01, seed: int = 0,
-             max_tokens: int = 512, cap: int | None = 2300, repeats: int = 3) -> None:
-    """Other windows' control starts: their waves (per repeat, two families) and their archive entries."""
+             max_tokens: int = 512, cap: int | None = 2300, repeats: int = 3, cell_correlation: float = 0.0,
+             decode_sd: float | None = 0.002, accepted_sd: float = 0.0) -> None:
+    """Other windows' control starts: their waves (per repeat, two families) and their archive entries.
+
+    A start's offset is shared by its cells as ``cell_correlation`` says; the client decode
+    rate is the server rate times its own noise (``decode_sd``; None: no client figures),
+    accepted per round 2 times its own noise (``accepted_sd``).
+    """
     rng = np.random.default_rng(seed)
     for w in range(windows):
         window = f"arch-{seed}-{w}"
+        shared = {start: rng.normal() for start in ("s1", "s3")}
         for cell in CELLS:
             level = rng.normal(0, 0.05, repeats)  # each repeat's own level: shared by both starts
             for start in ("s1", "s3"):
-                offset = rng.normal(0, start_sd)
+                offset = start_sd * (math.sqrt(cell_correlation) * shared[start]
+                                     + math.sqrt(1 - cell_correlation) * rng.normal())
                 for r in range(1, repeats + 1):
                     rate = 100.0 * math.exp(level[r - 1] + offset + rng.normal(0, repeat_sd))
+                    accepted = round(200 * math.exp(rng.normal(0, accepted_sd))) if accepted_sd else 200
+                    client = None if decode_sd is None else rate * math.exp(rng.normal(0, decode_sd))
                     for family in ("opinions", "filings"):
-                        site.book.append(f"window/{window}", "wave.measured", {
+                        payload: dict[str, Any] = {
                             "window": window, "start": start, "cell": cell, "repeat": r, "family": family,
-                            "complete": True, "counters": {"rounds": 100, "accepted": 200, "decode_s": 300 / rate}},
-                            site.signer)
+                            "complete": True,
+                            "counters": {"rounds": 100, "accepted": accepted, "decode_s": (100 + accepted) / rate}}
+                        if client is not None:
+                            payload["client"] = {"tokens_after_first": 1000, "decode_s": 1000 / client}
+                        site.book.append(f"window/{window}", "wave.measured", payload, site.signer)
                 site.book.append("archive", "archive.control_start", {
                     "window": window, "plan_sha256": "0" * 64, "start": start, "role": "P", "cell": cell,
                     "max_tokens": max_tokens, "commit": COMMIT, "clock_cap_mhz": cap,
@@ -86,7 +99,7 @@ def test_the_gate_fails_closed_with_too_few_archive_entries_and_says_how_many_ar
 
 
 def test_the_gate_fails_with_three_repeats_and_passes_when_repeats_are_raised(site: Site) -> None:
-    _archive(site, 4, start_sd=0.002, repeat_sd=0.012)
+    _archive(site, 6, start_sd=0.002, repeat_sd=0.012, cell_correlation=0.5)
     _register(site, "w3", 3, effect=0.035)
     few = power_gate(site.book, site.signer, "w3")
     figures = few.evidence["figures"]
@@ -94,7 +107,9 @@ def test_the_gate_fails_with_three_repeats_and_passes_when_repeats_are_raised(si
     needed = figures["needed"]["repeats"]
     assert needed is not None and needed > 3
     assert f"{needed} repeats bring it to 3.50%" in few.summary
-    assert figures["entries"] == 8 and few.evidence["archive"]["windows"] == {"short-b1": 4, "32k-b1": 4}
+    assert figures["entries"] == 12 and few.evidence["archive"]["windows"] == {"short-b1": 6, "32k-b1": 6}
+    assert few.evidence["model"] == 2 and figures["conservative"]["thin"] == []  # 6 windows: every correlation
+    assert figures["correlations"]["decode_tps"]["value"] > 0.8  # the client decode rate moves with the rate
     _register(site, "wn", needed, effect=0.035)
     enough = power_gate(site.book, site.signer, "wn")
     assert enough.verdict == "PASS" and enough.evidence["figures"]["power"] >= 0.8
@@ -119,7 +134,9 @@ def test_the_gate_is_reproducible_bit_for_bit_and_replays_from_the_ledger(site: 
 
 def test_a_pilot_file_is_kept_as_a_blob_and_replays(site: Site, tmp_path: Path) -> None:
     _register(site, "w", 3)
-    pilot = json.dumps({"spread": {"start_sd": 0.002, "repeat_sd": 0.004, "windows": 3}}).encode()
+    pilot = json.dumps({"spread": {"start_sd": 0.002, "repeat_sd": 0.004, "windows": 3, "guards": {
+        "accepted_per_round": {"start_sd": 0.0, "repeat_sd": 0.0}, "decode_tps": {"start_sd": 0.002, "repeat_sd": 0.004}}},
+        "correlation": {"cells": 0.6, "decode_tps": 0.95}}).encode()
     out = power_gate(site.book, site.signer, "w", pilot=pilot)
     assert out.evidence["spread_from"] == "pilot" and out.evidence["pilot"]["blob"].startswith("sha256:")
     assert out.verdict == "PASS"
@@ -158,6 +175,10 @@ def test_window_power_prints_the_figures_and_appends_nothing(site: Site) -> None
     assert "analytic" in f and "start-to-start" in f["noise_model"] and f["entries"] == 6
     text = tally("window", "power", "w", "--windows", "2000")
     assert text.code == 0 and "MDE at 80% power" in text.out and "spread short-b1: start-to-start" in text.out
+    # three archived windows cannot estimate a correlation: the output says so and what was assumed instead
+    assert ("correlation the rate across cells: too thin to estimate (3 window(s) < 6); assumed the conservative value: 0 for "
+            "the power, the false-LOSS rate, the MDE; 1 for the false-WIN rate") in text.out
+    assert "false-LOSS rate" in text.out and "guards short-b1: accepted_per_round" in text.out
     assert site.size() == size
     thin = tally("window", "power", "w", "--spread-from", "archive", "--effect", "0.05")
     assert thin.code == 0
@@ -211,3 +232,37 @@ def test_a_pp3_plan_fails_closed_without_a_pilot_and_is_figured_with_one(site: S
     assert f["rule"] == "pp3-v1" and f["design"]["pairs"] == 6 and f["design"]["bootstrap"] == 2000
     assert set(f["outcomes"]["at_effect"]) == {"CANDIDATE", "NO_PROMOTION"} and f["needed"]["pairs"] is not None
     assert "P(CANDIDATE)" in figured.summary and window == "pp3-abba"
+
+
+def test_a_thin_archive_says_which_correlations_it_assumes_and_claims_the_least_power(site: Site) -> None:
+    from dataclasses import replace as copy
+
+    from runner.decide.noise import Correlation
+    from runner.decide.power import design_of, power_figures
+    from runner.gates.power import archive_noise
+
+    _archive(site, 3, start_sd=0.01, cell_correlation=0.8)
+    plan = _register(site, "w", 3)
+    out = power_gate(site.book, site.signer, "w")
+    figures = out.evidence["figures"]
+    assert out.evidence["model"] == 2 and figures["conservative"]["corners"] == 2
+    assert "cells" in figures["conservative"]["thin"] and "decode_tps" in figures["conservative"]["thin"]
+    assert "correlations assumed (the rate across cells: too thin to estimate (3 window(s) < 6)" in out.summary
+    assert "the conservative value for each figure" in out.summary
+    noise = archive_noise(site.book, plan, out.evidence["until_seq"]).noise
+    assert noise is not None
+
+    def at(value: float) -> dict[str, Any]:
+        def fix(c: Correlation) -> Correlation:
+            return Correlation(value, c.windows, "pilot") if c.thin else c
+
+        fixed = copy(noise, cell_correlation=fix(noise.cell_correlation),
+                     guard_correlation=tuple(fix(c) for c in noise.guard_correlation),
+                     guard_cell_correlation=tuple(fix(c) for c in noise.guard_cell_correlation))
+        return power_figures(design_of(plan), fixed, effect=0.03, target=0.8, windows=4000, seed=7, search=False)
+
+    low, high = at(0.0), at(1.0)
+    assert figures["power"] == min(low["power"], high["power"])
+    assert figures["false_positive_rate"] == max(low["false_positive_rate"], high["false_positive_rate"])
+    assert figures["false_loss_rate"] == max(low["false_loss_rate"], high["false_loss_rate"])
+    assert replay_power_gate(site.book, out.record.event) == []

@@ -34,7 +34,7 @@ def run_requests(http: httpx.Client, url: str, n: int, max_tokens: int = 50) -> 
 
 def test_exposition_format(server: SimHandle, http: httpx.Client) -> None:
     response = http.get(f"{server.url}/metrics")
-    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert response.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"   # as vLLM 0.32
     text = response.text
     assert "# TYPE vllm:spec_decode_num_drafts_total counter" in text
     assert "# TYPE vllm:spec_decode_num_drafts_created gauge" in text
@@ -51,7 +51,7 @@ def test_counters_consistent_with_what_was_served(server: SimHandle, http: httpx
     assert total(values, "vllm:generation_tokens_total") == delivered == truth["generation_tokens"]
     drafts = total(values, "vllm:spec_decode_num_drafts_total")
     accepted = total(values, "vllm:spec_decode_num_accepted_tokens_total")
-    assert drafts == truth["rounds"] and accepted == truth["accepted"]
+    assert drafts == truth["drafts"] and accepted == truth["accepted"]
     assert total(values, "vllm:spec_decode_num_draft_tokens_total") == truth["draft_tokens"]
     # every engine step emits one token plus its accepted drafts (one ITL or TTFT sample per step)
     steps = total(values, "vllm:inter_token_latency_seconds_count") + total(values,

@@ -268,3 +268,14 @@ def test_bundle_proofs_for_a_partial_export(window: Ledger, root: Signer, tmp_pa
     full.mkdir()
     assert rc.write_bundle_proofs(window, full, window.size(), None, None)["checkpoint_size"] == window.size()
     assert not (full / "proofs.jsonl").exists()
+
+
+def test_write_receipt_refuses_a_planted_symlink(window: Ledger, root: Signer, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "3.tlog-proof").symlink_to(victim)
+    with pytest.raises(FormatError, match=r"3\.tlog-proof is a symbolic link; refusing to follow it"):
+        rc.write_receipt(rc.build_receipt(window, 3, root, WINDOW_RECEIPTS), out)
+    assert victim.read_bytes() == b"precious\n"

@@ -117,11 +117,11 @@ def test_state_is_replaced_atomically(ledger: Ledger, root: Signer, witness: Wit
     fill(ledger, root, 2)
     newer = signing.sign_checkpoint(ledger, root)
 
-    def crash(src: object, dst: object) -> None:
+    def crash(src: object, dst: object, **_dir_fds: object) -> None:
         raise OSError(5, "simulated crash before the rename")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(FormatError, match=r"cannot write witness state .*simulated crash before the rename"):
         witness.cosign(newer.note, [], cp.consistency_proof(ledger, 3, 5), now=2)
     monkeypatch.undo()
     state = witness.state(ORIGIN)

@@ -139,8 +139,9 @@ class CounterSource(ABC):
         reasons: list[str] = []
         speculative_rounds = self.counts_rounds and spec.rounds is not None and spec.accepted is not None
         if not speculative_rounds:
-            reasons.append(f"{self.label} at this endpoint cannot count a speculative arm's rounds: "
-                           + (spec.derived.get("rounds") or f"{', '.join(spec.missing) or 'series'} missing"))
+            why = (f"{', '.join(spec.missing) or 'series'} missing" if spec.rounds is not None or not
+                   spec.derived.get("rounds") else spec.derived["rounds"])
+            reasons.append(f"{self.label} at this endpoint cannot count a speculative arm's rounds: {why}")
         if off.rounds is None:
             reasons.append(f"{self.label} at this endpoint cannot count a spec-off arm's rounds: "
                            f"{', '.join(off.missing) or 'series'} missing")

@@ -6,6 +6,15 @@ and ``..._num_accepted_tokens_per_pos`` (exposed with ``_total``). The first V1
 versions (PR #15151, v0.8.x) had only the draft and accepted token counters; without
 ``num_drafts`` the rounds are derived from the generated tokens (below). vLLM streams
 one chunk per engine step, so a chunk interval is a round time.
+
+A draft is counted only for a decode step that proposed one: on real vLLM 0.32 with
+n-gram speculation, a step whose context has no n-gram match drafts nothing (a 24-token
+request: 10 decode steps, 6 drafts). The decode steps themselves are
+``vllm:inter_token_latency_seconds_count``: ``IterationStats.update_from_output``
+observes one inter-token latency per output of a request after its first, i.e. per
+decode step, however many tokens the step emitted. Rounds are that count's delta
+wherever the series is exposed; without it (an older vLLM) they are Δnum_drafts, as
+before.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ DRAFTS = COUNTER_SERIES["rounds"]
 ACCEPTED = COUNTER_SERIES["accepted"]
 DRAFT_TOKENS = COUNTER_SERIES["draft_tokens"]
 PER_POS = COUNTER_SERIES["accepted_per_pos"]
+STEPS = "vllm:inter_token_latency_seconds_count"   # one sample per decode step of each request
 
 
 class VllmSource(CounterSource):
@@ -55,8 +65,13 @@ class VllmSource(CounterSource):
                    "generation_tokens": f"Δ{self.generation_series}", "accepted_per_pos": f"Δ{PER_POS} by position",
                    "drafts": f"Δ{DRAFTS}"}
         rounds = drafts
-        if drafts is not None:
-            derived["rounds"] = f"Δ{DRAFTS} (one draft per decode step)"
+        steps = reader.count(STEPS) if reader.present(STEPS) else None
+        if steps is not None:
+            rounds = steps
+            derived["rounds"] = (f"Δ{STEPS} (one inter-token latency per decode step of each request; "
+                                 f"{DRAFTS} counts only the steps that proposed a draft)")
+        elif drafts is not None:
+            derived["rounds"] = f"Δ{DRAFTS} (one draft per decode step: {STEPS} absent, an older vLLM)"
         elif not drafts_present and accepted is not None and generated is not None:
             # vLLM before num_drafts: each decode step emits 1 + accepted tokens after the request's first
             derived_rounds = generated - accepted - first_tokens
