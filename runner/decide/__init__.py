@@ -31,7 +31,14 @@ from .inputs import (
     replay_window,
     smoke_findings,
 )
-from .power import design_of, power_figures, spread_lines
+from .noise import METRICS as NOISE_METRICS
+from .noise import PRIMARY as NOISE_PRIMARY
+from .noise import ControlPair, Pp3Noise, Win2Noise, estimate_win2_noise
+from .pilot import parse_pilot_noise
+from .power import MODEL as POWER_MODEL
+from .power import correlation_label, design_of, power_figures, spread_lines, thin_reason
+from .power_sim import Pp3Design, Win2Design
+from .power_v1 import power_figures_v1
 from .rules import DEFAULT_PARAMS, RULES, compute, validate
 from .smoke import smoke_tally
 from .spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
@@ -41,28 +48,41 @@ __all__ = [
     "DEFAULT_PARAMS",
     "INPUT_BUILDER",
     "MIN_WINDOWS",
+    "NOISE_METRICS",
+    "NOISE_PRIMARY",
+    "POWER_MODEL",
     "RULES",
+    "ControlPair",
     "Difference",
+    "Pp3Design",
+    "Pp3Noise",
     "ReplayResult",
     "Spread",
+    "Win2Design",
+    "Win2Noise",
     "build_input",
     "cap_reasons",
     "compute",
+    "correlation_label",
     "decision_for",
     "design_of",
     "dial_back_reasons",
     "diff",
     "estimate_spread",
+    "estimate_win2_noise",
     "inputs_digest",
     "parse_pilot",
+    "parse_pilot_noise",
     "pooled_values",
     "power_figures",
+    "power_figures_v1",
     "pp3",
     "recorded_builder",
     "replay_window",
     "smoke_findings",
     "smoke_tally",
     "spread_lines",
+    "thin_reason",
     "validate",
     "win2",
 ]

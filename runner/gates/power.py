@@ -29,18 +29,22 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
-from ..decide.noise import (
-    METRICS,
-    PRIMARY,
+from ..decide import NOISE_METRICS as METRICS
+from ..decide import NOISE_PRIMARY as PRIMARY
+from ..decide import POWER_MODEL as MODEL
+from ..decide import (
     ControlPair,
     Pp3Noise,
+    Win2Design,
     Win2Noise,
+    correlation_label,
+    design_of,
     estimate_win2_noise,
+    parse_pilot_noise,
+    power_figures,
+    power_figures_v1,
+    thin_reason,
 )
-from ..decide.pilot import parse_pilot_noise
-from ..decide.power import MODEL, correlation_label, design_of, power_figures, thin_reason
-from ..decide.power_sim import Win2Design
-from ..decide.power_v1 import power_figures_v1
 from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
 from ..decide.win2 import pooled_values
 from ..plan.model import Power

@@ -26,7 +26,7 @@ from .sse import SSEDecoder, SSEOverflow
 from .synth import FAMILIES, synthetic_family
 from .totals import WaveTotals
 from .transport import StampingTransport, deadline_guard
-from .urls import OriginAuth, ServerURL, redact, server_url
+from .urls import OriginAuth, ServerURL, has_credentials, redact, server_url
 from .wave import WaveResult, list_models, measure_wave, scrape_metrics, served_models
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "error_of",
     "family_bytes",
     "fetch",
+    "has_credentials",
     "list_models",
     "load_family",
     "measure_wave",
