@@ -39,8 +39,8 @@ def _global(
     key: Annotated[str | None, typer.Option("--key", envvar="TALLY_KEY", help="Signing key (PKCS#8 PEM); default .tally/root.pem beside the database.")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
-    common.state.db = db
-    common.state.key = key
+    common.session.db = db
+    common.session.key = key
 
 
 def _register() -> None:

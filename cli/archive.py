@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from .common import JsonOpt, command, ledger_and_signer, print_json, read_bounded, state
+from runner.app import import_archive, list_archive
 
-MAX_ARCHIVE_BYTES = 8 << 20   # an imported archive file; its rows travel in one event
+from .common import JsonOpt, command, print_json, session
 
 
 def archive_import(
@@ -21,49 +21,18 @@ def archive_import(
     Every row is checked (docs/events.md, archive.imported) before anything is appended: a
     bad row refuses the whole file, naming its line. The same file cannot be imported twice.
     """
-    import hashlib
-
-    from ledger.errors import FormatError, PolicyError
-    from ledger.store import Blob
-    from ledger.strictjson import read_json
-    from runner.events import payloads as p
-    from runner.events.catalogue import ARCHIVE_STREAM, window_event
-    from runner.state.archive import MAX_IMPORT_ROWS, validate_import_row
-
-    data = read_bounded(source, "control archive", MAX_ARCHIVE_BYTES)
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(data.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        if len(rows) >= MAX_IMPORT_ROWS:
-            raise FormatError(f"control archive {source} has more than {MAX_IMPORT_ROWS} rows")
-        rows.append(validate_import_row(read_json(line, f"control archive {source} line {number}"), number))
-    if not rows:
-        raise FormatError(f"control archive {source} has no rows")
-    sha = hashlib.sha256(data).hexdigest()
-    book, signer = ledger_and_signer()
-    for event in book.events(stream=ARCHIVE_STREAM, types=["archive.imported"]):
-        if event.payload.get("plan_sha256") == sha:
-            raise PolicyError(f"control archive {source} (sha256 {sha[:12]}) was imported already at seq {event.seq}")
-    blob = Blob(data, "application/x-ndjson")
-    name = f"import-{sha[:12]}"
-    item = window_event(name, sha, "archive.imported",
-                        p.ArchiveImported(source=p.BlobRef.of(blob), rows=rows, filename=source.name[:200]),
-                        (blob,), ledger=book)
-    stored = book.append(item.stream, item.type, item.payload, signer, item.blobs)
+    result = import_archive(session, source)
     if json_out:
-        print_json({"seq": stored.seq, "rows": len(rows), "source_sha256": sha, "import": name})
+        print_json(result)
     else:
-        print(f"imported {len(rows)} control archive row{'s' if len(rows) != 1 else ''} from {source} "
-              f"as archive.imported at seq {stored.seq}")
+        rows = result["rows"]
+        print(f"imported {rows} control archive row{'s' if rows != 1 else ''} from {source} "
+              f"as archive.imported at seq {result['seq']}")
 
 
 def archive_list(json_out: JsonOpt = False) -> None:
     """Every archive row (finished control starts and imported rows) with its comparability key."""
-    from runner.events.catalogue import ARCHIVE_STREAM
-    from runner.state.archive import ARCHIVE_TYPES, archive_rows
-
-    rows = archive_rows(state.ledger().events(stream=ARCHIVE_STREAM, types=list(ARCHIVE_TYPES)))
+    rows = list_archive(session)
     if json_out:
         print_json({"rows": [r.to_json() for r in rows]})
         return

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError, VerificationError
+from ledger import VerificationError
+from runner.app import audit_ledger, export_ledger, verify_stored
 
-from .common import EXIT_FAILED, JsonOpt, command, print_json, printable, state
+from .common import EXIT_FAILED, JsonOpt, command, print_json, printable, session
 
 
 def verify(
@@ -20,11 +21,8 @@ def verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Check every event against the verification rules (docs/format.md) (exit 1 with the first failing seq and rule)."""
-    from ledger.stored import verify_ledger
-
-    book = state.ledger()
     try:
-        result = verify_ledger(book, root_key=root_key, jobs=jobs, since=since)
+        result = verify_stored(session, root_key=root_key, jobs=jobs, since=since)
     except VerificationError as error:
         _report_failure(error, json_out)
         raise typer.Exit(EXIT_FAILED) from None
@@ -52,16 +50,7 @@ def export(
     cannot be written, and for a --stream with no events; exit 1 when the ledger holds a
     blob reference that is not a SHA-256 digest or a blob that does not match it.
     """
-    from ledger.bundle import export_bundle
-    from runner.events.catalogue import bundle_companions
-
-    book = state.ledger()
-    signer = None
-    try:
-        signer = state.signer(book.url)
-    except FormatError:
-        signer = None  # no key: export still works if a checkpoint covers the events
-    manifest = export_bundle(book, out, stream=stream, signer=signer, with_streams=bundle_companions(stream))
+    manifest = export_ledger(session, out, stream=stream)
     if json_out:
         print_json(manifest)
     else:
@@ -81,12 +70,8 @@ def audit(
     A bundle is read as hostile input (docs/format.md, export bundles); one that fails
     is one line on stderr, exit 1; a DIR that is not a directory or cannot be read, exit 2.
     """
-    from runner.audit.full import run_audit
-
-    if bundle is not None:
-        report = run_audit(bundle=bundle, root_key=root_key, vkeys=vkey or [], witness_threshold=witness_threshold)
-    else:
-        report = run_audit(book=state.ledger(), root_key=root_key, jobs=jobs)
+    report = audit_ledger(session, bundle, root_key=root_key, vkeys=vkey, witness_threshold=witness_threshold,
+                          jobs=jobs)
     if json_out:
         print_json(report.to_json())
     else:

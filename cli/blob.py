@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import get_blob, write_out_file
 
-from .common import command, state, write_out_file
+from .common import command, session
 
 
 def blob_get(
@@ -19,23 +19,11 @@ def blob_get(
         help="Write to this file instead of standard output (whole or not at all; never through a symlink).")] = None,
 ) -> None:
     """Write a blob's bytes (checked against its digest) to standard output."""
-    import hashlib
-    import re
-
-    from ledger.errors import IntegrityError
-
-    digest = sha256.removeprefix("sha256:").lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise FormatError(f"{sha256!r} is not a SHA-256 digest (64 hex characters)")
-    blob = state.ledger().blob(digest)
-    if blob is None:
-        raise FormatError(f"no blob sha256:{digest} in this ledger")
-    if hashlib.sha256(blob.data).hexdigest() != digest:
-        raise IntegrityError(f"stored blob sha256:{digest} does not match its digest")
+    data = get_blob(session, sha256)
     if out is not None:
-        write_out_file(out, blob.data)
+        write_out_file(out, data)
     else:
-        sys.stdout.buffer.write(blob.data)
+        sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
 
 

@@ -7,18 +7,9 @@ from typing import Annotated
 
 import typer
 
-from .common import (
-    EXIT_FAILED,
-    JsonOpt,
-    SiteOpt,
-    WindowArg,
-    command,
-    ledger_and_signer,
-    print_json,
-    registered,
-    site_driver,
-    state,
-)
+from runner.app import chain_preflight_report, record_chain_prev_ok
+
+from .common import EXIT_FAILED, JsonOpt, SiteOpt, WindowArg, command, print_json, session
 
 
 def chain_prev_ok(
@@ -29,16 +20,7 @@ def chain_prev_ok(
 ) -> None:
     """The previous window left a consistent chain: from replayed state and, with --site, from the hosts
     themselves (aborts the chain on refusal)."""
-    from runner.gates.chain import run_prev_ok
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    driver = site_driver(site)[0] if site is not None else None
-    try:
-        record = run_prev_ok(book, signer, window, driver)
-    finally:
-        if driver is not None:
-            driver.close()
+    record = record_chain_prev_ok(session, window, site)
     result = record.result
     if json_out:
         print_json({"window": window, "gate": "chain_prev_ok", "verdict": result.verdict, "summary": result.summary,
@@ -61,11 +43,7 @@ def chain_preflight(
     json_out: JsonOpt = False,
 ) -> None:
     """Serving state, HOLD and (only while the marker is present) placeholders; appends nothing."""
-    from runner.execution.preflight import chain_preflight as run
-
-    driver, _ = site_driver(site)
-    report = run(state.ledger(), driver, window)
-    driver.close()
+    report = chain_preflight_report(session, site, window)
     if json_out:
         print_json(report)
     else:

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import checkpoint_json, new_checkpoint, show_checkpoint
 
-from .common import JsonOpt, check_seq, command, handle_errors, print_json, state, write_data
-
-if TYPE_CHECKING:
-
-    from ledger.checkpoint import SignedCheckpoint
-
-
-def _checkpoint_json(signed: SignedCheckpoint, **extra: Any) -> dict[str, Any]:
-    return {**signed.checkpoint.to_json(), "note": signed.note, **extra}
+from .common import JsonOpt, check_seq, command, handle_errors, print_json, session, write_data
 
 
 def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
@@ -27,19 +19,9 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ledger.checkpoint import checkpoint_at
-    from ledger.signing import sign_checkpoint
-
-    book = state.ledger()
-    if book.read_only:
-        raise FormatError(f"{book.display_url} is read-only: a checkpoint cannot be stored; "
-                          "`tally checkpoint show` prints the stored ones")
-    signer = state.signer(book.url)
-    existed = checkpoint_at(book, book.size()) is not None
-    signed = sign_checkpoint(book, signer)  # stored first: what is printed is what the ledger committed to
-    # Printing cannot fail on the locale (UTF-8 bytes); a lost output is `tally checkpoint show` away.
+    signed, created = new_checkpoint(session)
     if json_out:
-        print_json(_checkpoint_json(signed, created=not existed))
+        print_json(checkpoint_json(signed, created=created))
     else:
         write_data(signed.note)
 
@@ -49,22 +31,11 @@ def checkpoint_show(
     json_out: JsonOpt = False,
 ) -> None:
     """Print a stored checkpoint note."""
-    from ledger.checkpoint import stored_checkpoints
-
     if size is not None:
         check_seq(size, "--size")
-    stored = stored_checkpoints(state.ledger())
-    if not stored:
-        raise FormatError("no checkpoint stored yet; run `tally checkpoint`")
-    if size is None:
-        chosen = stored[-1]
-    else:
-        found = [c for c in stored if c.size == size]
-        if not found:
-            raise FormatError(f"no checkpoint at size {size}; stored sizes: {', '.join(str(c.size) for c in stored)}")
-        chosen = found[0]
+    chosen = show_checkpoint(session, size)
     if json_out:
-        print_json(_checkpoint_json(chosen))
+        print_json(checkpoint_json(chosen))
     else:
         write_data(chosen.note)
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import demo_result_lines, run_demo_in
 
 from .common import EXIT_FAILED, JsonOpt, command, print_json
 from .window import print_verdict
-
-SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
 
 
 def demo(
@@ -31,52 +28,24 @@ def demo(
     With --plan: dress-rehearse your own window (gates, execute, restore, decide, verify,
     audit, report) on a simulated pair before touching production.
     """
-    if plan_file is not None and scenario is not None:
-        raise FormatError("give --plan or --scenario, not both")
-    if sim_file is not None and plan_file is None:
-        raise FormatError("--sim needs --plan (it describes the simulated pair your plan runs on)")
-    scenario = scenario or "window"
-    if scenario not in SCENARIOS:
-        raise FormatError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
-    prepared = None
-    if plan_file is not None:  # every input checked before anything is made
-        from runner.demo.pair import prepare_plan_demo
-        from runner.demo.scenarios import DEMO_TIME_SCALE
-
-        prepared = prepare_plan_demo(plan_file, sim_file, time_scale=DEMO_TIME_SCALE)
-    if directory.is_symlink():
-        raise FormatError(f"--dir {directory} is a symbolic link; give the directory itself")
-    if directory.exists() and not directory.is_dir():
-        raise FormatError(f"--dir {directory} exists and is not a directory")
-    if directory.exists() and any(directory.iterdir()):
-        if not force:
-            raise FormatError(f"{directory} is not empty; pass --force to replace it, or --dir elsewhere")
-        shutil.rmtree(directory)
-    if scenario == "ledger":
-        from runner.demo.ledger_tour import ledger_tour
-
-        result = ledger_tour(directory)
+    outcome = run_demo_in(directory, scenario, plan_file=plan_file, sim_file=sim_file, force=force,
+                          quiet=json_out, verdicts=not json_out)
+    if outcome.tour is not None:
+        result = outcome.tour
         if result.caught_seq != result.tampered_seq:
             raise typer.Exit(EXIT_FAILED)
         print(f"\nShown: a signed, hash-chained ledger verifies; an edit made behind its back is caught at "
               f"seq {result.caught_seq} (rule {result.caught_rule}). Inspect {directory}/ (tally.db, bundle/).")
         return
-    from runner.demo.scenarios import result_lines, run_demo
-
-    summary: dict[str, Any] = run_demo(directory, scenario, quiet=json_out, plan=prepared)
+    summary = outcome.summary
     if json_out:
         print_json(summary)
     else:
-        from ledger.store import Ledger
-
-        book = Ledger.open(summary["db"])
-        for entry in summary["windows"]:
-            if "decision" in entry:
-                print(f"\n== verdict of window {entry['window']} ==")
-                print_verdict(book, entry["window"])
-        book.close()
+        for window, decision in outcome.verdicts:
+            print(f"\n== verdict of window {window} ==")
+            print_verdict(decision)
         print("\n== result ==")
-        print("\n".join(result_lines(summary)))
+        print("\n".join(demo_result_lines(summary)))
     if not summary["ok"]:
         raise typer.Exit(EXIT_FAILED)
 

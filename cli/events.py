@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from .common import check_seq, command, print_appended, read_json_arg, state, write_data
+from runner.app import append_event
+
+from .common import check_seq, command, print_appended, session, write_data
 
 
 def append(
@@ -18,10 +20,7 @@ def append(
     json_out: Annotated[bool, typer.Option("--json", help="Print the stored event.")] = False,
 ) -> None:
     """Append one signed event; prints its seq."""
-    value = read_json_arg(payload, payload_rules=True)
-    book = state.ledger()
-    event = book.append(stream, type_, value, state.signer(book.url))
-    print_appended(event, json_out)
+    print_appended(append_event(session, stream, type_, payload), json_out)
 
 
 def log(
@@ -32,7 +31,7 @@ def log(
 ) -> None:
     """List events in seq order."""
     check_seq(since, "--since", low=0)
-    book = state.ledger()
+    book = session.ledger()
     write = sys.stdout.write
     for event in book.events(since, stream=stream, types=[type_] if type_ else None):
         if json_out:
@@ -46,7 +45,7 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the stored event as JSON.")] = False,
 ) -> None:
     """Show one event."""
-    event = state.ledger().get(check_seq(seq, "seq"))
+    event = session.ledger().get(check_seq(seq, "seq"))
     if json_out:
         write_data(event.line() + "\n")
         return

@@ -11,26 +11,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger.errors import FormatError
-
-from .common import (
-    EXIT_FAILED,
-    EXIT_NO_ANSWER,
-    JsonOpt,
-    WindowArg,
-    check_out,
-    command,
-    ledger_and_signer,
-    print_json,
-    printable,
-    read_bounded,
-    read_json_arg,
-    registered,
+from runner.app import (
+    record_budget,
+    record_power,
+    record_qualification,
+    record_rng,
+    record_standard_spec,
+    rehearse_production,
 )
 
+from .common import EXIT_FAILED, EXIT_NO_ANSWER, JsonOpt, WindowArg, command, print_json, printable, session
+
 if TYPE_CHECKING:
-    from runner.gates.admission import GateRecord
-    from runner.gates.probe_list import ProbeList
+    from runner.gates import GateRecord
 
 
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
@@ -64,14 +57,9 @@ def gate_qualification(
     json_out: JsonOpt = False,
 ) -> None:
     """Carry a QUALIFIED admission at Q to HEAD: carried files byte-identical, units AST-identical."""
-    from runner.gates.record import qualification_gate
-    from runner.plan.model import Carry
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    carry = Carry(tuple(file or ()), tuple(prefix or ()), tuple(unit or ())) if file or prefix or unit else None
-    out = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified_commit,
-                             admission=admission, head=head, carry=carry)
+    out = record_qualification(session, window, repo=repo, qualified_commit=qualified_commit, admission=admission,
+                               head=head, files=tuple(file or ()), prefixes=tuple(prefix or ()),
+                               units=tuple(unit or ()))
     lines = [f"{'same' if f['identical'] else 'DIFF'} {f['path']} ({f['carried_by']})" for f in out.evidence["files"]]
     lines += [f"{'same' if u['identical'] else 'DIFF'} {u['unit']} (AST)" for u in out.evidence["units"]]
     _gate_out(window, "qualification", out.verdict, out.summary, out.evidence, out.record, json_out, lines)
@@ -84,11 +72,7 @@ def gate_rng(
     json_out: JsonOpt = False,
 ) -> None:
     """PASS RNG receipt at the plan's commit whose kernel sha256 equals the admission's prepared verifier."""
-    from runner.gates.record import rng_gate
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    out = rng_gate(book, signer, window, receipt=receipt, admission=admission)
+    out = record_rng(session, window, receipt=receipt, admission=admission)
     _gate_out(window, "rng", out.verdict, out.summary, out.evidence, out.record, json_out)
 
 
@@ -99,13 +83,7 @@ def gate_budget(
     json_out: JsonOpt = False,
 ) -> None:
     """The plan's stage estimates against its limits; reports the largest reserve that still fits."""
-    from runner.gates.record import budget_gate
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    if pair_reserve_s is not None and (pair_reserve_s < 0 or pair_reserve_s != pair_reserve_s):
-        raise FormatError("--pair-reserve-s must be a non-negative number of seconds")
-    out = budget_gate(book, signer, window, pair_reserve_s=pair_reserve_s)
+    out = record_budget(session, window, pair_reserve_s=pair_reserve_s)
     evidence = out.evidence
     lines = [f"{row['label']}: total {row['total']} min, measurement ends {row['measurement_end']} min"
              f"{'' if row['fits'] else ' (does not fit)'}" for row in evidence["rows"]]
@@ -121,26 +99,8 @@ def gate_standard_spec(
     json_out: JsonOpt = False,
 ) -> None:
     """The start's speculative config is standard verification (and the plan's declared one)."""
-    from runner.gates.admission import record_gate
-    from runner.gates.spec import check_standard_spec
-
-    book, signer = ledger_and_signer()
-    reg = registered(book, window)
-    value = read_json_arg(config, "config")
-    if not isinstance(value, dict):
-        raise FormatError("config must be a JSON object")
-    try:
-        planned = reg.plan.start(start)
-    except KeyError:
-        raise FormatError(f"start {start} is not in the plan (starts: {', '.join(reg.plan.start_ids)})") from None
-    arm = reg.plan.arm(planned.role)
-    if arm.speculative is None:
-        raise FormatError(f"start {start} runs arm {arm.role}, which declares no speculative decoding: "
-                          "standard_spec does not apply (its start_config gate checks it runs none)")
-    result = check_standard_spec(start, planned.role, value, arm.speculative)
-    record = record_gate(book, signer, window, "standard_spec", result.verdict, result.evidence,
-                         commit=reg.plan.commit, summary=result.summary, start=start)
-    _gate_out(window, "standard_spec", result.verdict, result.summary, result.evidence, record, json_out)
+    out = record_standard_spec(session, window, start=start, config=config)
+    _gate_out(window, "standard_spec", out.verdict, out.summary, out.evidence, out.record, json_out)
 
 
 def gate_power(
@@ -149,12 +109,7 @@ def gate_power(
     json_out: JsonOpt = False,
 ) -> None:
     """The plan's [power]: P(WIN) at the registered effect >= min_power; FAILs closed on a thin archive."""
-    from runner.gates.power import power_gate
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    data = None if pilot is None else read_bounded(pilot, "--pilot")
-    out = power_gate(book, signer, window, pilot=data)
+    out = record_power(session, window, pilot=pilot)
     _gate_out(window, "power", out.verdict, out.summary, out.evidence, out.record, json_out)
 
 
@@ -188,74 +143,38 @@ def rehearse(
     records honoured / ignored / refused; with --window it fails when a field the plan needs is not
     as needed. Credentials in --url are sent as an Authorization header and never recorded.
     """
-    from runner.gates.capability import FIELDS, plan_needs
-    from runner.gates.rehearsal import VLLM_PROBES, write_rehearsal
-    from runner.gates.rehearsal import rehearse as run_rehearsal
-    from runner.measure.urls import OriginAuth, redact, server_url
-
-    if not url.startswith(("http://", "https://")):
-        raise FormatError(f"--url {redact(url)!r} must start with http:// or https://")
-    server = server_url(url.rstrip("/"), "--url")
-    if eos < 0:
-        raise FormatError("--eos must be a token id (>= 0)")
-    if not timeout > 0:
-        raise FormatError("--timeout must be positive")
-    accepted = tuple(dict.fromkeys(accept_ignored or ()))
-    for name in accepted:
-        if name not in FIELDS:
-            raise FormatError(f"--accept-ignored {name[:100]!r} is not a probed field (fields: {', '.join(FIELDS)})")
-    probe_list = _probe_list(probes_file, model) if probes_file is not None else None
-    check_out(out, "rehearsal.json", "responses.jsonl")  # refuse planted symlinks before any probe
-    book = reg = signer = None
-    if window is not None:
-        book, signer = ledger_and_signer()
-        reg = registered(book, window)
-    result = run_rehearsal(server.url, eos, model=model, timeout=timeout, auth=OriginAuth(server),
-                           needs=plan_needs(reg.plan) if reg is not None else (), vllm_checks=vllm_checks,
-                           accept_ignored=accepted, probe_list=probe_list)
-    summary_path, responses_path, responses = write_rehearsal(result, out)
+    run = rehearse_production(session, url, eos, out, window=window, model=model, timeout=timeout,
+                              vllm_checks=vllm_checks, accept_ignored=tuple(accept_ignored or ()),
+                              probes_file=probes_file)
+    result, record = run.result, run.record
     data = result.to_json()
-    record = None
-    if book is not None and reg is not None and signer is not None:
-        from runner.gates.record import rehearsal_gate
-
-        record = rehearsal_gate(book, signer, reg.window, result, responses).record
     if json_out:
         print_json(dict(data, out=str(out), seq=None if record is None else record.event.seq,
                         admitted_seq=None if record is None or record.admitted is None else record.admitted.seq))
     else:
         print(printable(f"rehearsal {result.summary}"))
         for probe in data["probes"]:
-            label = f"{probe['probe']} (vLLM)" if probe["probe"] in VLLM_PROBES else probe["probe"]
-            mark = ("ok  " if probe["ok"] else "FAIL") if vllm_checks or probe["probe"] not in VLLM_PROBES \
+            label = f"{probe['probe']} (vLLM)" if probe["probe"] in run.vllm_probes else probe["probe"]
+            mark = ("ok  " if probe["ok"] else "FAIL") if vllm_checks or probe["probe"] not in run.vllm_probes \
                 else ("ok  " if probe["ok"] else "no  ")
             print(f"  {label:<17} {probe['status'] if probe['status'] is not None else '---'}  {mark} "
                   f"{printable(probe['detail'])}")
         for probe in data.get("listed_probes", []):
             print(f"  {probe['probe']:<17} {probe['status'] if probe['status'] is not None else '---'}  "
                   f"{'ok  ' if probe['ok'] else 'FAIL'} {printable(probe['detail'])} (listed)")
-        print(f"  fields ({'needs from the plan' if reg is not None else 'no --window: no plan needs'}"
+        print(f"  fields ({'needs from the plan' if run.planned else 'no --window: no plan needs'}"
               f"{', vLLM checks' if vllm_checks else ', vLLM checks off'}):")
         for field in data["capabilities"]:
             print(f"  {'ok  ' if field['ok'] else 'FAIL'} {field['field']:<29} {field['status']:<9} "
                   f"[{_NEED_LABELS[field['want']] if field['needed'] else 'not needed'}"
                   f"{', ignored and accepted' if field['accepted_ignored'] else ''}] {printable(field['detail'])}")
-        print(f"wrote {summary_path} and {responses_path}")
+        print(f"wrote {run.summary_path} and {run.responses_path}")
         if record is not None:
             print(f"recorded gate.result at seq {record.event.seq} for window {window}")
             if record.admitted is not None:
                 print(f"window {window} admitted at seq {record.admitted.seq} (every required gate PASS)")
     if result.exit_code:
         raise typer.Exit(EXIT_NO_ANSWER if result.exit_code == EXIT_NO_ANSWER else EXIT_FAILED)
-
-
-def _probe_list(path: Path, model: str | None) -> ProbeList:
-    """The --probes file, read as hostile input: a regular file, bounded, every line validated."""
-    from runner.gates.probe_list import MAX_FILE_BYTES, read_probe_list
-    from runner.gates.rehearsal import RESERVED_NAMES
-
-    data = read_bounded(path, "--probes", limit=MAX_FILE_BYTES)
-    return read_probe_list(data, f"--probes {path}", reserved=RESERVED_NAMES, model=model)
 
 
 _NEED_LABELS = {"honoured": "needed", "refused": "vLLM check: must be refused", "accepted": "sent: not refused"}

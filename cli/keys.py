@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import add_key, key_vkey, list_keys, new_key, revoke_key
 
-from .common import JsonOpt, command, print_appended, print_json, state
+from .common import JsonOpt, command, print_appended, print_json, session
 
 
 def keys_new(
@@ -18,22 +18,16 @@ def keys_new(
     json_out: JsonOpt = False,
 ) -> None:
     """Create an Ed25519 key (PKCS#8 PEM, mode 0600; encrypted when TALLY_KEY_PASSPHRASE is set)."""
-    from ledger.keys import generate_key_file
-
-    path = out or state.key_path().parent / f"{name}.pem"
-    signer = generate_key_file(path, name)
-    result = {"id": signer.id, "name": name, "path": str(path), "public_key_path": f"{path}.pub",
-              "public_key": signer.public_b64}
+    result = new_key(session, name, out)
     if json_out:
         print_json(result)
     else:
-        print(f"{signer.id}  {name}  {path} (public key {path}.pub)")
+        print(f"{result['id']}  {name}  {result['path']} (public key {result['public_key_path']})")
 
 
 def keys_list(json_out: JsonOpt = False) -> None:
     """List the keys the ledger knows (from its key events)."""
-    ring = state.ledger().key_ring()
-    rows = [info.to_json() for info in ring.keys.values()]
+    rows = list_keys(session)
     if json_out:
         print_json(rows)
         return
@@ -49,15 +43,7 @@ def keys_add(
     json_out: JsonOpt = False,
 ) -> None:
     """Append key.added (signed by a root key)."""
-    from ledger.keys import ROLES, key_entry, load_public_key
-
-    unknown = [r for r in role if r not in ROLES]
-    if unknown:
-        raise FormatError(f"--role {unknown[0]!r}: expected one of {', '.join(ROLES)}")
-    public_raw = load_public_key(public_key_file)
-    book = state.ledger()
-    event = book.append("ledger", "key.added", key_entry(public_raw, name, role), state.signer(book.url))
-    print_appended(event, json_out)
+    print_appended(add_key(session, public_key_file, name, role), json_out)
 
 
 def keys_revoke(
@@ -66,10 +52,7 @@ def keys_revoke(
     json_out: JsonOpt = False,
 ) -> None:
     """Append key.revoked (signed by a root key)."""
-    book = state.ledger()
-    info = book.key_ring().find(key)
-    event = book.append("ledger", "key.revoked", {"id": info.id, "reason": reason}, state.signer(book.url))
-    print_appended(event, json_out)
+    print_appended(revoke_key(session, key, reason), json_out)
 
 
 def keys_vkey(
@@ -81,35 +64,11 @@ def keys_vkey(
     Log keys (root, signer) are named after the origin with type 0x01 (checkpoints);
     witness keys keep their name with type 0x04 (cosignatures).
     """
-    from ledger.checkpoint import LOG_ROLES
-    from ledger.note import SIG_COSIGNATURE, SIG_ED25519, vkey
-
-    book = state.ledger()
-    ring = book.key_ring()
-    if key is not None:
-        info = ring.find(key)
-    else:
-        try:
-            signer_id = state.signer(book.url).id
-        except FormatError:
-            signer_id = None
-        roots = [k for k in ring.keys.values() if "root" in k.roles and k.revoked_at_seq is None]
-        if signer_id is not None and signer_id in ring.keys:
-            info = ring.keys[signer_id]
-        elif roots:
-            info = roots[0]
-        else:
-            raise FormatError("no active root key and no signing key; name the key: tally keys vkey ID")
-    if set(info.roles) & set(LOG_ROLES):
-        text = vkey(book.info.origin, info.public_raw, SIG_ED25519)
-    elif "witness" in info.roles:
-        text = vkey(info.name, info.public_raw, SIG_COSIGNATURE)
-    else:  # pragma: no cover - every role is one of the above
-        raise FormatError(f"key {info.id[:16]} has no role that signs notes")
+    result = key_vkey(session, key)
     if json_out:
-        print_json({"id": info.id, "name": info.name, "roles": list(info.roles), "vkey": text})
+        print_json(result)
     else:
-        print(text)
+        print(result["vkey"])
 
 
 def register(app: typer.Typer) -> None:

@@ -1,41 +1,32 @@
 """``tally measure``: one stand-alone wave against an OpenAI-compatible server.
 
-Heavy imports (httpx, numpy, prometheus_client, the ledger store) happen inside the
-command so that ``tally --version`` stays fast.
+The wave itself is the application layer's (``runner.app.measure_server``); this module
+parses the options, shows the progress bar, prints the report and maps the outcome to
+the exit code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
-import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, overload
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import dump_report, measure_server
 
-from .common import EXIT_FAILED, OutDir, check_out, command, state
+from .common import EXIT_FAILED, command, session
 
 if TYPE_CHECKING:
-    from runner.measure import Family, Prompt, RequestRecord, WaveResult
-    from runner.measure.totals import WaveTotals
-    from runner.measure.urls import OriginAuth
+    from runner.measure import WaveResult
 
 
 EXIT_INTERRUPTED = 130
-UNSENT_LISTED = 1_000         # requests never sent (a stopped wave) listed one by one; the rest are counted
-LEDGER_RESERVE = 64 << 10     # event bytes kept for everything but the per-request lists
-_TTFT_BYTES = 25              # one float of client.ttft_s and its comma, at most
 
 
 MEASURE_HELP = """\
@@ -138,230 +129,45 @@ def _measure(url: str, family: Path, metrics_url: str | None, model: str | None,
              wave_deadline: float | None, priority: int, token_ids: bool, header: list[str] | None, out: Path | None,
              ledger: bool, measure_id: str | None, as_json: bool, counter_source: str = "vllm",
              spec_off: bool = False) -> None:
-    from runner.measure import list_models, load_family
-    from runner.measure.sources import select_source
-    from runner.measure.urls import OriginAuth, server_url
-
-    select_source(counter_source)   # a bad name is one line, exit 2, before anything is read or sent
-
-    for name, value in (("--requests", requests), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
-        if value is not None and value < 1:
-            raise FormatError(f"{name} must be at least 1")
-    for name, fvalue in (("--deadline", deadline), ("--wave-deadline", wave_deadline)):
-        if fvalue is not None and not fvalue > 0:
-            raise FormatError(f"{name} must be positive")
-    server = server_url(url.rstrip("/"), "--url")
-    metrics = server_url(metrics_url, "--metrics-url", query=True) if metrics_url is not None else None
-    if measure_id is not None and (not measure_id or any(c.isspace() or c == "/" for c in measure_id)):
-        raise FormatError("--id must be non-empty, without spaces or '/'")
-    headers = _headers(header or [])
-    if server.authorized and any(name.lower() == "authorization" for name in headers):
-        raise FormatError("credentials in --url and an Authorization --header: give one of them")
-    # each URL's credentials go to its own origin only (a --metrics-url elsewhere gets its own, or none)
-    auth = OriginAuth(server, *(() if metrics is None else (metrics,)))
-    check_out(out, "requests.jsonl", "summary.json")  # a planted symlink is refused before any request
-    loaded = load_family(family)
-    prompts = _Cycle(loaded.prompts, requests if requests is not None else len(loaded.prompts))
-    if ledger:
-        _check_fits_one_event(prompts, loaded)
-    base = server.url.removesuffix("/v1")
-    # Reachability first (exit 3 with one line); also the default model.
-    models = list_models(base, headers=headers, auth=auth)
-    if model is None:
-        if not models:
-            raise FormatError(f"{base}/v1/models lists no model; pass --model")
-        model = models[0]
-    if ledger:  # fail before measuring, not after
-        book, signer = state.ledger(), state.signer()
-    mid = measure_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + os.urandom(3).hex()
-    with contextlib.ExitStack() as stack:
-        out_dir = stack.enter_context(OutDir.open(out)) if out is not None else None
-        with contextlib.ExitStack() as records:  # requests.jsonl grows in place as requests finish
-            records_file = records.enter_context(out_dir.growing("requests.jsonl")) if out_dir is not None else None
-            wave, interrupted = _run(base, metrics.url if metrics is not None else f"{base}/metrics", prompts,
-                                     loaded, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
-                                     deadline=deadline, wave_deadline=wave_deadline, chat=chat,
-                                     ignore_eos=ignore_eos, priority=priority, token_ids=token_ids, headers=headers,
-                                     auth=auth,
-                                     keep_records=ledger, records_file=records_file, spool_parent=out,
-                                     show_progress=not as_json and sys.stderr.isatty(),
-                                     counter_source=counter_source, speculative=False if spec_off else None)
-        try:
-            _report(wave, interrupted, context={
-                "id": mid, "url": base, "metrics_url": wave.metrics_url, "model": model, "family": loaded.name,
-                "family_file": str(family), "family_sha256": loaded.sha256, "requests": len(prompts), "chat": chat,
-                "ignore_eos": ignore_eos, "priority": priority, "deadline_s": deadline,
-                "wave_deadline_s": wave_deadline, "interrupted": interrupted, "notes": list(wave.notes),
-                "counter_source": counter_source, "spec_off": spec_off,
-            }, out=out_dir, ledger=(book, signer, mid) if ledger else None, as_json=as_json)
-        finally:
-            wave.close()
+    progress = _Bar() if not as_json and sys.stderr.isatty() else None
+    with measure_server(session, url, family, metrics_url=metrics_url, model=model, requests=requests,
+                        max_tokens=max_tokens, ignore_eos=ignore_eos, concurrency=concurrency, seed=seed, chat=chat,
+                        deadline=deadline, wave_deadline=wave_deadline, priority=priority, token_ids=token_ids,
+                        headers=header or [], out=out, ledger=ledger, measure_id=measure_id,
+                        counter_source=counter_source, spec_off=spec_off, progress=progress) as measured:
+        if as_json:
+            dump_report(measured.report, sys.stdout, indent=None)
+            sys.stdout.write("\n")
+        else:
+            _print_report(measured.report, measured.wave, measured.out)
+        if measured.interrupted:
+            print("tally: interrupted; what was measured is recorded (marked interrupted)", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED)
+        if not measured.ok:
+            raise typer.Exit(EXIT_FAILED)
 
 
-def _report(wave: WaveResult, interrupted: bool, *, context: dict[str, Any], out: OutDir | None,
-            ledger: tuple[Any, Any, str] | None, as_json: bool) -> None:
-    from runner.measure.spool import dump_json
+class _Bar:
+    """The wave's progress bar on stderr (a terminal only; gone when the wave ends)."""
 
-    report = {"measure": context, "wave": wave.summary(), "figures": wave.figures()}
-    if out is not None:
-        with out.stream("summary.json") as raw:
-            text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
-            dump_json(report, text, indent=2)
-            text.write("\n")
-            text.flush()
-            text.detach()
-    if ledger is not None:
-        book, signer, mid = ledger
-        report["event"] = _append(book, signer, mid, wave, context)
-    if as_json:
-        dump_json(report, sys.stdout, indent=None)
-        sys.stdout.write("\n")
-    else:
-        _print_report(report, wave, None if out is None else out.path)
-    if interrupted:
-        print("tally: interrupted; what was measured is recorded (marked interrupted)", file=sys.stderr)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if not wave.ok:
-        raise typer.Exit(EXIT_FAILED)
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        self._bar = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=True)
+        self._task: Any = None
 
-class _Cycle(Sequence["Prompt"]):
-    """``count`` prompts taking the family's in order, cycling, without building the list."""
+    def start(self, total: int) -> None:
+        self._task = self._bar.add_task("wave", total=total)
+        self._bar.start()
 
-    def __init__(self, prompts: tuple[Prompt, ...], count: int) -> None:
-        self._prompts, self._count = prompts, count
+    def advance(self) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task)
 
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> Prompt: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Prompt]: ...
-
-    def __getitem__(self, index: int | slice) -> Prompt | Sequence[Prompt]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if not -self._count <= index < self._count:
-            raise IndexError(index)
-        return self._prompts[index % self._count % len(self._prompts)]
-
-
-def _check_fits_one_event(prompts: Sequence[Prompt], family: Family) -> None:
-    """With --ledger the wave is one wave.measured event: refuse, before sending anything, one that may not fit."""
-    from ledger.canonical import MAX_BODY_BYTES
-    from runner.measure.record import summary_entry_bound
-
-    count = len(prompts)
-    longest = max((p.id for p in family.prompts), key=lambda pid: len(json.dumps(pid, ensure_ascii=False).encode()))
-    each = summary_entry_bound(longest, count - 1) + _TTFT_BYTES
-    if LEDGER_RESERVE + count * each > MAX_BODY_BYTES:
-        most = (MAX_BODY_BYTES - LEDGER_RESERVE) // each
-        raise FormatError(f"--ledger: {count} requests may not fit one wave.measured event (the 1 MiB event body "
-                          f"limit; up to {each} bytes of per-request summary each): at most {most} requests with "
-                          "--ledger, or measure without --ledger (--out keeps every request)")
-
-
-def _headers(values: list[str]) -> dict[str, str]:
-
-    headers = {}
-    for value in values:
-        name, sep, content = value.partition(":")
-        if not sep or not name.strip():
-            raise FormatError(f"--header must be 'Name: value', got {value!r}")
-        headers[name.strip()] = content.strip()
-    return headers
-
-
-def _run(base: str, metrics_url: str, prompts: Sequence[Prompt], family: Family, *, model: str, max_tokens: int,
-         seed: int, concurrency: int, deadline: float | None, wave_deadline: float | None, chat: bool,
-         ignore_eos: bool, priority: int, token_ids: bool, headers: dict[str, str],
-         auth: OriginAuth, keep_records: bool, records_file: BinaryIO | None,
-         spool_parent: Path | None, show_progress: bool, counter_source: str = "vllm",
-         speculative: bool | None = None) -> tuple[WaveResult, bool]:
-    """Run the wave on a worker thread so that Ctrl-C/SIGTERM cancel it and keep what was measured.
-
-    Each finished request is written to ``records_file`` at once. Unless ``keep_records``
-    (the ledger's blob needs them), records are not kept: figures accumulate in a spool.
-    """
-    from runner.measure import measure_wave
-    from runner.measure.totals import WaveTotals
-
-    cancel = threading.Event()
-    finished = threading.Event()
-    box: dict[str, Any] = {}
-    write_lock = threading.Lock()
-    progress, task = _progress(len(prompts)) if show_progress else (None, None)
-    # the spool goes into --out (a disk the user chose), else to $TMPDIR
-    totals: WaveTotals | None = None if keep_records else WaveTotals.spooled(parent=spool_parent)
-
-    def on_request(record: RequestRecord) -> None:
-        if records_file is not None:
-            line = record.json_line()
-            with write_lock:
-                records_file.write(line)
-                records_file.flush()
-        if progress is not None and task is not None:
-            progress.advance(task)
-
-    def work() -> None:
-        try:
-            box["wave"] = measure_wave(
-                base, metrics_url, prompts, model=model, max_tokens=max_tokens, seed=seed, concurrency=concurrency,
-                deadline_s=deadline, wave_deadline_s=wave_deadline, chat=chat, ignore_eos=ignore_eos,
-                priority=priority, family=family.name, return_token_ids=token_ids, cancel=cancel,
-                on_request=on_request, headers=headers, auth=auth, totals=totals,
-                unsent_records=None if keep_records else UNSENT_LISTED, counter_source=counter_source,
-                speculative=speculative)
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            finished.set()
-
-    worker = threading.Thread(target=work, name="tally-measure-wave", daemon=True)
-    interrupted = False
-    try:
-        if progress is not None:
-            progress.start()
-        worker.start()
-        # Poll with sleep, not Thread.join: a KeyboardInterrupt inside join() can leave the
-        # thread looking finished while it still runs (CPython 3.11).
-        while True:
-            try:
-                if finished.is_set():   # box is filled before finished is set: no join needed
-                    break
-                time.sleep(0.05)
-            except KeyboardInterrupt:
-                interrupted = True
-                cancel.set()
-    finally:
-        if progress is not None:
-            progress.stop()
-    if "error" in box:
-        if totals is not None:
-            totals.close()
-        raise box["error"]
-    return box["wave"], interrupted
-
-
-def _progress(total: int) -> tuple[Any, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
-    return progress, progress.add_task("wave", total=total)
-
-
-def _append(book: Any, signer: Any, mid: str, wave: WaveResult, context: dict[str, Any]) -> dict[str, Any]:
-    """The wave as one wave.measured event (its records in request order as the blob)."""
-    from ledger.store import Blob
-
-    blob = Blob(wave.records_jsonl(), "application/x-ndjson")
-    payload = {**wave.summary(), "records": blob.ref(), "measure": context}
-    event = book.append(f"measure/{mid}", "wave.measured", payload, signer, blobs=[blob])
-    return {"seq": event.seq, "hash": event.hash, "stream": event.stream, "records": blob.ref()}
+    def stop(self) -> None:
+        self._bar.stop()
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import consistency, inclusion_proof
 
-from .common import JsonOpt, check_seq, command, print_json, state
-
-if TYPE_CHECKING:
-
-    from ledger.checkpoint import SignedCheckpoint
-    from ledger.store import Ledger
-
-
-def _checkpoint_for(book: Ledger, seq: int, size: int | None) -> SignedCheckpoint:
-    from ledger.checkpoint import checkpoint_at, checkpoint_covering
-    from ledger.signing import sign_checkpoint
-
-    if size is not None:
-        if not seq <= size <= book.size():
-            raise FormatError(f"--size {size} must be between seq {seq} and the ledger size {book.size()}")
-        return checkpoint_at(book, size) or sign_checkpoint(book, state.signer(book.url), size)
-    return checkpoint_covering(book, seq) or sign_checkpoint(book, state.signer(book.url))
+from .common import JsonOpt, check_seq, command, print_json, session
 
 
 def prove_inclusion(
@@ -34,24 +18,14 @@ def prove_inclusion(
     json_out: JsonOpt = False,
 ) -> None:
     """Print a C2SP tlog-proof for an event against the newest checkpoint covering it."""
-    from ledger.merkle import hash_leaf
-    from ledger.receipt import TlogProof
-
     check_seq(seq, "seq")
     if size is not None:
         check_seq(size, "--size")
-    book = state.ledger()
-    if not 1 <= seq <= book.size():
-        raise FormatError(f"seq {seq} is not between 1 and the ledger size {book.size()}")
-    event = book.get(seq)
-    chosen = _checkpoint_for(book, seq, size)
-    hashes = book.inclusion_proof(seq - 1, chosen.size)
+    proof = inclusion_proof(session, seq, size)
     if json_out:
-        print_json({"seq": seq, "index": seq - 1, "tree_size": chosen.size,
-                    "leaf_hash": hash_leaf(event.raw_hash).hex(), "hashes": [h.hex() for h in hashes],
-                    "root": chosen.checkpoint.root.hex(), "checkpoint": chosen.note})
+        print_json(proof.to_json())
     else:
-        sys.stdout.write(TlogProof(seq - 1, tuple(hashes), chosen.note).text())
+        sys.stdout.write(proof.tlog_proof().text())
 
 
 def prove_consistency(
@@ -60,11 +34,9 @@ def prove_consistency(
     json_out: JsonOpt = False,
 ) -> None:
     """Print a consistency proof: 'old N', base64 hashes, a blank line, the checkpoint at NEW if stored."""
-    from ledger.checkpoint import consistency_proof
-
     check_seq(old, "OLD")
     check_seq(new, "NEW")
-    proof = consistency_proof(state.ledger(), old, new)
+    proof = consistency(session, old, new)
     if json_out:
         print_json(proof.to_json())
     else:

@@ -4,42 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from ledger.errors import VerificationError
+from ledger import VerificationError
+from runner.app import export_receipt, verify_receipt_files
 
-from .common import (
-    EXIT_FAILED,
-    JsonOpt,
-    OutDir,
-    check_out,
-    check_seq,
-    command,
-    print_json,
-    read_optional_text,
-    read_text,
-    state,
-)
-
-if TYPE_CHECKING:
-
-    from ledger.checkpoint import SignedCheckpoint
-    from ledger.note import Verifier
-    from ledger.store import Ledger
-
-
-def _cosigned_checkpoint(book: Ledger, path: Path, seq: int) -> SignedCheckpoint:
-    """A checkpoint file (e.g. with witness cosignatures) checked against this ledger."""
-    from ledger.checkpoint import SignedCheckpoint, log_verifiers, open_checkpoint
-
-    message = read_text(path, "checkpoint")
-    origin = book.info.origin
-    verified = open_checkpoint(message, log_verifiers(origin, book.key_ring()), threshold=0, origin=origin)
-    if not seq <= verified.size <= book.size() or book.root(verified.size) != verified.root:
-        raise VerificationError(f"{path} is not a checkpoint of this ledger covering seq {seq}", rule="checkpoint")
-    return SignedCheckpoint(verified.checkpoint, message)
+from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, session
 
 
 def receipt_export(
@@ -58,68 +30,19 @@ def receipt_export(
     The files are written whole (temporary file, fsync, rename) into --out, which must
     not be a symlink; a symlink planted at one of the file names is refused.
     """
-    from ledger.receipt import build_receipt, receipt_paths
-    from runner.events.receipts import WINDOW_RECEIPTS
-
     check_seq(seq, "SEQ")
-    context_names = (f"{seq}.context.jsonl", f"{seq}.context-proofs.jsonl") if window_context else ()
-    check_out(out, *(p.name for p in receipt_paths(out, seq)), *context_names)
-    book = state.ledger()
-    signer = state.signer(book.url)
-    chosen = _cosigned_checkpoint(book, checkpoint_file, seq) if checkpoint_file is not None else None
-    receipt = build_receipt(book, seq, signer, WINDOW_RECEIPTS, chosen)
-    envelope, proof, event = receipt_paths(out, seq)
-    context = None
-    if window_context:
-        from runner.events.receipts import receipt_context
-
-        context = receipt_context(book, receipt.event, _proof_size(receipt.proof.checkpoint))
-    with OutDir.open(out) as target:
-        target.write(envelope.name, receipt.envelope.dumps().encode("utf-8"))
-        target.write(proof.name, receipt.proof.text().encode("utf-8"))
-        target.write(event.name, (receipt.event.line() + "\n").encode("utf-8"))
-        if context is not None:
-            for name, data in zip(context_names, context, strict=True):
-                target.write(name, data)
-    written = [out / name for name in context_names]
+    written = export_receipt(session, seq, out, checkpoint_file=checkpoint_file, window_context=window_context)
     if json_out:
-        print_json({"seq": seq, "envelope": str(envelope), "proof": str(proof), "event": str(event),
-                    "checkpoint_size": _proof_size(receipt.proof.checkpoint),
-                    **({"context": str(written[0]), "context_proofs": str(written[1])} if written else {})})
+        context = written.context
+        print_json({"seq": seq, "envelope": str(written.envelope), "proof": str(written.proof),
+                    "event": str(written.event), "checkpoint_size": written.checkpoint_size,
+                    **({"context": str(context[0]), "context_proofs": str(context[1])} if context else {})})
     else:
-        print(envelope)
-        print(proof)
-        print(event)
-        for path in written:
+        print(written.envelope)
+        print(written.proof)
+        print(written.event)
+        for path in written.context:
             print(path)
-
-
-def _proof_size(message: str) -> int:
-    from ledger.checkpoint import parse_checkpoint
-    from ledger.note import parse_note
-
-    return parse_checkpoint(parse_note(message).text).size
-
-
-def _vkeys(values: list[str]) -> list[Verifier]:
-    """vkeys given inline, or files holding one vkey per line."""
-    from ledger.note import parse_vkey
-
-    out: list[Verifier] = []
-    for value in values:
-        path = Path(value)
-        if "+" not in value and path.is_file():
-            lines = [line.strip() for line in read_text(path, "vkey file").splitlines()]
-            out.extend(parse_vkey(line) for line in lines if line and not line.startswith("#"))
-        else:
-            out.append(parse_vkey(value))
-    return out
-
-
-def _sibling(path: Path, suffix: str) -> Path:
-    name = path.name
-    stem = name[: -len(".dsse.json")] if name.endswith(".dsse.json") else path.stem
-    return path.with_name(stem + suffix)
 
 
 def receipt_verify(
@@ -134,25 +57,9 @@ def receipt_verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Verify a receipt offline: DSSE signature, Statement subject, inclusion proof, checkpoint."""
-    from ledger.receipt import verify_receipt
-    from ledger.strictjson import read_json
-    from runner.events.receipts import WINDOW_RECEIPTS
-
-    keys = _vkeys(vkey)
-    log_keys = [k for k in keys if not k.is_cosigner]
-    witnesses = [k for k in keys if k.is_cosigner]
-    proof_path = proof or _sibling(envelope_file, ".tlog-proof")
-    event_path = event or _sibling(envelope_file, ".event.json")
-    # Hostile input first: bounded size and nesting, one value per member, no NaN (one line, exit 2).
-    envelope_text = read_text(envelope_file, "receipt")
-    read_json(envelope_text, f"receipt {envelope_file}")
-    event_text = read_text(event_path, "event") if event is not None else read_optional_text(event_path, "event")
-    if event_text is not None:
-        read_json(event_text, f"event {event_path}")
-    proof_text = read_text(proof_path, "tlog-proof")
     try:
-        result = verify_receipt(envelope_text, proof_text, log_keys, policy=WINDOW_RECEIPTS, witnesses=witnesses,
-                                threshold=witness_threshold, event_text=event_text)
+        result = verify_receipt_files(envelope_file, vkey, proof=proof, event=event,
+                                      witness_threshold=witness_threshold)
     except VerificationError as error:
         if json_out:
             print_json({"valid": False, "error": str(error.args[0]), "rule": error.rule})

@@ -6,23 +6,17 @@ from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import replay_power, replay_state, replay_verdict
 
-from .common import EXIT_FAILED, JsonOpt, command, print_json, state
+from .common import EXIT_FAILED, JsonOpt, command, print_json, session
 
 
-def replay_state(
+def state_command(
     window: Annotated[str | None, typer.Option("--window", help="Only this window's state.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fold the ledger into the runner's state (docs/events.md): marker, HOLD, production, windows."""
-    from runner.state.fold import fold
-
-    book = state.ledger()
-    folded = fold(None, book.events())
-    if window is not None and window not in folded.windows:
-        raise FormatError(f"window {window} is not in the ledger")
-    data = folded.to_json(window)
+    data = replay_state(session, window)
     if json_out:
         print_json(data)
         return
@@ -42,11 +36,9 @@ def replay_state(
             print(f"  open host action {action['action']} on {action['host']} (seq {action['seq']}): unknown outcome")
 
 
-def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
+def verdict_command(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
     """Recompute the window's decision from its recorded measurements; MATCH exit 0, MISMATCH exit 1."""
-    from runner.decide.inputs import replay_window
-
-    result = replay_window(state.ledger(), window)
+    result = replay_verdict(session, window)
     if json_out:
         print_json(result.to_json())
     else:
@@ -60,15 +52,9 @@ def replay_verdict(window: Annotated[str, typer.Argument(help="Window id.")], js
         raise typer.Exit(EXIT_FAILED)
 
 
-def replay_power(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
+def power_command(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
     """Recompute every power gate result of the window from the ledger; MATCH exit 0, MISMATCH exit 1."""
-    from runner.gates.power import replay_power_gate
-
-    book = state.ledger()
-    results = [(e, replay_power_gate(book, e)) for e in book.events(stream=f"window/{window}", types=["gate.result"])
-               if e.payload.get("gate") == "power"]
-    if not results:
-        raise FormatError(f"window {window} has no power gate result")
+    results = replay_power(session, window)
     match = all(not differences for _, differences in results)
     if json_out:
         print_json({"window": window, "verdict": "MATCH" if match else "MISMATCH",
@@ -87,7 +73,7 @@ def replay_power(window: Annotated[str, typer.Argument(help="Window id.")], json
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     replay = typer.Typer(help="Derive state and verdicts by replaying the ledger.", no_args_is_help=True)
-    command(replay, "state")(replay_state)
-    command(replay, "verdict")(replay_verdict)
-    command(replay, "power")(replay_power)
+    command(replay, "state")(state_command)
+    command(replay, "verdict")(verdict_command)
+    command(replay, "power")(power_command)
     app.add_typer(replay, name="replay")

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from ledger.errors import FormatError
+from runner.app import default_sim_config, serve_sim, write_families
 
-from .common import OutDir, command, print_json
-
-if TYPE_CHECKING:
-    from runner.sim.config import SimConfig
-
-
-def read_sim_config(path: Path) -> SimConfig:
-    """A simulator config file (TOML, or JSON for ``.json``) read as hostile input, then validated.
-
-    Bounded in size and nesting (``ledger.stricttoml``, ``ledger.strictjson``):
-    every bad file is one ``FormatError`` line, never a traceback.
-    """
-    from runner.sim.config import load_config
-
-    return load_config(path)
+from .common import command, print_json
 
 
 def sim_serve(
@@ -40,21 +25,12 @@ def sim_serve(
     Prints `tally sim: serving URL (...)`; the OpenAI API is at URL/v1, metrics at
     URL/metrics, the host control API at URL/_sim (see docs/sim.md).
     """
-    from ledger.errors import ExternalError
-    from runner.sim.process import serve
-
-    loaded = read_sim_config(config) if config is not None else None
-    try:
-        serve(loaded, host=host, port=port, seed=seed, time_scale=time_scale)
-    except OSError as exc:
-        raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+    serve_sim(config, host=host, port=port, seed=seed, time_scale=time_scale)
 
 
 def sim_config() -> None:
     """Print the default simulator config (TOML, every field with its default)."""
-    from importlib.resources import files
-
-    sys.stdout.write(files("runner.sim").joinpath("default.toml").read_text(encoding="utf-8"))
+    sys.stdout.write(default_sim_config())
 
 
 def sim_families(
@@ -66,22 +42,7 @@ def sim_families(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write the deterministic synthetic prompt families (demo/test data) and their sha256."""
-    from runner.measure import FAMILIES, synthetic_family
-    from runner.measure.family import family_bytes
-
-    if short < 0 or long < 0 or short + long == 0:
-        raise FormatError("--short and --long must be >= 0 and not both 0")
-    if long_words < 2:
-        raise FormatError("--long-words must be at least 2")
-    written = []
-    with OutDir.open(out, "DIR") as target:  # never through a symlink; each file whole
-        for name in FAMILIES:
-            prompts = synthetic_family(name, seed=seed, short=short, long=long,
-                                       long_words=(max(1, long_words * 3 // 5), long_words))
-            data = family_bytes(prompts)
-            path = target.write(f"{name}.jsonl", data)
-            written.append({"family": name, "path": str(path), "prompts": len(prompts),
-                            "sha256": hashlib.sha256(data).hexdigest()})
+    written = write_families(out, seed=seed, short=short, long=long, long_words=long_words)
     if as_json:
         print_json({"families": written})
         return

@@ -11,19 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .common import command, print_json, read_json_file, restage, staged_out
+from runner.app import compute_verdict, write_verdict_report
+
+from .common import command, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
 INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads stdin."
-
-
-def read_input(source: str) -> Any:
-    """The JSON document in file ``source`` (``-`` = stdin), read as hostile input (``ledger.strictjson``):
-    ``FormatError`` if unreadable, not UTF-8, over the size or nesting bound, or not strict JSON."""
-    return read_json_file(source, "input", name=f"{source}: input")
 
 
 def verdict_console() -> Console:
@@ -122,10 +118,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON (key names fixed).")] = False,
     ) -> None:
         """Compute a verdict; exit 0 whatever it is, 2 for bad input."""
-        from runner.decide import compute
-
-        data = read_input(source)
-        result = compute(data)
+        data, result = compute_verdict(source)
         if as_json:
             print_json(result)
         else:
@@ -140,15 +133,7 @@ def register(app: typer.Typer) -> None:
         = False,
     ) -> None:
         """Compute a verdict and write report.html (self-contained) and report.md with its plots."""
-        from runner.decide import compute
-        from runner.report import write_report
-
-        data = read_input(source)
-        result = compute(data)
-        with staged_out(out) as stage:  # refuses a symlinked or non-directory --out first
-            paths = write_report(data, result, stage, title=title)
-        written = {"html": restage(paths.html, stage, out), "markdown": restage(paths.markdown, stage, out),
-                   "figures": [restage(p, stage, out) for p in paths.figures]}
+        result, written = write_verdict_report(source, out, title)
         if as_json:
             print_json({"rule": result["rule"], "decision": result["decision"], **written})
         else:

@@ -13,7 +13,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger.errors import FormatError
+from ledger import FormatError
+from runner.app import (
+    admit_window,
+    describe_power,
+    dry_run_window,
+    owner_name,
+    power_spread_lines,
+    recorded_decision,
+    register_window,
+    run_window,
+    window_power,
+    write_window_report,
+)
 
 from .common import (
     EXIT_FAILED,
@@ -22,18 +34,14 @@ from .common import (
     WindowArg,
     command,
     discard_stdout,
-    ledger_and_signer,
     never_fails,
     print_json,
-    registered,
-    restage,
-    site_driver,
-    staged_out,
-    state,
+    session,
 )
 
 if TYPE_CHECKING:
-    from runner.execution.window import RunResult
+    from runner.app import Decision
+    from runner.execution import RunResult
 
 
 def window_register(
@@ -44,19 +52,7 @@ def window_register(
     json_out: JsonOpt = False,
 ) -> None:
     """Validate a plan and append window.registered (plan + plan_sha256); prints the window id."""
-    from runner.plan.parse import read_plan_file
-
-    overrides = {k: v for k, v in (("commit", commit), ("window_id", window_id)) if v is not None}
-    loaded = read_plan_file(plan, overrides=overrides)
-    result: dict[str, Any] = {"window": loaded.plan.window_id, "plan_sha256": loaded.plan.sha256,
-                              "protocol": loaded.plan.protocol, "mode": loaded.plan.mode, "seq": None,
-                              "already": False}
-    if not dry_run:
-        from runner.plan.register import register_plan
-
-        book, signer = ledger_and_signer()
-        reg = register_plan(book, signer, loaded)
-        result.update(seq=reg.seq, already=reg.already)
+    result = register_window(session, plan, commit=commit, window_id=window_id, dry_run=dry_run)
     if json_out:
         print_json(result)
         return
@@ -71,11 +67,7 @@ def window_register(
 
 def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
     """Append window.admitted if every required gate has a PASS at the plan's commit."""
-    from runner.gates.admission import admit
-
-    book, signer = ledger_and_signer()
-    registered(book, window)
-    admission = admit(book, signer, window)
+    admission = admit_window(session, window)
     if json_out:
         print_json({"window": window, "admitted_seq": admission.seq, "already": admission.already})
     else:
@@ -84,30 +76,13 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
 
 def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False,
              chain_production: Path | None = None) -> None:
-    from runner.execution.lock import window_lock
-    from runner.execution.progress import Progress
-    from runner.execution.window import WindowRunner, owner_name
-
-    book = state.ledger()
-    signer = state.signer(book.url)
-    registered(book, window)  # an unknown window is refused before the site is read or touched
-    driver, scale = site_driver(site)
     # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
     # must not leave production drained (never_fails); the window runs on to its recorded end.
-    with window_lock(book, window), Progress(enabled=not json_out and sys.stdout.isatty(),
-                                             echo=not json_out) as progress:
-        runner = WindowRunner(book, signer, window, driver, time_scale=scale,
-                              say=(lambda _t: None) if json_out else never_fails(progress.say),
-                              on_wave=never_fails(progress.wave), owner=window, chain_production=chain_production)
-        never_fails(progress.begin)(len(runner.plan.waves), runner.plan)
-        if not resume and not abort and (runner.ws.actions or runner.ws.ending is not None):
-            raise FormatError(f"window {window} has already run (phase {runner.ws.phase}); "
-                              "use `tally window resume` to continue it")
-        result = runner.run(resume=resume, abort=abort)
-    driver.close()
+    result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
+                        progress=not json_out and sys.stdout.isatty(), echo=not json_out, guard=never_fails)
     try:  # the window is over and recorded: a failed print loses only the report, never the exit code
         if not json_out and result.decision is not None:
-            print_verdict(book, window)
+            print_verdict(recorded_decision(session.ledger(), window))
         _print_result(result, json_out, owner_name())
     except (OSError, ValueError):
         discard_stdout()
@@ -115,19 +90,19 @@ def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, a
         raise typer.Exit(EXIT_FAILED)
 
 
-def print_verdict(book: Any, window: str) -> None:
+def print_verdict(decision: Decision | None) -> None:
     """The recorded decision as the verdict table of `tally verdict compute`."""
     from .verdict import print_result, verdict_console
 
-    for event in book.events(stream=f"window/{window}", types=["decision.recorded"]):
-        result = event.payload["result"]
-        if "cells" in result or "per_pair" in result:
-            print_result(event.payload["input"], result, verdict_console())
-        else:
-            print(f"Decision: {result.get('decision')}")
-            for reason in result.get("reasons", []):
-                print(f"  - {reason}")
+    if decision is None:
         return
+    result = decision.result
+    if "cells" in result or "per_pair" in result:
+        print_result(decision.input, result, verdict_console())
+    else:
+        print(f"Decision: {result.get('decision')}")
+        for reason in result.get("reasons", []):
+            print(f"  - {reason}")
 
 
 def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
@@ -169,12 +144,7 @@ def window_run(
     if dry_run == execute:
         raise FormatError("pass exactly one of --dry-run and --execute")
     if dry_run:
-        from runner.execution.dryrun import dry_run_report
-
-        book = state.ledger()
-        registered(book, window)  # an unknown window is refused before the site is read
-        driver, scale = site_driver(site)
-        report = dry_run_report(book, window, driver, scale)
+        report = dry_run_window(session, window, site)
         if json_out:
             print_json(report)
         else:
@@ -204,20 +174,14 @@ def window_report(
     json_out: JsonOpt = False,
 ) -> None:
     """Write the window's report (decision, reasons, plots) from its recorded decision."""
-    from runner.report.window import window_report as build
-
-    book = state.ledger()
-    with staged_out(out) as stage:  # refuses a symlinked or non-directory --out first
-        staged = build(book, window, stage)
-    paths = {**staged, "html": restage(staged["html"], stage, out), "markdown": restage(staged["markdown"], stage, out),
-             "figures": [restage(p, stage, out) for p in staged["figures"]]}
+    paths = write_window_report(session, window, out)
     if json_out:
         print_json(paths)
     else:
         print(f"wrote {paths['html']} and {paths['markdown']}")
 
 
-def window_power(
+def power_command(
     window: WindowArg,
     effect: Annotated[float | None, typer.Option(help="The true effect (default: the plan's [power] effect, else the registered bar).")] = None,
     spread_from: Annotated[str, typer.Option("--spread-from", help="archive (other windows' control starts) or pilot (--pilot FILE).")] = "archive",
@@ -231,27 +195,8 @@ def window_power(
 
     Appends nothing. Exit 1 when the spread cannot be estimated (too few comparable archive entries).
     """
-    from runner.gates.power import check_power
-
-    from .common import read_json_file
-
-    if spread_from not in ("archive", "pilot"):
-        raise FormatError(f"--spread-from must be archive or pilot, got {spread_from[:40]!r}")
-    if (spread_from == "pilot") != (pilot is not None):
-        raise FormatError("--spread-from pilot needs --pilot FILE (and --pilot needs --spread-from pilot)")
-    if effect is not None and not 0 <= effect < 1:
-        raise FormatError("--effect must be in [0, 1)")
-    if target is not None and not 0 < target < 1:
-        raise FormatError("--target must be in (0, 1)")
-    if windows is not None and not 100 <= windows <= 1_000_000:
-        raise FormatError("--windows must be in 100..1000000")
-    if seed is not None and not 0 <= seed < 2**53:
-        raise FormatError("--seed must be in 0..2^53-1")
-    book = state.ledger()
-    reg = registered(book, window)
-    document = None if pilot is None else read_json_file(pilot, "--pilot", name=f"pilot file {pilot}")
-    result = check_power(book, reg.plan, effect=effect, target=target, windows=windows, seed=seed, pilot=document,
-                         until=book.size())
+    result = window_power(session, window, effect=effect, spread_from=spread_from, pilot=pilot, target=target,
+                          windows=windows, seed=seed)
     figures = result.evidence.get("figures")
     if json_out:
         print_json({"window": window, "verdict": result.verdict, "summary": result.summary, **result.evidence})
@@ -264,11 +209,8 @@ def window_power(
 
 
 def _print_power(f: dict[str, Any]) -> None:
-    from runner.decide.power import spread_lines
-    from runner.gates.power import describe
-
     positive = "WIN" if f["rule"] == "win2-v1" else "CANDIDATE"
-    print(f"{f['rule']}: {describe(f)}")
+    print(f"{f['rule']}: {describe_power(f)}")
     for label, key, effect in (("at the effect", "at_effect", f["effect"]), ("at 0", "at_zero", 0.0)):
         probs = ", ".join(f"{k} {v['p']:.3f}" for k, v in f["outcomes"][key].items())
         extra = ""
@@ -285,7 +227,7 @@ def _print_power(f: dict[str, Any]) -> None:
                  "see it") if f.get("false_win_above_nominal") else ""
         loss = f", false-LOSS rate {f['false_loss_rate']:.3f}" if "false_loss_rate" in f else ""
         print(f"  false-{positive} rate {f['false_positive_rate']:.3f} (nominal {f['nominal_false_win_rate']:.3f}){above}{loss}")
-    for line in spread_lines(f):
+    for line in power_spread_lines(f):
         print(f"  {line}")
     print(f"  noise model: {f['noise_model']}")
     print(f"  {f['windows']} simulated windows, seed {f['seed']}, through the rule's own formulas"
@@ -301,5 +243,5 @@ def register(app: typer.Typer) -> None:
     command(window, "resume")(window_resume)
     command(window, "abort")(window_abort)
     command(window, "report")(window_report)
-    command(window, "power")(window_power)
+    command(window, "power")(power_command)
     app.add_typer(window, name="window")

@@ -6,8 +6,26 @@ that importing ``ledger.errors`` (as every command does) stays cheap.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+import typing
+from importlib import import_module as _import_module
+
+if typing.TYPE_CHECKING:  # what the lazy names below are, for the type checker
+    from typing import Any
+
+    from .errors import (
+        ExternalError,
+        FormatError,
+        IntegrityError,
+        PayloadError,
+        PolicyError,
+        StorageError,
+        TallyError,
+        VerificationError,
+    )
+    from .event import Event, check_seq
+    from .keys import KeyRing, Signer, load_signer
+    from .store import Blob, Ledger, NewEvent, blob_ref
+    from .verify import VerifiedLedger, verify_events
 
 __all__ = [
     "Blob",
@@ -26,13 +44,14 @@ __all__ = [
     "VerificationError",
     "VerifiedLedger",
     "blob_ref",
+    "check_seq",
     "load_signer",
     "verify_events",
 ]
 
 _HOME = {
     "Blob": "store", "Ledger": "store", "NewEvent": "store", "blob_ref": "store",
-    "Event": "event", "KeyRing": "keys", "Signer": "keys", "load_signer": "keys",
+    "Event": "event", "check_seq": "event", "KeyRing": "keys", "Signer": "keys", "load_signer": "keys",
     "VerifiedLedger": "verify", "verify_events": "verify",
     "ExternalError": "errors", "FormatError": "errors", "IntegrityError": "errors",
     "PayloadError": "errors", "PolicyError": "errors", "StorageError": "errors",
@@ -42,5 +61,5 @@ _HOME = {
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
-        return getattr(import_module(f".{_HOME[name]}", __name__), name)
+        return getattr(_import_module(f".{_HOME[name]}", __name__), name)
     raise AttributeError(f"module 'ledger' has no attribute {name!r}")

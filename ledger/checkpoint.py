@@ -19,14 +19,12 @@ origin. What lives here:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import merkle
+from . import b64, merkle
 from . import note as notes
 from .errors import FormatError, StorageError, TallyError, VerificationError
 from .keys import EVENT_ROLES, KeyRing
@@ -40,6 +38,7 @@ __all__ = [
     "ConsistencyProof",
     "SignedCheckpoint",
     "VerifiedCheckpoint",
+    "as_verifier",
     "checkpoint_at",
     "checkpoint_covering",
     "consistency_proof",
@@ -80,7 +79,7 @@ class Checkpoint:
     extensions: tuple[str, ...] = ()
 
     def text(self) -> str:
-        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode("ascii"), *self.extensions]
+        lines = [self.origin, str(self.size), b64.encode(self.root), *self.extensions]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -102,10 +101,7 @@ def parse_checkpoint(text: str) -> Checkpoint:
     size = int(size_text)
     if size > MAX_SIZE:
         raise FormatError("checkpoint size is too large")
-    try:
-        root = base64.b64decode(root_text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise FormatError("checkpoint root hash is not standard base64") from None
+    root = b64.decode(root_text, "checkpoint root hash")
     if len(root) != 32:
         raise FormatError(f"checkpoint root hash is {len(root)} bytes, not 32")
     if any(not line for line in extensions):
@@ -142,7 +138,8 @@ class VerifiedCheckpoint:
         }
 
 
-def _as_verifier(spec: KeySpec, default_name: str) -> notes.Verifier:
+def as_verifier(spec: KeySpec, default_name: str) -> notes.Verifier:
+    """A key spec as a verifier: a vkey parsed, a raw Ed25519 key named ``default_name`` (type 0x01)."""
     if isinstance(spec, notes.Verifier):
         return spec
     if isinstance(spec, bytes):
@@ -187,7 +184,7 @@ def open_checkpoint(
                 f"checkpoint origin {checkpoint.origin!r} is not a valid key name; pass the log key as a vkey",
                 rule="checkpoint",
             )
-        log.append(_as_verifier(spec, checkpoint.origin))
+        log.append(as_verifier(spec, checkpoint.origin))
     if not log:
         raise FormatError("no log key given to verify the checkpoint with")
     if any(v.is_cosigner for v in log):
@@ -374,7 +371,7 @@ class ConsistencyProof:
 
     def text(self) -> str:
         """The C2SP tlog-witness ``add-checkpoint`` body: ``old N``, base64 hashes, blank line, checkpoint."""
-        lines = [f"old {self.old}", *(base64.b64encode(h).decode("ascii") for h in self.hashes)]
+        lines = [f"old {self.old}", *(b64.encode(h) for h in self.hashes)]
         return "\n".join(lines) + "\n\n" + (self.checkpoint or "")
 
     def to_json(self) -> dict[str, Any]:
@@ -426,10 +423,7 @@ def parse_consistency_proof(text: str) -> ConsistencyProof:
         raise FormatError("consistency proof has too many hashes")
     hashes: list[bytes] = []
     for line in lines[1:]:
-        try:
-            raw = base64.b64decode(line.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            raise FormatError("consistency proof hash is not standard base64") from None
+        raw = b64.decode(line, "consistency proof hash")
         if len(raw) != 32:
             raise FormatError("consistency proof hash is not 32 bytes")
         hashes.append(raw)

@@ -14,13 +14,12 @@ trusted keys (the keyid is only a hint), require ``threshold`` distinct *public 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import b64
 from .errors import FormatError, VerificationError
 from .keys import Signer, key_id, verify_signature
 
@@ -43,18 +42,6 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def _b64decode(value: Any, what: str) -> bytes:
-    """Standard or URL-safe base64, padding optional."""
-    if not isinstance(value, str):
-        raise FormatError(f"{what} is not a base64 string")
-    text = value.strip().replace("-", "+").replace("_", "/")
-    text += "=" * (-len(text) % 4)
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise FormatError(f"{what} is not base64") from None
-
-
 @dataclass(frozen=True)
 class EnvelopeSignature:
     keyid: str
@@ -71,10 +58,10 @@ class Envelope:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "payload": base64.b64encode(self.payload).decode("ascii"),
+            "payload": b64.encode(self.payload),
             "payloadType": self.payload_type,
             "signatures": [
-                {"keyid": s.keyid, "sig": base64.b64encode(s.sig).decode("ascii")} for s in self.signatures
+                {"keyid": s.keyid, "sig": b64.encode(s.sig)} for s in self.signatures
             ],
         }
 
@@ -99,8 +86,8 @@ class Envelope:
             keyid = entry.get("keyid", "")
             if not isinstance(keyid, str):
                 raise FormatError("DSSE keyid is not a string")
-            signatures.append(EnvelopeSignature(keyid, _b64decode(entry["sig"], "DSSE sig")))
-        return cls(_b64decode(obj["payload"], "DSSE payload"), obj["payloadType"], tuple(signatures))
+            signatures.append(EnvelopeSignature(keyid, b64.decode_lenient(entry["sig"], "DSSE sig")))
+        return cls(b64.decode_lenient(obj["payload"], "DSSE payload"), obj["payloadType"], tuple(signatures))
 
     @classmethod
     def loads(cls, text: str | bytes) -> Envelope:

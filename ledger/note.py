@@ -21,12 +21,11 @@ raises ``VerificationError``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from . import b64
 from .errors import FormatError, VerificationError
 from .keys import Signer, verify_signature
 
@@ -75,14 +74,6 @@ def cosignature_message(text: str, timestamp: int) -> bytes:
     return f"cosignature/v1\ntime {timestamp}\n".encode() + text.encode("utf-8")
 
 
-def b64decode_standard(value: str, what: str) -> bytes:
-    """Standard base64 (padding required); ``FormatError`` naming ``what`` otherwise."""
-    try:
-        return base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise FormatError(f"{what} is not standard base64") from None
-
-
 @dataclass(frozen=True)
 class Verifier:
     """A verifier key: a name, a signature type, an Ed25519 public key."""
@@ -129,7 +120,7 @@ class Verifier:
 def vkey(name: str, public_raw: bytes, sig_type: int = SIG_ED25519) -> str:
     """The C2SP vkey ``name+hex8+base64(type || public key)``."""
     verifier = Verifier(name, sig_type, public_raw)
-    encoded = base64.b64encode(bytes([sig_type]) + public_raw).decode("ascii")
+    encoded = b64.encode(bytes([sig_type]) + public_raw)
     return f"{name}+{verifier.key_id:08x}+{encoded}"
 
 
@@ -144,7 +135,7 @@ def parse_vkey(text: str) -> Verifier:
         raise FormatError(f"vkey name {name!r} must be non-empty, without spaces or '+'")
     if len(hex8) != 8 or any(ch not in "0123456789abcdefABCDEF" for ch in hex8):
         raise FormatError(f"vkey key ID {hex8!r} is not 8 hex characters")
-    raw = b64decode_standard(key_b64, "vkey key")
+    raw = b64.decode(key_b64, "vkey key")
     if len(raw) != 33:
         raise FormatError("vkey key must be a type byte and a 32-byte Ed25519 public key")
     sig_type, public_raw = raw[0], raw[1:]
@@ -165,7 +156,7 @@ class NoteSignature:
     signature: bytes
 
     def line(self) -> str:
-        encoded = base64.b64encode(self.key_id.to_bytes(4, "big") + self.signature).decode("ascii")
+        encoded = b64.encode(self.key_id.to_bytes(4, "big") + self.signature)
         return f"{SIG_PREFIX}{self.name} {encoded}\n"
 
 
@@ -215,7 +206,7 @@ def parse_note(message: str | bytes) -> Note:
         name, space, encoded = line[len(SIG_PREFIX):].partition(" ")
         if not space or not is_valid_name(name) or not encoded:
             raise FormatError(f"signature line {line[:40]!r} is not '\u2014 name base64'")
-        raw = b64decode_standard(encoded, f"signature of {name}")
+        raw = b64.decode(encoded, f"signature of {name}")
         if len(raw) < 5:
             raise FormatError(f"signature of {name} is too short")
         signatures.append(NoteSignature(name, int.from_bytes(raw[:4], "big"), raw[4:]))

@@ -23,7 +23,6 @@ digest and that the Statement is exactly the one derived from it.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import merkle
+from . import b64, merkle
 from .canonical import canonical
 from .checkpoint import (
     KeySpec,
@@ -47,7 +46,7 @@ from .dsse import INTOTO_PAYLOAD_TYPE, Envelope, sign_envelope, verify_envelope
 from .errors import FormatError, TallyError, VerificationError
 from .event import Event, event_from_json
 from .keys import Signer
-from .note import Verifier, b64decode_standard, parse_vkey
+from .note import Verifier, parse_vkey
 from .signing import sign_checkpoint
 from .strictjson import read_json
 from .strictwrite import open_dir, write_whole
@@ -224,9 +223,9 @@ class TlogProof:
     def text(self) -> str:
         lines = [TLOG_PROOF_HEADER]
         if self.extra is not None:
-            lines.append("extra " + base64.b64encode(self.extra).decode("ascii"))
+            lines.append("extra " + b64.encode(self.extra))
         lines.append(f"index {self.index}")
-        lines.extend(base64.b64encode(h).decode("ascii") for h in self.hashes)
+        lines.extend(b64.encode(h) for h in self.hashes)
         return "\n".join(lines) + "\n\n" + self.checkpoint
 
 
@@ -241,7 +240,7 @@ def parse_tlog_proof(text: str) -> TlogProof:
     position = 1
     extra = None
     if position < len(lines) and lines[position].startswith("extra "):
-        extra = b64decode_standard(lines[position][6:], "tlog-proof extra data")
+        extra = b64.decode(lines[position][6:], "tlog-proof extra data")
         position += 1
     if position >= len(lines) or not lines[position].startswith("index "):
         raise FormatError("tlog-proof has no 'index <n>' line")
@@ -250,7 +249,7 @@ def parse_tlog_proof(text: str) -> TlogProof:
         raise FormatError(f"tlog-proof index {index_text[:20]!r} is not a decimal")
     hashes = []
     for line in lines[position + 1:]:
-        raw = b64decode_standard(line, "tlog-proof hash")
+        raw = b64.decode(line, "tlog-proof hash")
         if len(raw) != 32:
             raise FormatError(f"tlog-proof hash is {len(raw)} bytes, not 32")
         hashes.append(raw)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import merkle
 from . import note as notes
-from .checkpoint import Checkpoint, ConsistencyProof, _reason, open_checkpoint, parse_checkpoint
+from .checkpoint import Checkpoint, ConsistencyProof, _reason, as_verifier, open_checkpoint, parse_checkpoint
 from .errors import FormatError, PolicyError, StorageError, VerificationError
 from .keys import Signer
 from .strictfile import read_optional
@@ -164,7 +164,7 @@ class Witness:
         for a proof from the wrong size or a missing proof.
         """
         origin = _origin_of(message)
-        given = [_verifier(k, origin) for k in log_keys]
+        given = [as_verifier(k, origin) for k in log_keys]
         keys = given or [notes.parse_vkey(k) for k in self.trusted_keys(origin)]
         if not keys:
             raise FormatError(f"no log key known for {origin!r}; pass the log's vkey")
@@ -223,14 +223,6 @@ class Witness:
                 f"({_reason(exc)})",
                 rule="witness",
             ) from None
-
-
-def _verifier(key: str | bytes | notes.Verifier, origin: str) -> notes.Verifier:
-    if isinstance(key, notes.Verifier):
-        return key
-    if isinstance(key, bytes):
-        return notes.Verifier(origin, notes.SIG_ED25519, key)
-    return notes.parse_vkey(key)
 
 
 def _origin_of(message: str) -> str:

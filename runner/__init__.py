@@ -20,3 +20,5 @@ Packages, in layer order (a module imports only what is below it; ``docs/archite
 The runner keeps no state of its own: everything it acts on is folded from the ledger's
 events (``runner.state``), and everything it does is appended as an event.
 """
+
+__all__: list[str] = []  # the runner speaks through its packages' faces

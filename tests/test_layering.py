@@ -5,11 +5,17 @@ packages form layers (``docs/architecture.md``)::
 
     foundation   runner.vocabulary, runner.fields          import only ledger
     leaves       runner.sim, runner.measure, runner.drivers   ledger, foundation, each other
-    stack        events < plan < state < decide < gates < report < audit < execution < demo
+    stack        events < plan < state < decide < rehearsal < smoke < gates < promotion < report
+                 < audit < execution < demo < app
 
 A stack layer may import ledger, the foundation, the leaves and the layers below it,
-never one above. No module graph may have a cycle. The checks run on the repository
-and on planted sources that break each rule.
+never one above. No module graph may have a cycle. Every package has a face (its
+``__init__``'s ``__all__``): from outside a runner package only the names its face
+exports may be imported (from the face, from the module that defines them, or from a
+submodule the face exports whole), and no ``_private`` name or module of another
+package at all; the CLI imports package faces only (``ledger``, ``runner.app``, and a
+face's types for annotations). The checks run on the repository and on planted sources
+that break each rule.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,8 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("ledger", "runner", "cli")
 FOUNDATION = ("runner.vocabulary", "runner.fields")
 LEAVES = ("runner.sim", "runner.measure", "runner.drivers")
-STACK = ("runner.events", "runner.plan", "runner.state", "runner.decide", "runner.gates", "runner.report",
-         "runner.audit", "runner.execution", "runner.demo")
+STACK = ("runner.events", "runner.plan", "runner.state", "runner.decide", "runner.rehearsal", "runner.smoke",
+         "runner.gates", "runner.promotion", "runner.report", "runner.audit", "runner.execution", "runner.demo",
+         "runner.app")
 
 
 def _module_name(rel: str) -> str:
@@ -145,6 +153,90 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@dataclass(frozen=True)
+class Import:
+    """One imported thing: ``module`` (as resolved) and the ``name`` taken from it (``None``: the module)."""
+
+    importer: str
+    module: str
+    name: str | None
+
+
+def imports_of(sources: Mapping[str, str]) -> list[Import]:
+    """Every import of a module of these packages, name by name (``from m import a, b`` is two)."""
+    modules = {_module_name(rel): rel for rel in sources}
+    found: list[Import] = []
+    for name, rel in modules.items():
+        is_package = rel.endswith("__init__.py")
+        for node in ast.walk(ast.parse(sources[rel], filename=rel)):
+            if isinstance(node, ast.Import):
+                found += [Import(name, alias.name, None) for alias in node.names
+                          if alias.name.split(".")[0] in PACKAGES]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                if module.split(".")[0] not in PACKAGES:
+                    continue
+                for alias in node.names:
+                    sub = f"{module}.{alias.name}"
+                    found.append(Import(name, sub, None) if sub in modules else Import(name, module, alias.name))
+    return found
+
+
+def faces_of(sources: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Package -> the names its face exports (its ``__init__``'s ``__all__``; empty when it has none)."""
+    faces: dict[str, tuple[str, ...]] = {}
+    for rel, text in sources.items():
+        if not rel.endswith("__init__.py"):
+            continue
+        exported: tuple[str, ...] = ()
+        for node in ast.parse(text, filename=rel).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) and node.value is not None else []
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+                exported = tuple(ast.literal_eval(node.value))
+        faces[_module_name(rel)] = exported
+    return faces
+
+
+def _package(module: str) -> str:
+    """The package whose face speaks for ``module``: ``runner.<package>``, else the top package."""
+    parts = module.split(".")
+    if parts[0] == "runner" and len(parts) > 1 and f"runner.{parts[1]}" not in FOUNDATION:
+        return f"runner.{parts[1]}"
+    return module if parts[0] == "runner" else parts[0]
+
+
+def face_violations(found: list[Import], faces: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Imports that reach behind another package's face, and CLI imports of anything but a face."""
+    out = []
+    for imp in found:
+        mine, theirs = _package(imp.importer), _package(imp.module)
+        if mine == theirs or imp.importer.split(".")[0] == imp.module.split(".")[0] == "ledger":
+            continue
+        what = imp.module if imp.name is None else f"{imp.module}.{imp.name}"
+        inner = imp.module[len(theirs):].lstrip(".").split(".") if imp.module != theirs else []
+        if any(part.startswith("_") for part in [*inner, imp.name or ""]):
+            out.append(f"{imp.importer} imports {what}: private to {theirs}")
+            continue
+        if imp.importer.startswith("cli.") and imp.module != theirs:
+            out.append(f"{imp.importer} imports {what}: the CLI imports package faces only")
+            continue
+        if not theirs.startswith("runner.") or theirs not in faces:
+            continue
+        exported = faces[theirs]
+        public_module = len(inner) == 1 and inner[0] in exported   # a submodule the face exports whole
+        on_face = public_module or (imp.module == theirs if imp.name is None else imp.name in exported)
+        if not on_face:
+            out.append(f"{imp.importer} imports {what}: not on the face of {theirs}")
+    return sorted(set(out))
+
+
 # ---------------------------------------------------------------------- the repository
 
 
@@ -154,6 +246,17 @@ def test_repository_has_no_import_cycle() -> None:
 
 def test_repository_keeps_its_layers() -> None:
     assert layering_violations(import_graph(sources_of(REPO))) == []
+
+
+def test_repository_keeps_to_the_faces() -> None:
+    sources = sources_of(REPO)
+    assert face_violations(imports_of(sources), faces_of(sources)) == []
+
+
+def test_every_runner_package_has_a_face() -> None:
+    faces = faces_of(sources_of(REPO))
+    packages = sorted(p.parent.name for p in (REPO / "runner").glob("*/__init__.py"))
+    assert [p for p in packages if not faces.get(f"runner.{p}")] == []
 
 
 def test_runner_has_at_most_two_loose_modules() -> None:
@@ -210,6 +313,51 @@ def test_the_ledger_importing_runner_is_found() -> None:
 def test_a_module_outside_every_layer_is_found() -> None:
     graph = _planted({"runner/loose.py": "from .fields import x\n"})
     assert "runner.loose belongs to no layer (see docs/architecture.md)" in layering_violations(graph)
+
+
+def _face_breaches(extra: Mapping[str, str]) -> list[str]:
+    sources = {**BASE, "runner/state/__init__.py": 'from .fold import State\n__all__ = ["State"]\n',
+               "runner/state/fold.py": "State = 1\nthing = 2\n_cache = 3\n", "runner/state/_cached.py": "x = 1\n",
+               "runner/events/__init__.py": 'from . import payloads\n__all__ = ["payloads"]\n',
+               "runner/events/payloads.py": "Hold = 1\n", "runner/execution/__init__.py": "",
+               "ledger/keys.py": "_secret = 1\nSigner = 2\n", **extra}
+    return face_violations(imports_of(sources), faces_of(sources))
+
+
+def test_a_planted_cli_import_behind_a_runner_face_is_found() -> None:
+    assert _face_breaches({"cli/x.py": "def f():\n    from runner.state.fold import State\n"}) == [
+        "cli.x imports runner.state.fold.State: the CLI imports package faces only"]
+
+
+def test_a_planted_cli_import_of_a_ledger_module_is_found() -> None:
+    assert _face_breaches({"cli/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                       "    from ledger.keys import Signer\n"}) == [
+        "cli.x imports ledger.keys.Signer: the CLI imports package faces only"]
+
+
+def test_a_planted_import_of_a_name_off_the_face_is_found() -> None:
+    assert _face_breaches({"runner/execution/x.py": "from ..state.fold import thing\n"}) == [
+        "runner.execution.x imports runner.state.fold.thing: not on the face of runner.state"]
+    assert _face_breaches({"runner/execution/x.py": "from ..state import fold\n"}) == [
+        "runner.execution.x imports runner.state.fold: not on the face of runner.state"]
+
+
+def test_a_planted_import_of_a_private_module_or_name_is_found() -> None:
+    assert _face_breaches({"runner/execution/x.py": "from ..state._cached import x\n"}) == [
+        "runner.execution.x imports runner.state._cached.x: private to runner.state"]
+    assert _face_breaches({"runner/execution/x.py": "from ..state.fold import _cache\n"}) == [
+        "runner.execution.x imports runner.state.fold._cache: private to runner.state"]
+    assert _face_breaches({"runner/execution/x.py": "def f():\n    from ledger.keys import _secret\n"}) == [
+        "runner.execution.x imports ledger.keys._secret: private to ledger"]
+
+
+def test_what_a_face_exports_may_be_imported_from_its_module_or_its_face() -> None:
+    assert _face_breaches({
+        "runner/execution/x.py": "from ..state.fold import State\nfrom ..state import State as S\n"
+                                 "from ..events import payloads\nfrom ..events.payloads import Hold\n",
+        "runner/state/y.py": "from ._cached import x\nfrom .fold import _cache\n",   # inside its own package
+        "cli/x.py": "from runner.state import State\nfrom ledger import FormatError\n",
+    }) == []
 
 
 @pytest.mark.parametrize("text", ["from . import b\n", "from .b import thing\n", "import runner.plan.b\n"])

@@ -20,6 +20,7 @@ from ledger.errors import FieldError
 
 from ..fields import Fields
 from ..vocabulary import DECISION_REQUEST_STATUSES, DecisionRequestStatus, Pp3Decision
+from .clocks import cap_reasons, dial_back_reasons
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +36,6 @@ __all__ = [
     "Pp3Params",
     "Request",
     "bootstrap_gains",
-    "clock_reasons",
     "decide",
     "family_sums",
     "pair_label",
@@ -152,30 +152,6 @@ def _clocks(f: Fields) -> Clocks:
     thermal = f.integer("thermal_dialbacks_in_hold", low=0)
     f.done()
     return Clocks(production, blocks, thermal)
-
-
-def clock_reasons(clocks: Clocks) -> list[str]:
-    """Why the blocks' clocks do not allow a CANDIDATE (win2-v1's clock conditions, per block)."""
-    caps = dict(clocks.blocks)
-    reasons: list[str] = []
-    if clocks.production_clock_cap_mhz is None:
-        capped = [b for b in BLOCKS if caps[b] is not None]
-        if capped:
-            reasons.append(f"clock cap recorded for {', '.join(capped)}, but clocks do not apply on this site")
-    else:
-        unknown = [b for b in BLOCKS if caps[b] is None]
-        if unknown:
-            reasons.append(f"clock cap not recorded for {', '.join(unknown)}")
-        known = {b: c for b, c in caps.items() if c is not None}
-        if len(set(known.values())) > 1:
-            reasons.append("blocks ran at different clock caps: " + ", ".join(f"{b} {c} MHz" for b, c in known.items()))
-        off = [b for b, c in known.items() if c != clocks.production_clock_cap_mhz]
-        if off:
-            reasons.append(", ".join(f"{b} ran at {known[b]} MHz" for b in off)
-                           + f"; production's configured clock cap is {clocks.production_clock_cap_mhz} MHz")
-    if clocks.thermal_dialbacks_in_hold > 0:
-        reasons.append(f"thermal dial-back inside the HOLD ({clocks.thermal_dialbacks_in_hold} event(s))")
-    return reasons
 
 
 def _params(f: Fields) -> Pp3Params:
@@ -334,7 +310,8 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
     if not inp.gates_passed:
         hold.append("not every gate passed")
     if inp.clocks is not None:
-        hold += clock_reasons(inp.clocks)
+        hold += cap_reasons(inp.clocks.blocks, inp.clocks.production_clock_cap_mhz, "blocks")
+        hold += dial_back_reasons(inp.clocks.thermal_dialbacks_in_hold)
     hold += [f"incomplete: {what}" for what in inp.incomplete]
     hold += [f"incomplete: {m}" for m in inp.smoke_missing]
     hold += [f"request not ok: {_label(table, r)} is {r.status}" for r in ordered

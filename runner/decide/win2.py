@@ -20,6 +20,7 @@ from ledger.errors import FieldError
 
 from ..fields import Fields
 from ..vocabulary import MetricRole, Win2Decision
+from .clocks import cap_reasons, dial_back_reasons
 from .paired import Direction, Verdict, effect_verdict, mean, paired_interval, relative_change
 
 __all__ = [
@@ -286,11 +287,10 @@ def decide(inp: Win2Input) -> dict[str, Any]:
     for w in decision_waves:
         grouped.setdefault((w.start, w.cell, w.repeat), []).append(w)
 
-    inconclusive: list[str] = _clock_reasons(inp)
+    inconclusive = cap_reasons({s: inp.starts[s].clock_cap_mhz for s in STARTS}, inp.production_clock_cap_mhz, "starts")
     inconclusive.extend(f"missing data: wave not counted ({why})" for why in inp.excluded)
     inconclusive.extend(f"smoke: {why}" for why in inp.smoke)
-    if inp.thermal_dialbacks_in_hold > 0:
-        inconclusive.append(f"thermal dial-back inside the HOLD ({inp.thermal_dialbacks_in_hold} event(s))")
+    inconclusive += dial_back_reasons(inp.thermal_dialbacks_in_hold)
     if len(families) != FAMILIES_PER_REPEAT:
         inconclusive.append(f"missing data: a repeat pools {FAMILIES_PER_REPEAT} waves, one per source family; "
                             f"the decision cells have {len(families)} famil{'y' if len(families) == 1 else 'ies'}"
@@ -333,25 +333,6 @@ def decide(inp: Win2Input) -> dict[str, Any]:
     if inp.production_clock_cap_mhz is None:
         result["clocks"] = CLOCKS_NOT_APPLICABLE
     return result
-
-
-def _clock_reasons(inp: Win2Input) -> list[str]:
-    reasons: list[str] = []
-    caps = {s: inp.starts[s].clock_cap_mhz for s in STARTS}
-    if inp.production_clock_cap_mhz is None:  # a site without GPU clocks: the clock reasons do not apply
-        capped = [s for s in STARTS if caps[s] is not None]
-        return [f"clock cap recorded for {', '.join(capped)}, but clocks do not apply on this site"] if capped else []
-    unknown = [s for s in STARTS if caps[s] is None]
-    if unknown:
-        reasons.append(f"clock cap not recorded for {', '.join(unknown)}")
-    known = {s: c for s, c in caps.items() if c is not None}
-    if len(set(known.values())) > 1:
-        reasons.append("starts ran at different clock caps: " + ", ".join(f"{s} {c} MHz" for s, c in known.items()))
-    off = [s for s, c in known.items() if c != inp.production_clock_cap_mhz]
-    if off:
-        reasons.append(", ".join(f"{s} ran at {known[s]} MHz" for s in off)
-                       + f"; production's configured clock cap is {inp.production_clock_cap_mhz} MHz")
-    return reasons
 
 
 def _metric(m: Metric, role: MetricRole, pooled: Mapping[tuple[str, int], _Pooled], p: Win2Params,

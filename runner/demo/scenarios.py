@@ -128,28 +128,27 @@ def write_receipts(root: Path, qualified: str, head: str, tests: Sequence[str] =
 def pass_gates(book: Ledger, signer: Signer, window: str, *, repo: Path, qualified: str, admission: Path,
                rng: Path, sim_url: str, out: Path, say: Callable[[str], None]) -> None:
     """Run every gate the plan requires, as `tally gate ...` and `tally rehearse` would."""
-    from ..gates.capability import plan_needs
-    from ..gates.record import budget_gate, qualification_gate, rehearsal_gate, rng_gate
-    from ..gates.rehearsal import rehearse, write_rehearsal
-    from ..plan.register import registered_plan
+    from ..gates import BudgetGate, Gate, QualificationGate, RehearsalGate, RngGate, run_gate
+    from ..plan import registered_plan
+    from ..rehearsal import plan_needs, rehearse, write_rehearsal
 
     plan = registered_plan(book, window).plan
-    for gate in plan.required_gates:
-        if gate == "qualification":
-            outcome = qualification_gate(book, signer, window, repo=repo, qualified_commit=qualified,
-                                         admission=admission)
-        elif gate == "rng":
-            outcome = rng_gate(book, signer, window, receipt=rng, admission=admission)
-        elif gate == "budget":  # the demo's measured pair reserve (seed 000), when the plan has one
-            reserve = 333.0 if plan.budget.pair_reserve_s is not None else None
-            outcome = budget_gate(book, signer, window, pair_reserve_s=reserve)
-        elif gate == "rehearsal":
+    for name in plan.required_gates:
+        gate: Gate
+        if name == "qualification":
+            gate = QualificationGate(repo=repo, qualified_commit=qualified, admission=admission)
+        elif name == "rng":
+            gate = RngGate(receipt=rng, admission=admission)
+        elif name == "budget":  # the demo's measured pair reserve (seed 000), when the plan has one
+            gate = BudgetGate(pair_reserve_s=333.0 if plan.budget.pair_reserve_s is not None else None)
+        elif name == "rehearsal":
             rehearsal = rehearse(sim_url, 1, timeout=30.0, needs=plan_needs(plan))
             _, _, responses = write_rehearsal(rehearsal, out / f"rehearsal-{window}")
-            outcome = rehearsal_gate(book, signer, window, rehearsal, responses)
+            gate = RehearsalGate(rehearsal, responses)
         else:
             continue
-        say(f"  gate {gate}: {outcome.verdict} ({outcome.summary})")
+        outcome = run_gate(book, signer, window, gate)
+        say(f"  gate {name}: {outcome.verdict} ({outcome.summary})")
 
 
 def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[str], None]) -> None:

@@ -1,5 +1,13 @@
 """Window execution: the step machine, the runner that performs its steps, and their helpers.
 
+::
+
+    from runner.execution import WindowRunner, window_lock
+
+    with window_lock(ledger, "w1"):
+        result = WindowRunner(ledger, signer, "w1", driver, time_scale=scale).run()
+    result.ending, result.decision
+
 - ``steps``: ``next_step(ctx)``, the one step to take now, from replayed state (pure);
 - ``window``: ``WindowRunner``, which replays, asks, acts and records until decided;
 - ``clock``: the budget clock in window minutes (pure);
@@ -8,3 +16,21 @@
   "everything succeeds" fold); ``preflight``: ``tally chain preflight``;
 - ``progress``: the terminal's progress bar.
 """
+
+from __future__ import annotations
+
+from .dryrun import dry_run_report
+from .lock import window_lock
+from .preflight import chain_preflight
+from .progress import Progress
+from .window import RunResult, WindowRunner, owner_name
+
+__all__ = [
+    "Progress",
+    "RunResult",
+    "WindowRunner",
+    "chain_preflight",
+    "dry_run_report",
+    "owner_name",
+    "window_lock",
+]

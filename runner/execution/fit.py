@@ -132,7 +132,7 @@ def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
     down, and the static checks are all there is to know. ``fields`` (the recorded
     capability probe's finding per request field) refuses smoke probes the server cannot run.
     """
-    from ..gates.capability import smoke_refusals
+    from ..rehearsal.capability import smoke_refusals
 
     static = site_refusals(plan, driver) + smoke_refusals(plan, fields)
     return static or (probe_refusals(plan, driver) if production_serves else [])

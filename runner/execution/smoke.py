@@ -1,6 +1,6 @@
 """The smoke stage's step: a smoke start's probes, after its waves, recorded as ``smoke.result`` events.
 
-Each probe (``runner.gates.smoke``) becomes one ``smoke.result`` whose evidence blob holds
+Each probe (``runner.smoke.probes``) becomes one ``smoke.result`` whose evidence blob holds
 its exchanges (requests, replies, the emitted tokens); all of a start's results are
 appended in one transaction, so a start has all of its probes recorded or none; the start's
 engine is attested before and after (as around a wave), and probes another engine may have
@@ -23,8 +23,8 @@ from ..events import payloads as p
 from .recorder import Pending, Recorder, RunResult, StepHandler
 
 if TYPE_CHECKING:
-    from ..gates.greedy import Emitted
-    from ..gates.smoke import ProbeVerdict
+    from ..smoke.greedy import Emitted
+    from ..smoke.probes import ProbeVerdict
     from .steps import Step, StepKind
 
 __all__ = ["HANDLERS", "SmokeSteps"]
@@ -33,7 +33,7 @@ EVIDENCE_MEDIA_TYPE = "application/json"
 
 
 def _emitted(data: Any) -> Emitted | None:
-    from ..gates.greedy import Emitted
+    from ..smoke.greedy import Emitted
 
     if not isinstance(data, dict) or not isinstance(data.get("sequence"), list):
         return None
@@ -75,7 +75,7 @@ class SmokeSteps(Recorder):
         return None
 
     def smoke(self, step: Step, _r: RunResult) -> None:
-        from ..gates.smoke import SmokeSession
+        from ..smoke.probes import SmokeSession
 
         smoke = self.plan.smoke
         assert smoke is not None and step.start is not None
@@ -91,7 +91,7 @@ class SmokeSteps(Recorder):
             if "greedy_identity" in smoke.probes:
                 reference = None if start.id == smoke.reference else self._reference()
                 if start.id != smoke.reference and reference is None:
-                    from ..gates.smoke import ProbeVerdict
+                    from ..smoke.probes import ProbeVerdict
 
                     verdicts.append(ProbeVerdict("greedy_identity", "fail",
                                                  f"{start.id}: the reference {smoke.reference} recorded no "

@@ -23,12 +23,18 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plan.model import Budget
 from ..vocabulary import GateVerdict
+from .gate import Finding
 
-__all__ = ["BudgetCheck", "BudgetReport", "BudgetRow", "budget_report", "minutes_display"]
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+    from ..plan.model import Plan
+
+__all__ = ["BudgetCheck", "BudgetGate", "BudgetReport", "BudgetRow", "budget_report", "minutes_display"]
 
 Verdict = GateVerdict
 
@@ -218,3 +224,15 @@ def budget_report(budget: Budget, *, measured_reserve_s: float | None = None) ->
         per_block_min={start: _minutes(s) for start, s in per_block.items()},
         largest_reserve_s=largest, slack_min=_minutes(slack), summary=summary, notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class BudgetGate:
+    """The gate: the plan's stage estimates against its limits (``pair_reserve_s``, a measured pair reserve,
+    decides instead of the dry bound when given)."""
+
+    pair_reserve_s: float | None = None
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        report = budget_report(plan.budget, measured_reserve_s=self.pair_reserve_s)
+        return Finding("budget", report.verdict, report.summary, report.to_json(), commit=plan.commit)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..plan.register import WindowNotRegistered
 from ..state.fold import State
 from ..vocabulary import GateVerdict
+from .gate import Finding
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
     from ledger.store import Ledger
 
     from ..drivers.base import HostDriver
+    from ..plan.model import Plan
 
-__all__ = ["PrevOk", "check_prev_ok", "probe_hosts", "run_prev_ok"]
+__all__ = ["ChainPrevOkGate", "PrevOk", "PrevOkRecord", "check_prev_ok", "probe_hosts", "run_prev_ok"]
 
 
 @dataclass(frozen=True)
@@ -175,31 +177,54 @@ class PrevOkRecord:
     aborted_event: Event | None
 
 
+@dataclass(frozen=True)
+class ChainPrevOkGate:
+    """The gate: the chain as the replayed ledger says it is and, with a ``driver``, as the hosts say it is
+    (:func:`probe_hosts`)."""
+
+    driver: HostDriver | None = None
+
+    def prev_ok(self, state: State, plan: Plan) -> PrevOk:
+        """The check on replayed ``state``, with the hosts' probes when there is a driver."""
+        result = check_prev_ok(state, plan.window_id)
+        if self.driver is None:
+            return result
+        from ..drivers.base import unreachable_allowed
+
+        probed, more = probe_hosts(self.driver, plan.window_id, result.marker_present,
+                                   unreachable_allowed(self.driver, plan.mode))
+        failures = (*result.failures, *(f"hosts: {f}" for f in more))
+        evidence = {**result.evidence, "hosts": probed, "failures": list(failures)}
+        return PrevOk("FAIL" if failures else "PASS", result.marker_present, result.previous, evidence, failures)
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        from ..state.replay import replay
+
+        return _finding(self.prev_ok(replay(ledger), plan), plan)
+
+
+def _finding(result: PrevOk, plan: Plan) -> Finding:
+    return Finding("chain_prev_ok", result.verdict, result.summary, result.evidence, commit=plan.commit)
+
+
 def run_prev_ok(ledger: Ledger, signer: Signer, window_id: str, driver: HostDriver | None = None) -> PrevOkRecord:
-    """Check, record ``gate.result chain_prev_ok``, and record the chain's abort on refusal.
+    """Check (:class:`ChainPrevOkGate`), record ``gate.result chain_prev_ok``, and record the chain's abort on
+    refusal.
 
     With a ``driver`` the hosts are probed too (:func:`probe_hosts`): the ledger and the hosts
     must both say the chain is consistent.
     """
     from ..events import payloads as p
     from ..events.catalogue import append_window_event
+    from ..plan.register import registered_plan
     from ..state.replay import replay
-    from .admission import record_gate
+    from .record import record_finding
 
+    plan = registered_plan(ledger, window_id).plan
     state = replay(ledger)
-    result = check_prev_ok(state, window_id)
-    if driver is not None:
-        from ..drivers.base import unreachable_allowed
-        from ..plan.register import registered_plan
-
-        mode = registered_plan(ledger, window_id).plan.mode
-        probed, more = probe_hosts(driver, window_id, result.marker_present, unreachable_allowed(driver, mode))
-        failures = (*result.failures, *(f"hosts: {f}" for f in more))
-        evidence = {**result.evidence, "hosts": probed, "failures": list(failures)}
-        result = PrevOk("FAIL" if failures else "PASS", result.marker_present, result.previous, evidence, failures)
+    result = ChainPrevOkGate(driver).prev_ok(state, plan)
+    record = record_finding(ledger, signer, window_id, _finding(result, plan)).record
     ws = state.windows[window_id]
-    record = record_gate(ledger, signer, window_id, "chain_prev_ok", result.verdict, result.evidence,
-                         commit=ws.commit, summary=result.summary)
     aborted = None
     if result.verdict == "FAIL" and result.marker_present and ws.chain_aborted is None:
         aborted = append_window_event(ledger, signer, window_id, str(ws.plan_sha256), "chain.aborted", p.ChainAborted(

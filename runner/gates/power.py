@@ -29,22 +29,27 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
-from ..decide.noise import (
-    METRICS,
-    PRIMARY,
+from ..decide import NOISE_METRICS as METRICS
+from ..decide import NOISE_PRIMARY as PRIMARY
+from ..decide import POWER_MODEL as MODEL
+from ..decide import (
     ControlPair,
     Pp3Noise,
+    Win2Design,
     Win2Noise,
+    correlation_label,
+    design_of,
     estimate_win2_noise,
+    parse_pilot_noise,
+    power_figures,
+    power_figures_v1,
+    thin_reason,
 )
-from ..decide.pilot import parse_pilot_noise
-from ..decide.power import MODEL, correlation_label, design_of, power_figures, thin_reason
-from ..decide.power_sim import Win2Design
-from ..decide.power_v1 import power_figures_v1
 from ..decide.spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
 from ..decide.win2 import pooled_values
 from ..plan.model import Power
 from ..vocabulary import GateVerdict
+from .gate import Finding
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -54,8 +59,8 @@ if TYPE_CHECKING:
     from ..plan.model import Plan
     from .record import GateOutcome
 
-__all__ = ["ArchiveNoise", "PowerCheck", "archive_noise", "archive_spreads", "check_power", "comparable", "power_gate",
-           "replay_power_gate"]
+__all__ = ["ArchiveNoise", "PowerCheck", "PowerGate", "archive_noise", "archive_spreads", "check_power", "comparable",
+           "power_gate", "replay_power_gate"]
 
 
 def comparable(plan: Plan, entry: Mapping[str, Any]) -> bool:
@@ -328,28 +333,34 @@ def describe(figures: Mapping[str, Any]) -> str:
     return line
 
 
+@dataclass(frozen=True)
+class PowerGate:
+    """The gate: the plan's ``[power]`` on the control archive up to now, or on a pilot file's bytes (kept as
+    a blob of the gate result)."""
+
+    pilot: bytes | None = None
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        from ledger.store import Blob
+        from ledger.strictjson import read_json
+
+        until = ledger.size()
+        document = None if self.pilot is None else read_json(self.pilot, "pilot file")
+        result = check_power(ledger, plan, pilot=document, until=until)
+        blobs = []
+        evidence = dict(result.evidence)
+        if self.pilot is not None:
+            blob = Blob(self.pilot, "application/json")
+            evidence["pilot"] = blob.ref()
+            blobs.append(blob)
+        return Finding("power", result.verdict, result.summary, evidence, commit=plan.commit, blobs=tuple(blobs))
+
+
 def power_gate(ledger: Ledger, signer: Signer, window: str, *, pilot: bytes | None = None) -> GateOutcome:
-    """Check and record the power gate (a pilot file's bytes are kept as a blob of the gate result)."""
-    from ledger.store import Blob
-    from ledger.strictjson import read_json
+    """Check and record the power gate (:class:`PowerGate`)."""
+    from .record import run_gate
 
-    from ..plan.register import registered_plan
-    from .admission import record_gate
-    from .record import GateOutcome
-
-    plan = registered_plan(ledger, window).plan
-    until = ledger.size()
-    document = None if pilot is None else read_json(pilot, "pilot file")
-    result = check_power(ledger, plan, pilot=document, until=until)
-    blobs = []
-    evidence = dict(result.evidence)
-    if pilot is not None:
-        blob = Blob(pilot, "application/json")
-        evidence["pilot"] = blob.ref()
-        blobs.append(blob)
-    record = record_gate(ledger, signer, window, "power", result.verdict, evidence, commit=plan.commit,
-                         summary=result.summary, blobs=blobs)
-    return GateOutcome("power", result.verdict, result.summary, evidence, record)
+    return run_gate(ledger, signer, window, PowerGate(pilot))
 
 
 def replay_power_gate(ledger: Ledger, event: Event) -> list[str]:

@@ -15,15 +15,21 @@ import hashlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.errors import ExternalError, FormatError
 
 from ..plan.model import Carry
 from ..vocabulary import GateVerdict
-from .receipts import AdmissionReceipt
+from .gate import Finding
+from .receipts import AdmissionReceipt, read_admission_receipt
 
-__all__ = ["Git", "QualificationResult", "qualify", "unit_dump"]
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+    from ..plan.model import Plan
+
+__all__ = ["Git", "QualificationGate", "QualificationResult", "qualify", "unit_dump"]
 
 Verdict = GateVerdict
 
@@ -211,3 +217,27 @@ def qualify(repo: Path, qualified: str, head: str, carry: Carry, admission: Admi
         "failures": failures,
     }
     return QualificationResult(verdict, q, h, evidence, tuple(failures))
+
+
+@dataclass(frozen=True)
+class QualificationGate:
+    """The gate: the admission receipt at ``qualified_commit`` carried to HEAD (the plan's commit unless ``head``),
+    for the plan's ``[qualification]`` unless ``carry`` is given; HEAD must be the plan's commit."""
+
+    repo: Path
+    qualified_commit: str
+    admission: Path
+    head: str | None = None
+    carry: Carry | None = None
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        result = qualify(self.repo, self.qualified_commit, self.head or plan.commit, self.carry or plan.qualification,
+                         read_admission_receipt(self.admission))
+        failures = list(result.failures)
+        evidence = dict(result.evidence)
+        if result.head != plan.commit:
+            failures.append(f"HEAD {result.head[:12]} is not the plan's commit {plan.commit[:12]}")
+            evidence["failures"] = failures
+        verdict: GateVerdict = "FAIL" if failures else "PASS"
+        summary = result.summary if verdict == result.verdict else f"FAIL: {'; '.join(failures)}"
+        return Finding("qualification", verdict, summary, evidence, commit=result.head)

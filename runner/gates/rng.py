@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..vocabulary import GateVerdict
-from .receipts import AdmissionReceipt, RngReceipt
+from .gate import Finding
+from .receipts import AdmissionReceipt, RngReceipt, read_admission_receipt, read_rng_receipt
 
-__all__ = ["RngResult", "check_rng"]
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+    from ..plan.model import Plan
+
+__all__ = ["RngGate", "RngResult", "check_rng"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +66,16 @@ def check_rng(receipt: RngReceipt, admission: AdmissionReceipt, head: str,
         evidence["required_tests"] = list(required_tests)
         evidence["missing_tests"] = missing
     return RngResult("FAIL" if failures else "PASS", evidence, tuple(failures))
+
+
+@dataclass(frozen=True)
+class RngGate:
+    """The gate: the RNG receipt against the admission receipt, at the plan's commit, for its ``rng_tests``."""
+
+    receipt: Path
+    admission: Path
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        result = check_rng(read_rng_receipt(self.receipt), read_admission_receipt(self.admission), plan.commit,
+                           plan.rng_tests)
+        return Finding("rng", result.verdict, result.summary, result.evidence, commit=plan.commit)

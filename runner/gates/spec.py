@@ -13,11 +13,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical
+from ledger.errors import FormatError
 
 from ..vocabulary import GateVerdict
+from .gate import Finding
+
+if TYPE_CHECKING:
+    from ledger.store import Ledger
+
+    from ..plan.model import Plan
 
 __all__ = ["LOSSY_KEYS", "SpecResult", "check_standard_spec", "spec_sha256"]
 
@@ -70,3 +77,24 @@ def check_standard_spec(start: str, role: str, config: Mapping[str, Any],
     evidence = {"start": start, "role": role, "config": dict(config), "config_sha256": observed,
                 "declared_sha256": declared_sha, "failures": failures}
     return SpecResult("FAIL" if failures else "PASS", evidence, tuple(failures))
+
+
+@dataclass(frozen=True)
+class StandardSpecGate:
+    """The gate for one start: ``config`` (the speculative config it runs) against its arm's declared one."""
+
+    start: str
+    config: Mapping[str, Any]
+
+    def check(self, ledger: Ledger, plan: Plan) -> Finding:
+        try:
+            planned = plan.start(self.start)
+        except KeyError:
+            raise FormatError(f"start {self.start} is not in the plan (starts: {', '.join(plan.start_ids)})") from None
+        arm = plan.arm(planned.role)
+        if arm.speculative is None:
+            raise FormatError(f"start {self.start} runs arm {arm.role}, which declares no speculative decoding: "
+                              "standard_spec does not apply (its start_config gate checks it runs none)")
+        result = check_standard_spec(self.start, planned.role, self.config, arm.speculative)
+        return Finding("standard_spec", result.verdict, result.summary, result.evidence, commit=plan.commit,
+                       start=self.start)

@@ -40,7 +40,6 @@ from .bounds import (
     read_capped,
 )
 from .record import (
-    FINISH_REASON_BYTES,
     MAX_COUNT,
     REASON_BYTES,
     SERVER_STRING_BYTES,
@@ -50,6 +49,7 @@ from .record import (
     bounded_json,
     clip,
 )
+from .reply import error_reason, read_frame
 from .sse import SSEDecoder, SSEOverflow
 from .timing import count_chunk_tokens
 from .transport import deadline_guard, move_deadline, read_time
@@ -206,7 +206,7 @@ class _Progress:
             self.error, self.error_reason = clip(raw[:2000].decode("utf-8", "replace"), 2000), str(exc)
             return
         if not isinstance(obj, dict) or "error" in obj:
-            self.error, self.error_reason = bounded_json(obj), f"error answer: {_error_message(obj)}"
+            self.error, self.error_reason = bounded_json(obj), f"error answer: {error_reason(obj)}"
             return
         self.not_streamed = True
         self.frame(obj, arrived)
@@ -227,7 +227,8 @@ class _Progress:
             obj = data
         if not isinstance(obj, dict):
             return
-        if "error" in obj or obj.get("object") == "error":
+        read = read_frame(obj)
+        if read.error:
             # vLLM rejects a streaming request inside an HTTP 200: an error frame, then [DONE].
             body = obj.get("error", obj)
             self.error = bounded_json(obj)
@@ -236,7 +237,7 @@ class _Progress:
             return
         if self.request_id is None and isinstance(obj.get("id"), str):
             self.request_id = clip(obj["id"], SERVER_STRING_BYTES)
-        usage = obj.get("usage")
+        usage = read.usage
         frame_usage: int | None = None
         if isinstance(usage, dict):
             self.usage = {str(k)[:64]: v for k, v in list(usage.items())[:32]
@@ -245,16 +246,11 @@ class _Progress:
         timings = obj.get("timings")
         if isinstance(timings, dict):
             self.timings = _numbers(timings)
-        choices = obj.get("choices")
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        if read.choice is None:
             return
-        choice = choices[0]
-        text = choice.get("text")
-        for key in ("delta", "message"):
-            if text is None and isinstance(choice.get(key), dict):
-                text = choice[key].get("content")
-        ids = choice.get("token_ids")
-        if isinstance(ids, list):
+        text = read.text
+        ids = read.token_ids
+        if ids is not None:
             content = len(ids) > 0
             count = len(ids)
             if self.token_ids is not None and len(self.token_ids) + count <= self.chunk_cap:
@@ -276,29 +272,14 @@ class _Progress:
             self.chunk_usage.append(frame_usage)
             if self.chunk_text is not None:
                 self.chunk_text.append(text if isinstance(text, str) else "")
-        if choice.get("finish_reason") is not None:
-            reason = choice["finish_reason"]
-            self.finish_reason = clip(reason if isinstance(reason, str) else json.dumps(reason),
-                                      FINISH_REASON_BYTES)
-            self.stop_reason = bounded_json(choice.get("stop_reason"), SERVER_STRING_BYTES)
+        if read.finish_reason is not None:
+            self.finish_reason, self.stop_reason = read.finish_reason, read.stop_reason
 
 
 def _numbers(values: dict[Any, Any]) -> dict[str, float]:
     """A server's flat object of figures (llama.cpp ``timings``): finite numbers only, 32 members at most."""
     return {str(k)[:64]: v for k, v in list(values.items())[:32]
             if type(v) in (int, float) and math.isfinite(v) and abs(v) <= MAX_COUNT}
-
-
-def _error_message(body: Any) -> str:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if body.get("message"):
-            return str(body["message"])
-        if body.get("detail"):
-            return str(body["detail"])
-    return str(body)[:300]
 
 
 def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index: int, prompt_id: str,
@@ -365,7 +346,7 @@ def run_request(http: httpx.Client, url: str, body: Mapping[str, Any], *, index:
                         progress.error = bounded_json(read_json(raw, "the error body"))
                     except FormatError:
                         progress.error = clip(raw[:2000].decode("utf-8", "replace"), 2000)
-                    progress.error_reason = f"HTTP {response.status_code}: {_error_message(progress.error)}"
+                    progress.error_reason = f"HTTP {response.status_code}: {error_reason(progress.error)}"
             elif response.headers.get("content-type", "").startswith("application/json"):
                 # A server that ignored stream=true: one answer, its tokens counted at its arrival.
                 try:

@@ -18,9 +18,18 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..decide.noise import METRICS, PRIMARY, ControlPair, Pp3Noise, Win2Noise, estimate_win2_noise
-from ..decide.power import correlation_label, design_of, power_figures
-from ..decide.power_sim import Pp3Design
+from ..decide import NOISE_METRICS as METRICS
+from ..decide import NOISE_PRIMARY as PRIMARY
+from ..decide import (
+    ControlPair,
+    Pp3Design,
+    Pp3Noise,
+    Win2Noise,
+    correlation_label,
+    design_of,
+    estimate_win2_noise,
+    power_figures,
+)
 from ..decide.pp3 import OBSERVED
 from ..decide.spread import Spread, estimate_spread
 from .document import Para, Section

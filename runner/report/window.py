@@ -17,7 +17,7 @@ __all__ = ["window_report"]
 
 def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
     """Write report.html and report.md for ``window``; returns their paths and the decision."""
-    from ..report import write_report
+    from .write import write_report
 
     reg = registered_plan(ledger, window)
     decision = None

@@ -15,9 +15,10 @@ injectable faults. See ``docs/sim.md``.
 
 from __future__ import annotations
 
-from .config import ArmConfig, SimConfig, config_from_dict, default_config, load_config
+from .config import ArmConfig, SimConfig, config_from_dict, default_config, load_config, read_config_table
 from .handle import SimHandle, SimProcess, spawn, start
 from .host import ACTIONS
+from .process import serve
 
 __all__ = [
     "ACTIONS",
@@ -28,6 +29,8 @@ __all__ = [
     "config_from_dict",
     "default_config",
     "load_config",
+    "read_config_table",
+    "serve",
     "spawn",
     "start",
 ]

@@ -1,12 +1,50 @@
 """State by replay: the pure fold of events into what the runner acts on, and its ledger edge.
 
-- ``fold``: ``fold(state, events) -> state`` (no I/O, no clock), ``admission_blockers``;
-- ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events.
+::
+
+    from runner.state import replay
+
+    state = replay(ledger)                 # every event folded (no I/O in the fold, no clock)
+    state = replay(ledger, state)          # only the events appended since
+    state.windows["w1"].phase, state.marker, state.hold
+
+- ``fold``: ``fold(state, events) -> state``, ``admission_blockers``;
+- ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events;
+- ``archive``: the control archive's rows and their comparability key.
 """
 
 from __future__ import annotations
 
-from .fold import State, WindowState, admission_blockers, fold
+from .archive import (
+    ARCHIVE_TYPES,
+    MAX_IMPORT_ROWS,
+    ArchiveKey,
+    ArchiveRow,
+    archive_rows,
+    comparability_key,
+    day_to_day_rows,
+    production_commit,
+    validate_import_row,
+)
+from .fold import ENGINE_REPORTS, State, WaveKeys, WindowState, admission_blockers, fold, typed_payload
 from .replay import replay
 
-__all__ = ["State", "WindowState", "admission_blockers", "fold", "replay"]
+__all__ = [
+    "ARCHIVE_TYPES",
+    "ENGINE_REPORTS",
+    "MAX_IMPORT_ROWS",
+    "ArchiveKey",
+    "ArchiveRow",
+    "State",
+    "WaveKeys",
+    "WindowState",
+    "admission_blockers",
+    "archive_rows",
+    "comparability_key",
+    "day_to_day_rows",
+    "fold",
+    "production_commit",
+    "replay",
+    "typed_payload",
+    "validate_import_row",
+]

@@ -3,7 +3,7 @@
 A 30 MiB string in ``verdict compute``, ``append --payload @FILE`` or a receipt's event
 file, or a 24 MiB family line, ended in a MemoryError traceback (the nesting guard cost
 about 125 bytes per byte; a 60 MiB family line took 7.6 GB) although every one is inside
-its documented bound: ``cli.common.MAX_INPUT_BYTES`` (64 MiB, every JSON file the CLI
+its documented bound: ``runner.app.files.MAX_INPUT_BYTES`` (64 MiB, every JSON file the CLI
 reads) and ``runner.measure.family.MAX_FAMILY_BYTES`` (256 MiB). Each test runs the
 command in a child whose address space is capped at a few bytes per input byte
 (``tests/memlimit.py``) after a warm-up run on a small input: the command must answer
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.common import MAX_INPUT_BYTES
 from ledger.keys import Signer
 from ledger.note import SIG_ED25519, vkey
 from ledger.store import Ledger
+from runner.app.files import MAX_INPUT_BYTES
 from runner.measure.family import MAX_FAMILY_BYTES
 
 from ..memlimit import MIB, SLACK, TALLY, run_limited

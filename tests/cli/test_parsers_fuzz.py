@@ -215,7 +215,7 @@ def _fuzz_one(setup: Setup, target: str, data: bytes) -> None:
         assume(not _is_object(data))
     args, allowed = _target_args(setup, target, data)
     served: list[Any] = []
-    with mock.patch("runner.sim.process.serve", lambda *a, **k: served.append(a)):
+    with mock.patch("runner.sim.serve", lambda *a, **k: served.append(a)):
         code = check(setup, args, allowed)
     if target.startswith("sim-config"):
         assert (code == 0) == bool(served), "exit 0 only when the config was valid and served"
@@ -240,7 +240,7 @@ def test_cli_parsers_fuzz_deep_is_always_refused(setup: Setup, target: str, data
     if target in OBJECT_ACCEPTING:
         assume(not _is_object(data))
     args, _ = _target_args(setup, target, data)
-    with mock.patch("runner.sim.process.serve", lambda *a, **k: None):
+    with mock.patch("runner.sim.serve", lambda *a, **k: None):
         check(setup, args, (2,))
 
 

@@ -277,8 +277,8 @@ def test_qualification_binding_refuses_an_admission_receipt_of_another_commit(ex
     """The binding itself: the admission receipt's commit must be the carried commit, carried to the plan's."""
     import dataclasses
 
-    from runner.gates import promotion
     from runner.plan.parse import parse_plan
+    from runner.promotion import check as promotion
 
     events = _context_events(exported)
     plan = parse_plan(next(e for e in events if e.type == "window.registered").payload["plan"])

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.gates.capability import plan_needs
+from runner.rehearsal.capability import plan_needs
 
 from ..runner.script import SIMPLE_PP3
 from .test_start_config import spec_off_control

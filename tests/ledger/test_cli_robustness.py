@@ -334,12 +334,12 @@ def test_deep_toml_is_one_line(workdir: Path, window: str, monkeypatch: pytest.M
     elif target == "site":
         args = ["window", "run", window, "--site", str(deep), "--dry-run"]
     else:
-        import runner.sim.process
+        import runner.sim
 
         def no_serve(*_args: Any, **_kwargs: Any) -> None:
             raise AssertionError("a deep config must be refused before serving")
 
-        monkeypatch.setattr(runner.sim.process, "serve", no_serve)
+        monkeypatch.setattr(runner.sim, "serve", no_serve)
         args = ["sim", "serve", "--config", str(deep)]
     before = size(workdir)
     code, out, err = tally(*args)
@@ -349,9 +349,9 @@ def test_deep_toml_is_one_line(workdir: Path, window: str, monkeypatch: pytest.M
 
 
 def test_deep_json_sim_config_is_one_line(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import runner.sim.process
+    import runner.sim
 
-    monkeypatch.setattr(runner.sim.process, "serve", lambda *a, **k: None)
+    monkeypatch.setattr(runner.sim, "serve", lambda *a, **k: None)
     (workdir / "deep.json").write_text(DEEP_ARRAY)
     code, _, err = tally("sim", "serve", "--config", str(workdir / "deep.json"))
     assert code == 2 and "nests 1000 levels deep" in one_line(err)

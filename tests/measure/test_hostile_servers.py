@@ -180,7 +180,7 @@ class HugeReply(Handler):
 
 
 def test_a_probe_reply_over_the_cap_is_no_answer(tmp_path: Path) -> None:
-    from runner.gates.rehearsal import rehearse
+    from runner.rehearsal.rehearsal import rehearse
 
     with serve(HugeReply) as server:
         result = rehearse(server.url, 1, timeout=5)

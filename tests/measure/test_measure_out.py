@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
-from cli.common import OutDir
+from runner.app import OutDir
 from runner.sim import SimHandle
 
 

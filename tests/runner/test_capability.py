@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import runner.sim as sim
-from runner.gates.capability import FIELDS, Need, plan_needs
-from runner.gates.rehearsal import Rehearsal, rehearse
+from runner.rehearsal.capability import FIELDS, Need, plan_needs
+from runner.rehearsal.rehearsal import Rehearsal, rehearse
 from runner.state.replay import replay
 
 from .conftest import Site, tally

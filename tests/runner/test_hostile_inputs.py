@@ -11,7 +11,7 @@ import pytest
 
 from ledger.errors import FormatError
 from runner.gates.receipts import MAX_RECEIPT_BYTES, read_admission_receipt, read_rng_receipt
-from runner.gates.rehearsal import Rehearsal, write_rehearsal
+from runner.rehearsal.rehearsal import Rehearsal, write_rehearsal
 from runner.sim.config import load_config
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from ledger.errors import FieldError
 from ledger.stricttoml import read_toml
-from runner.gates.capability import plan_needs, smoke_refusals
 from runner.plan import load_plan, parse_plan
+from runner.rehearsal.capability import plan_needs, smoke_refusals
 
 from .script import EXAMPLES, SIMPLE_PP3
 

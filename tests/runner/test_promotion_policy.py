@@ -10,7 +10,7 @@ import pytest
 from ledger.errors import FormatError
 from ledger.keys import Signer
 from ledger.note import SIG_COSIGNATURE, vkey
-from runner.gates.promotion_policy import read_policy
+from runner.promotion.policy import read_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "promotion" / "pp4-promote-gate-v2.toml"
 LOG = vkey("tally.test/log", Signer.generate().public_raw)

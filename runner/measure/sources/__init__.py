@@ -14,8 +14,6 @@ The exact series each reads and how rounds, accepted and decode seconds are deri
 
 from __future__ import annotations
 
-from ledger.errors import FormatError
-
 from ...vocabulary import COUNTER_SOURCES, CounterSourceName
 from .base import GAUGE_KEYS, CounterSource, GaugeReading, SourceCheck
 from .llamacpp import LlamaCppSource
@@ -45,6 +43,8 @@ _SOURCES: dict[str, type[CounterSource]] = {
 
 def counter_source(name: str | CounterSource = "vllm") -> CounterSource:
     """The counter source of that name (a source is returned as is); ``FormatError`` for another name."""
+    from ledger.errors import FormatError
+
     if isinstance(name, CounterSource):
         return name
     try:

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..plan.model import SMOKE_FAILURE_KIND, SMOKE_SCHEMA, Smoke
+from ..rehearsal.probe import Probe, ProbeResult, send, token_count
 from ..vocabulary import SmokeOutcome, SmokeProbe
 from .greedy import Emitted, compare_greedy, emitted_of
-from .probe import Probe, ProbeResult, send, token_count
 
 if TYPE_CHECKING:
     import httpx

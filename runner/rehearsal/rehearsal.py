@@ -71,7 +71,19 @@ from .capability import (
     judge_answered,
     vllm_needs,
 )
-from .probe import MAX_TOKENS, PRIORITY, Judge, Outcome, Probe, ProbeResult, error_of, not_sent, send, token_count
+from .probe import (
+    MAX_TOKENS,
+    PRIORITY,
+    Judge,
+    Outcome,
+    Probe,
+    ProbeResult,
+    error_of,
+    has_choice,
+    not_sent,
+    send,
+    token_count,
+)
 from .probe_list import ProbeList, judge_expected
 
 if TYPE_CHECKING:
@@ -211,8 +223,7 @@ def _judge(probe: Probe, status: int, body: Any, parts: dict[str, Any]) -> tuple
         return False, "wrong", f"HTTP {status} without the speculative-decoding message: {message[:200]}"
     if status != 200:
         return False, "wrong", f"HTTP {status}: {message[:200]}"
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    if not has_choice(body):
         return False, "wrong", "HTTP 200 without a choice"
     tokens = token_count(parts)
     if isinstance(tokens, int) and tokens > MAX_TOKENS:

@@ -32,7 +32,7 @@ from ledger.strictjson import read_json
 
 from ..events.receipts import WINDOW_RECEIPTS
 from ..plan.model import Plan, plan_sha256
-from .promotion_policy import PromotionPolicy
+from .policy import PromotionPolicy
 
 __all__ = ["Check", "PromotionResult", "ReceiptFiles", "check_promotion"]
 

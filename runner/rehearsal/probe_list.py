@@ -32,7 +32,7 @@ from typing import Any
 from ledger.errors import FormatError
 from ledger.strictjson import read_json
 
-from .probe import MAX_TOKENS, PRIORITY, Outcome, Probe, error_of, token_count
+from .probe import MAX_TOKENS, PRIORITY, Outcome, Probe, error_of, has_choice, token_count
 
 __all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "MAX_PROBES", "PATHS", "Expectation", "ExpectedProbe", "ProbeList",
            "judge_expected", "read_probe_list"]
@@ -192,8 +192,7 @@ def judge_expected(probe: Probe, status: int, body: Any, parts: dict[str, Any]) 
     if expectation.error_contains is not None and expectation.error_contains.lower() not in message.lower():
         return False, "wrong", f"HTTP {status} without {expectation.error_contains!r} in the message: {message[:200]}"
     if status == 200:
-        choices = body.get("choices") if isinstance(body, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if not has_choice(body):
             return False, "wrong", "HTTP 200 without a choice"
         tokens = token_count(parts)
         if isinstance(tokens, int) and tokens > MAX_TOKENS:

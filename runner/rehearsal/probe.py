@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..measure.reply import error_of, read_frame
+
 if TYPE_CHECKING:
     import httpx
 
@@ -37,6 +39,7 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "error_of",
+    "has_choice",
     "not_sent",
     "request_bytes",
     "send",
@@ -106,16 +109,9 @@ Judge = Callable[[Probe, int, Any, dict[str, Any]], tuple[bool, Outcome, str]]
 """(probe, HTTP status, parsed body, parts) -> (ok, outcome, detail)."""
 
 
-def error_of(body: Any) -> tuple[Any, str]:
-    """The error object and its message, for vLLM's nested and older flat error bodies (and FastAPI's)."""
-    if isinstance(body, dict):
-        if isinstance(body.get("error"), dict):
-            return body["error"], str(body["error"].get("message", ""))
-        if body.get("object") == "error" or "message" in body:
-            return body, str(body.get("message", ""))
-        if "detail" in body:
-            return body, str(body["detail"])
-    return body, ""
+def has_choice(body: Any) -> bool:
+    """The answer carries a first choice (an object) to read."""
+    return isinstance(body, dict) and read_frame(body).choice is not None
 
 
 def token_count(parts: dict[str, Any]) -> int | None:
@@ -140,37 +136,31 @@ def not_sent(probe: Probe, detail: str, elapsed: float = 0.0) -> ProbeResult:
 
 def _choice_parts(obj: dict[str, Any], parts: dict[str, Any], ids: list[int]) -> None:
     """Fold one answer or stream frame into ``parts`` (text, ids, finish and stop reasons, usage)."""
-    from ..measure.record import MAX_COUNT, SERVER_STRING_BYTES, bounded_json, clip
+    from ..measure.record import MAX_COUNT, clip
 
-    usage = obj.get("usage")
+    read = read_frame(obj)
+    usage = read.usage
     if isinstance(usage, dict):
         tokens = usage.get("completion_tokens")
         if type(tokens) is int and 0 <= tokens <= MAX_COUNT:
             parts["completion_tokens"] = tokens
-        if obj.get("choices") == []:
+        if read.usage_only:
             parts["usage_chunk"] = True
-    choices = obj.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    if read.choice is None:
         return
-    choice = choices[0]
-    text = choice.get("text")
-    for key in ("delta", "message"):
-        if text is None and isinstance(choice.get(key), dict):
-            text = choice[key].get("content")
-    if isinstance(text, str):
-        parts["text"] = clip((parts.get("text") or "") + text, TEXT_BYTES)
-    chunk_ids = choice.get("token_ids")
-    if isinstance(chunk_ids, list):
+    if isinstance(read.text, str):
+        parts["text"] = clip((parts.get("text") or "") + read.text, TEXT_BYTES)
+    chunk_ids = read.token_ids
+    if chunk_ids is not None:
         if all(type(t) is int for t in chunk_ids):
             parts["token_ids_count"] = (parts.get("token_ids_count") or 0) + len(chunk_ids)
             ids.extend(chunk_ids[:max(0, MAX_IDS - len(ids))])
             parts["token_ids"] = list(ids)
         else:
             parts["token_ids_malformed"] = True
-    reason = choice.get("finish_reason")
-    if reason is not None:
-        parts["finish_reason"] = clip(reason if isinstance(reason, str) else json.dumps(reason), 40)
-        parts["stop_reason"] = bounded_json(choice.get("stop_reason"), SERVER_STRING_BYTES)
+    if read.finish_reason is not None:
+        parts["finish_reason"] = read.finish_reason
+        parts["stop_reason"] = read.stop_reason
 
 
 def _json_parts(body: Any) -> dict[str, Any]:
@@ -214,7 +204,7 @@ def _stream_parts(raw: bytes) -> tuple[Any, dict[str, Any]]:
         if not isinstance(obj, dict):
             continue
         last = obj
-        if "error" in obj or obj.get("object") == "error":
+        if read_frame(obj).error:
             parts["error_frame"] = bounded_json(obj, ERROR_BYTES)
             continue
         _choice_parts(obj, parts, ids)

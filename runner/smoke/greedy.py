@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..measure.reply import read_frame
+
 __all__ = ["Emitted", "GreedyComparison", "compare_greedy", "emitted_of", "top2_margin"]
 
 CONTINUATION = 16  # tokens of each continuation a comparison keeps from the divergence on
@@ -40,8 +42,7 @@ class Emitted:
 
 def _logprobs(body: Mapping[str, Any]) -> tuple[list[str] | None, list[Mapping[str, float] | None]]:
     """The completions API's logprobs of the first choice: token texts and top logprobs per position."""
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    choice = read_frame(body).choice or {}
     lp = choice.get("logprobs")
     if not isinstance(lp, dict):
         return None, []
@@ -61,10 +62,9 @@ def emitted_of(body: Any, compare: str) -> Emitted | None:
     """The emitted sequence of a non-streamed completion answer (``None``: no choice to read)."""
     if not isinstance(body, dict):
         return None
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    choice = read_frame(body).choice
+    if choice is None:
         return None
-    choice = choices[0]
     raw = choice.get("text")
     text = raw if isinstance(raw, str) else ""
     finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None

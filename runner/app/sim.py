@@ -1,0 +1,74 @@
+"""The vLLM simulator as a command: serve it, its default config, the synthetic prompt families.
+
+::
+
+    from runner.app import write_families
+
+    for family in write_families(Path("families"), seed=0, short=4, long=2, long_words=2500):
+        family["path"], family["sha256"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.errors import ExternalError, FormatError
+
+from .outdir import OutDir
+
+if TYPE_CHECKING:
+    from ..sim import SimConfig
+
+__all__ = ["default_sim_config", "read_sim_config", "serve_sim", "write_families"]
+
+
+def read_sim_config(path: Path) -> SimConfig:
+    """A simulator config file (TOML, or JSON for ``.json``) read as hostile input, then validated.
+
+    Bounded in size and nesting (``ledger.stricttoml``, ``ledger.strictjson``):
+    every bad file is one ``FormatError`` line, never a traceback.
+    """
+    from ..sim import load_config
+
+    return load_config(path)
+
+
+def serve_sim(config: Path | None, *, host: str, port: int, seed: int | None, time_scale: float | None) -> None:
+    """Serve a simulated vLLM host in the foreground until SIGINT/SIGTERM (``runner.sim.serve``)."""
+    from .. import sim
+
+    loaded = read_sim_config(config) if config is not None else None
+    try:
+        sim.serve(loaded, host=host, port=port, seed=seed, time_scale=time_scale)
+    except OSError as exc:
+        raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+
+
+def default_sim_config() -> str:
+    """The default simulator config (TOML, every field with its default)."""
+    from importlib.resources import files
+
+    return files("runner.sim").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+def write_families(out: Path, *, seed: int, short: int, long: int, long_words: int) -> list[dict[str, Any]]:
+    """Write the deterministic synthetic prompt families (demo/test data) into ``out``; each file's path,
+    prompt count and sha256."""
+    from ..measure import FAMILIES, family_bytes, synthetic_family
+
+    if short < 0 or long < 0 or short + long == 0:
+        raise FormatError("--short and --long must be >= 0 and not both 0")
+    if long_words < 2:
+        raise FormatError("--long-words must be at least 2")
+    written = []
+    with OutDir.open(out, "DIR") as target:  # never through a symlink; each file whole
+        for name in FAMILIES:
+            prompts = synthetic_family(name, seed=seed, short=short, long=long,
+                                       long_words=(max(1, long_words * 3 // 5), long_words))
+            data = family_bytes(prompts)
+            path = target.write(f"{name}.jsonl", data)
+            written.append({"family": name, "path": str(path), "prompts": len(prompts),
+                            "sha256": hashlib.sha256(data).hexdigest()})
+    return written
