@@ -216,8 +216,10 @@ def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], 
                      "-" if p.get("position") is None else str(p.get("position")),
                      "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(result.event.seq),
                      _clip(str(p.get("summary") or ""))))
-        if p.get("outcome") in ("fail", "near_tie"):  # a near tie is shown whether or not the plan rejects it
-            what = "near tie" if p.get("outcome") == "near_tie" else f"{p.get('kind')} failure"
+        if p.get("outcome") in ("fail", "near_tie", "not_exercised", "interrupted"):  # a near tie: whatever the plan
+            what = {"near_tie": "near tie", "not_exercised": "probe not exercised",
+                    "interrupted": "probe after the stop signal (not counted)"}.get(str(p.get("outcome")),
+                                                                                  f"{p.get('kind')} failure")
             banners.append(f"smoke {what}: {_clip(str(p.get('summary') or ''))}")
     if tally.counts and tally.missing:
         banners.append(f"registered smoke probes that did not run: "

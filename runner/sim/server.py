@@ -379,6 +379,9 @@ class _Handler(BaseHTTPRequestHandler):
         diverge: tuple[int, bool] | None = None
         if request.params.greedy:
             fault = self.server.faults.take_for("greedy_diverge", engine.arm.name)
+            if fault is None:  # a lossy arm: a request the near tie (if any) spared diverges for real
+                lossy = self.server.faults.take_for("greedy_lossy", engine.arm.name)
+                fault = None if lossy is None else {**lossy, "near_tie": False}
             diverge = None if fault is None else (fault["position"], fault["near_tie"])
         if request.seed is not None:
             # Common random numbers: the same request draws the same uniforms on every arm, so
@@ -397,7 +400,8 @@ class _Handler(BaseHTTPRequestHandler):
             eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
             cached_tokens=cached,
-            greedy_key=f"{config.seed}|greedy|{fingerprint}", diverge=diverge,
+            greedy_key=f"{config.seed}|greedy{request.params.penalized}", context=request.prompt_ids,
+            diverge=diverge,
         )
         return generation, cold
 

@@ -50,7 +50,7 @@ def test_every_field_honoured_by_a_server_without_speculative_decoding() -> None
         result = probe(handle, vllm_checks=False)
     assert result.verdict == "PASS" and result.exit_code == 0, result.summary
     assert statuses(result) == dict.fromkeys(FIELDS, "honoured")
-    assert len(result.capability_results) == 19 and all(r.answered for r in result.capability_results)
+    assert len(result.capability_results) == 23 and all(r.answered for r in result.capability_results)
     assert all(r.request["max_tokens"] <= 8 for r in result.capability_results)  # tiny, as the admission's
 
 
@@ -120,6 +120,11 @@ def test_accepted_ignored_fields_pass_but_a_refusal_still_fails() -> None:
     assert still.verdict == "FAIL" and statuses(still)["cache_salt"] == "refused"
 
 
+def forced_neutral(result: Rehearsal) -> bool:
+    neutral = next(r.request for r in result.capability_results if r.name == "penalty-neutral")
+    return neutral["repeat_penalty"] == neutral["repetition_penalty"] == 1.0 and neutral["temperature"] == 0
+
+
 def test_a_server_like_llama_cpp_python() -> None:
     """The fields llama-cpp-python's server drops (plus stop_token_ids, which it does not declare either)."""
     dropped = ["ignore_eos", "allowed_token_ids", "priority", "cache_salt", "return_token_ids", "stream_options",
@@ -131,7 +136,10 @@ def test_a_server_like_llama_cpp_python() -> None:
         "cache_salt": "ignored", "allowed_token_ids": "ignored", "stop_token_ids": "ignored",
         "return_token_ids": "ignored", "stream_options.include_usage": "ignored", "logit_bias": "honoured",
         "min_tokens": "honoured", "stop": "honoured", "structured_outputs": "ignored", "guided_json": "ignored",
-        "response_format": "honoured"}
+        "response_format": "honoured", "repetition_penalty": "honoured", "presence_penalty": "honoured",
+        "frequency_penalty": "honoured"}
+    # its repeat_penalty (default 1.1 there) is neutralised under llama-cpp-python's name as well as vLLM's
+    assert forced_neutral(result)
     # EOS and the stop token were forced with logit_bias, the only forcing this server honours
     forced = {r.name: r.request for r in result.capability_results}
     assert "logit_bias" in forced["ignore-eos"] and "logit_bias" in forced["stop-token-ids"]
