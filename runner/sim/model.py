@@ -13,6 +13,7 @@ taken before a stop truncates the step, as vLLM's spec-decode stats are.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import math
 import random
@@ -153,8 +154,8 @@ class Generation:
         # model's next token is: a prompt that ends with part of a T=0 continuation continues it
         # (teacher forcing), and a token taken otherwise changes what follows.
         self._context = hashlib.sha256(f"{self.greedy_key}|".encode())
-        for token in self.context:
-            self._context.update(b"%d," % token)
+        if self.params.greedy and self.context:  # the same bytes as one update per token
+            self._context.update(array.array("q", self.context).tobytes())
         self._tokens = random.Random(self.greedy_key) if self.params.greedy else self._rng
 
     def _key(self, position: int) -> bytes:
@@ -223,7 +224,7 @@ class Generation:
     def _sample(self) -> int:
         token = self._draw()
         if self.params.greedy:
-            self._context.update(b"%d," % token)
+            self._context.update(array.array("q", (token,)).tobytes())
         return token
 
     def _draw(self) -> int:

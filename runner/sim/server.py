@@ -2,7 +2,10 @@
 
 A stdlib ``ThreadingHTTPServer`` speaking HTTP/1.1 with chunked transfer encoding and
 ``TCP_NODELAY``: one thread per connection, each stream sleeping to absolute planned
-send times (so lateness never accumulates). Every chunk is one engine step
+send times (so lateness never accumulates). A stream that woke late catches up at twice
+its pace, never in a burst: each chunk is written at least half its step after the one
+before (:data:`CATCH_UP`), so a late thread never writes several steps at once, which a
+client would read as one socket read, intervals of exactly 0. Every chunk is one engine step
 (``1 + accepted`` tokens); counters move before the chunk that reports them is
 written, so a scrape made after a client saw ``[DONE]`` includes the whole request.
 
@@ -56,6 +59,7 @@ from .truth import RequestTruth, TruthLog
 __all__ = ["SimServer"]
 
 _SLICE_S = 0.05  # longest single sleep, so stops and stopped engines are noticed
+CATCH_UP = 0.5   # a late stream's chunks come at least this part of their step after the one before
 
 
 def _dumps(value: Any) -> bytes:
@@ -431,6 +435,8 @@ class _Handler(BaseHTTPRequestHandler):
                                 cached_tokens=generation.cached_tokens)
         created = int(time.time())
         planned = truth.arrival
+        ideal = planned              # the absolute plan; ``planned`` is it, or later while the stream catches up
+        last_sent: float | None = None
         completion_tokens = 0
         text_parts: list[str] = []   # the full text, for a reply that is not streamed
         stop_tail = ""               # the emitted text's last characters: all a stop string can still span
@@ -459,8 +465,8 @@ class _Handler(BaseHTTPRequestHandler):
                     delay += slow["seconds"]
                 if stall and chunk_index == stall["after_chunks"]:
                     delay += stall["seconds"]
-                previous = planned
-                planned += delay
+                ideal += delay
+                planned = ideal if last_sent is None else max(ideal, last_sent + delay * CATCH_UP)
                 if not server.sleep_until(planned, engine):
                     raise _Aborted
                 if drop and chunk_index == drop["after_chunks"]:
@@ -469,7 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if error_frame and chunk_index == error_frame["after_chunks"]:
                     outcome = "error_frame"
                     break
-                metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, planned - previous,
+                metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, delay,
                              first=step.index == 0)
                 # the step's counts first: a request's last step is in what its finish reports
                 truth.tokens.append(len(step.tokens))
@@ -495,6 +501,7 @@ class _Handler(BaseHTTPRequestHandler):
                     stop_tail = (stop_tail + text)[-longest_stop:]
                 truth.planned.append(planned)
                 truth.sent.append(sent)
+                last_sent = time.perf_counter()
                 truth.completion_tokens = completion_tokens
         except (_Aborted, OSError):
             outcome = "aborted"
