@@ -94,9 +94,9 @@ FACES: dict[str, list[str]] = {
         "read_policy",
     ],
     "runner.rehearsal": [
-        "FIELDS", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe", "ProbeList", "ProbeResult",
-        "Rehearsal", "plan_needs", "read_probe_list", "rehearse", "send", "smoke_refusals", "token_count",
-        "write_rehearsal",
+        "FIELDS", "GREEDY_NEUTRAL", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe",
+        "ProbeList", "ProbeResult", "Rehearsal", "not_sent", "plan_needs", "read_probe_list", "rehearse", "send",
+        "smoke_refusals", "token_count", "write_rehearsal",
     ],
     "runner.report": [
         "Document", "ReportPaths", "build_document", "render_html", "render_markdown", "window_report", "write_report",
