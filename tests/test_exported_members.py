@@ -111,7 +111,7 @@ FACES: dict[str, list[str]] = {
     "runner.state": [
         "ARCHIVE_TYPES", "ENGINE_REPORTS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveRow", "State", "WaveKeys",
         "WindowState", "admission_blockers", "archive_rows", "comparability_key", "day_to_day_rows", "fold",
-        "production_commit", "replay", "typed_payload", "validate_import_row",
+        "production_commit", "replay", "touched", "typed_payload", "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

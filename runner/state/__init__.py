@@ -10,7 +10,8 @@
 
 - ``fold``: ``fold(state, events) -> state``, ``admission_blockers``;
 - ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events;
-- ``archive``: the control archive's rows and their comparability key.
+- ``archive``: the control archive's rows and their comparability key;
+- ``touched``: may a window have changed the hosts (so that its ending must restore)?
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .archive import (
 )
 from .fold import ENGINE_REPORTS, State, WaveKeys, WindowState, admission_blockers, fold, typed_payload
 from .replay import replay
+from .touched import touched
 
 __all__ = [
     "ARCHIVE_TYPES",
@@ -45,6 +47,7 @@ __all__ = [
     "fold",
     "production_commit",
     "replay",
+    "touched",
     "typed_payload",
     "validate_import_row",
 ]
