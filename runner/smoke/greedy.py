@@ -142,14 +142,14 @@ class GreedyComparison:
         ties = [d for d in self.divergences if d.near_tie]
         if self.near_tie:
             more = "" if len(ties) < 2 else f" ({len(ties)} near ties)"
-            return where + margin + f": a near tie{more}, followed teacher-forced over {self.compared} positions" \
-                if self.compared and self.unfollowed is None else where + margin + ": a near tie" + (
-                    f" ({self.unfollowed})" if self.unfollowed else "")
+            if self.unfollowed:
+                return f"{where}{margin}: a near tie{more} ({self.unfollowed})"
+            return f"{where}{margin}: a near tie{more}, followed teacher-forced over {self.compared} positions"
         if ties:
             first = ties[0]
-            return where + margin + (f", past {len(ties)} near tie{'s' if len(ties) > 1 else ''} (the first at "
-                                     f"position {first.position}, margin {first.margin:.4f} nats) followed "
-                                     "teacher-forced")
+            plural = "s" if len(ties) > 1 else ""
+            return (f"{where}{margin}, past {len(ties)} near tie{plural} (the first at position {first.position}, "
+                    f"margin {first.margin:.4f} nats) followed teacher-forced")
         return where + margin
 
     def to_json(self) -> dict[str, Any]:

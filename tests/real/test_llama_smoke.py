@@ -56,7 +56,7 @@ def test_the_greedy_identity_probe_runs_on_the_real_pair_and_records_its_evidenc
         book.close()
 
 
-# ---------------------------------------------------------------------- issue 28: the smoke stage judges what it measured
+# ---------------------------------------------------------------------- the smoke stage judges what it measured
 
 STAGE = """
 [smoke]
