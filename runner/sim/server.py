@@ -434,8 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
         metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens,
                                 cached_tokens=generation.cached_tokens)
         created = int(time.time())
-        planned = truth.arrival
-        ideal = planned              # the absolute plan; ``planned`` is it, or later while the stream catches up
+        planned = truth.arrival      # the absolute plan (the truth's); a late stream's chunks may go later
         last_sent: float | None = None
         completion_tokens = 0
         text_parts: list[str] = []   # the full text, for a reply that is not streamed
@@ -465,9 +464,10 @@ class _Handler(BaseHTTPRequestHandler):
                     delay += slow["seconds"]
                 if stall and chunk_index == stall["after_chunks"]:
                     delay += stall["seconds"]
-                ideal += delay
-                planned = ideal if last_sent is None else max(ideal, last_sent + delay * CATCH_UP)
-                if not server.sleep_until(planned, engine):
+                previous = planned
+                planned += delay
+                due = planned if last_sent is None or not request.stream else max(planned, last_sent + delay * CATCH_UP)
+                if not server.sleep_until(due, engine):
                     raise _Aborted
                 if drop and chunk_index == drop["after_chunks"]:
                     outcome = "dropped"
@@ -475,7 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if error_frame and chunk_index == error_frame["after_chunks"]:
                     outcome = "error_frame"
                     break
-                metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, delay,
+                metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, planned - previous,
                              first=step.index == 0)
                 # the step's counts first: a request's last step is in what its finish reports
                 truth.tokens.append(len(step.tokens))
