@@ -48,7 +48,10 @@ The three penalties are what makes a T=0 request greedy or not: every T=0 smoke 
 sends them neutral (:data:`GREEDY_NEUTRAL`), and a server that acts on a strong value
 acts on the neutral one too. One that answers a strong value as it answers the neutral
 one does not read the field, so its own default stays (llama-cpp-python's
-``repeat_penalty`` is 1.1): the smoke stage's greedy identity needs all three honoured.
+``repeat_penalty`` is 1.1): the smoke stage's greedy identity needs ``repetition_penalty``
+honoured, and the other two, 0 by default on every server kind tally knows, accepted
+(a presence penalty of 2.0, vLLM's maximum, leaves SmolLM2's T=0 answer unchanged on
+llama.cpp: "not read" and "too weak to show" look alike there).
 
 Forcing is read against the baseline's own ending, never from a prompt a model may end
 by itself (the admission's ``terminator``, "Stop here.", stops at once on a small model
@@ -209,10 +212,13 @@ def smoke_needs(plan: Plan) -> tuple[Need, ...]:
         needs.append(Need(smoke.structured_field, "honoured", "the smoke stage's structured probe constrains its "
                                                               f"answer with {smoke.structured_field}"))
     if "greedy_identity" in smoke.probes:
-        needs += [Need(name, "honoured", f"greedy identity compares raw top-1 tokens: every T=0 smoke request "
-                                         f"sets {name} neutral, which a server that does not read it leaves at "
-                                         "its own default (llama-cpp-python: repeat_penalty 1.1)")
-                  for name in PENALTY_PROBES]
+        needs.append(Need("repetition_penalty", "honoured", "greedy identity compares raw top-1 tokens: every T=0 "
+                                                            "smoke request sets the repeat penalty neutral, which a "
+                                                            "server that does not read it leaves at its own default "
+                                                            "(llama-cpp-python: repeat_penalty 1.1)"))
+        needs += [Need(name, "accepted", f"every T=0 smoke request sets {name} neutral (0, every known server's "
+                                         "default; a strong 2.0, vLLM's maximum, need not change a tiny model's "
+                                         "T=0 answer)") for name in ("presence_penalty", "frequency_penalty")]
     return tuple(needs)
 
 
