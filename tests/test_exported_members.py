@@ -25,7 +25,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner": [],
     "runner.app": [
-        "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
+        "DEMO_SCENARIOS", "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
         "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "chain_preflight_report",
         "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
@@ -49,7 +49,7 @@ FACES: dict[str, list[str]] = {
         "smoke_findings", "smoke_tally", "spread_lines", "thin_reason", "validate", "win2",
     ],
     "runner.demo": [
-        "DEMO_TIME_SCALE", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
+        "DEMO_TIME_SCALE", "DemoDisplay", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
         "pass_chain_gate", "pass_gates", "prepare_plan_demo", "result_lines", "run_demo",
     ],
     "runner.drivers": [
@@ -99,7 +99,8 @@ FACES: dict[str, list[str]] = {
         "write_rehearsal",
     ],
     "runner.report": [
-        "Document", "ReportPaths", "build_document", "render_html", "render_markdown", "window_report", "write_report",
+        "Document", "ReportPaths", "build_document", "fixed", "metric_label", "metric_value", "render_html",
+        "render_markdown", "window_report", "write_report",
     ],
     "runner.sim": [
         "ACTIONS", "ArmConfig", "SimConfig", "SimHandle", "SimProcess", "config_from_dict", "default_config",

@@ -51,8 +51,7 @@ def run_demo_in(directory: Path, scenario: str | None = None, *, plan_file: Path
     window's recorded decision back. ``quiet``: no lines at all (``--json``); ``verbosity``: -1 (``-q``) none
     while running, 0 each distinct line once, 1 (``-v``) every line; ``progress``: a bar over the waves (a
     terminal)."""
-    from ..demo import DEMO_TIME_SCALE, ledger_tour, prepare_plan_demo, run_demo
-    from ..demo.progress import DemoDisplay
+    from ..demo import DEMO_TIME_SCALE, DemoDisplay, ledger_tour, prepare_plan_demo, run_demo
 
     if plan_file is not None and scenario is not None:
         raise FormatError("give --plan or --scenario, not both")

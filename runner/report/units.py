@@ -19,14 +19,16 @@ METRIC_UNITS: Mapping[str, tuple[str, float]] = {
 
 
 def fixed(value: float, digits: int = 4) -> str:
-    """``value`` in fixed notation with about ``digits`` significant digits: 27910, 1.601, 0.09665, 31.8."""
+    """``value`` in fixed notation with about ``digits`` significant digits, trailing zeros dropped as ``%g``
+    drops them: 27910 (``%.4g``: 2.791e+04), 1.601, 0.09665, 31.8, 100."""
     if not math.isfinite(value):
         return str(value)
     if value == 0:
         return "0"
     magnitude = math.floor(math.log10(abs(value)))
     decimals = min(max(digits - 1 - magnitude, 0), 12)
-    return f"{value:.{decimals}f}"
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # as %g would, without its exponent
 
 
 def metric_label(name: str) -> str:
