@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.app import compute_verdict, write_verdict_report
-from runner.report import fixed
+from runner.report import fixed, metric_label, metric_value
 
 from .common import command, print_json
 
@@ -93,20 +93,21 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
         metrics = cell_result["metrics"]
         wide = _table(console, title, ("metric", "role", "s1 per repeat", "s2 per repeat", "s3 per repeat",
                                        "d per repeat", "point", f"{conf} interval", "verdict"),
-                      [(f"{name} ({m['direction']})", m["role"], _series(m["per_repeat"]["s1"]),
-                        _series(m["per_repeat"]["s2"]), _series(m["per_repeat"]["s3"]), _series(m["d"], _pct),
+                      [(f"{metric_label(name)} ({m['direction']})", m["role"],
+                        *(_values(name, m["per_repeat"][s]) for s in ("s1", "s2", "s3")), _series(m["d"], _pct),
                         _pct(m["point"]), _interval(m), m["verdict"] or "-") for name, m in metrics.items()],
                       keep=(6, 7, 8))
         if _fits(console, wide):
             console.print(wide)
         else:  # narrow: the decision figures first, then the values per repeat, one repeat a line
             console.print(_table(console, title, ("metric", "point", f"{conf} interval", "verdict"),
-                                 [(f"{name} ({m['role']}, {m['direction']} is better)", _pct(m["point"]),
+                                 [(f"{metric_label(name)} ({m['role']}, {m['direction']} is better)", _pct(m["point"]),
                                    _interval(m), m["verdict"] or "-") for name, m in metrics.items()],
                                  keep=(1, 2, 3)))
             console.print(_table(console, f"{cell}: per repeat (s1, s2, s3 values; d = candidate / control - 1)",
                                  ("metric", "s1", "s2", "s3", "d"),
-                                 [(name, *(_series(m["per_repeat"][s], sep="\n") for s in ("s1", "s2", "s3")),
+                                 [(metric_label(name), *(_values(name, m["per_repeat"][s], "\n")
+                                                         for s in ("s1", "s2", "s3")),
                                    _series(m["d"], _pct, sep="\n")) for name, m in metrics.items()],
                                  keep=(1, 2, 3, 4)))
         spread = result["spread"][cell]
@@ -116,6 +117,11 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
     cells = ", ".join(f"{c} {v or '-'}" for c, v in literal["cells"].items())
     console.print(f"checklist_literal (what ms_per_round as the primary would have said; never deciding): "
                   f"{literal['decision']} ({cells})", markup=False, highlight=False)
+
+
+def _values(name: str, values: list[float | None], sep: str = " / ") -> str:
+    """A metric's per-repeat values in its display unit (TTFT in ms)."""
+    return sep.join(metric_value(name, v) for v in values)
 
 
 def _interval(metric: dict[str, Any]) -> str:
