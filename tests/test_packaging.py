@@ -96,6 +96,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield venv
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_every_demo_scenario_from_another_directory(installed: Path,
                                                                         tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
