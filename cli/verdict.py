@@ -27,15 +27,11 @@ INPUT_HELP = "Rule input JSON (win2-v1 or pp3-v1, see docs/rules.md); - reads st
 
 
 def verdict_console() -> Console:
-    """The terminal's width (``COLUMNS`` when set); 200 columns when stdout is not a terminal."""
-    import os
-
+    """The terminal's width; 200 columns when stdout is not a terminal (a file or a pipe)."""
     from rich.console import Console
 
     console = Console()
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
-        return console
-    return Console(width=200)
+    return console if console.is_terminal else Console(width=200)
 
 
 def _num(value: float | None) -> str:
@@ -93,7 +89,7 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
         metrics = cell_result["metrics"]
         wide = _table(console, title, ("metric", "role", "s1 per repeat", "s2 per repeat", "s3 per repeat",
                                        "d per repeat", "point", f"{conf} interval", "verdict"),
-                      [(f"{metric_label(name)} ({m['direction']})", m["role"],
+                      [(_label(name, m["direction"]), m["role"],
                         *(_values(name, m["per_repeat"][s]) for s in ("s1", "s2", "s3")), _series(m["d"], _pct),
                         _pct(m["point"]), _interval(m), m["verdict"] or "-") for name, m in metrics.items()],
                       keep=(6, 7, 8))
@@ -101,7 +97,7 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
             console.print(wide)
         else:  # narrow: the decision figures first, then the values per repeat, one repeat a line
             console.print(_table(console, title, ("metric", "point", f"{conf} interval", "verdict"),
-                                 [(f"{metric_label(name)} ({m['role']}, {m['direction']} is better)", _pct(m["point"]),
+                                 [(_label(name, f"{m['role']}, {m['direction']} is better"), _pct(m["point"]),
                                    _interval(m), m["verdict"] or "-") for name, m in metrics.items()],
                                  keep=(1, 2, 3)))
             console.print(_table(console, f"{cell}: per repeat (s1, s2, s3 values; d = candidate / control - 1)",
@@ -115,8 +111,15 @@ def _print_win2(result: dict[str, Any], console: Console) -> None:
                       f"archive day-to-day {_pct(spread['archive_day_to_day'])}", markup=False, highlight=False)
     literal = result["checklist_literal"]
     cells = ", ".join(f"{c} {v or '-'}" for c, v in literal["cells"].items())
-    console.print(f"checklist_literal (what ms_per_round as the primary would have said; never deciding): "
-                  f"{literal['decision']} ({cells})", markup=False, highlight=False)
+    console.print(f"checklist_literal (ms_per_round primary): {literal['decision']} ({cells}); what the "
+                  "checklist read literally would have decided: recorded, never deciding", markup=False,
+                  highlight=False)
+
+
+def _label(name: str, what: str) -> str:
+    """``pooled_rate_tps (higher) in tok/s``: the metric, what it is, and the unit its values are shown in."""
+    unit = metric_label(name)[len(name):].strip(" ()")
+    return f"{name} ({what})" + (f" in {unit}" if unit else "")
 
 
 def _values(name: str, values: list[float | None], sep: str = " / ") -> str:

@@ -201,7 +201,7 @@ def test_sim_seed000_example_serves_the_plans_arms() -> None:
     """examples/sim-seed000.toml is what the demo's pair builder makes of seed 000's plans (no drift)."""
     import tomllib
 
-    from runner.demo import sim_config_for
+    from runner.demo.scenarios import sim_config_for
     from runner.plan import read_plan_file
 
     plans = [read_plan_file(REPO / "examples" / f"{name}.toml").plan

@@ -55,7 +55,7 @@ def test_at_80_columns_the_win2_table_goes_vertical_and_at_200_it_is_one_table()
     assert not re.search(r"\d\.\d{3}e[+-]\d", narrow + wide)  # no e-notation
 
 
-def test_verdict_compute_honours_columns(tmp_path: Path) -> None:
+def test_verdict_compute_into_a_pipe_cuts_nothing(tmp_path: Path) -> None:
     import json
 
     source = tmp_path / "input.json"
@@ -63,7 +63,8 @@ def test_verdict_compute_honours_columns(tmp_path: Path) -> None:
     proc = subprocess.run([TALLY, "verdict", "compute", str(source)], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
-    assert "…" not in proc.stdout and max(len(line) for line in proc.stdout.splitlines()) <= 80
+    assert "…" not in proc.stdout and "[+3.79%, +16.21%]" in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 200
 
 
 def test_demo_log_lines_never_break_mid_word() -> None:
