@@ -30,7 +30,7 @@ FACES: dict[str, list[str]] = {
         "check_chain_prev_ok", "check_power_gate", "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
-        "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "record_budget",
+        "measure_server", "new_checkpoint", "new_key", "owner_name", "plan_sim_config", "power_spread_lines", "promotion_check", "record_budget",
         "record_chain_prev_ok", "record_power", "record_qualification", "record_rng", "record_standard_spec",
         "recorded_decision", "register_window", "rehearse_production", "replay_power", "replay_state", "replay_verdict",
         "revoke_key", "run_demo_in", "run_window", "serve_sim", "show_checkpoint", "upgrade_ledger",
@@ -51,6 +51,7 @@ FACES: dict[str, list[str]] = {
     "runner.demo": [
         "DEMO_TIME_SCALE", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
         "pass_chain_gate", "pass_gates", "prepare_plan_demo", "result_lines", "run_demo",
+        "sim_config_for",
     ],
     "runner.drivers": [
         "ACTIONS", "CHAIN_ACTIONS", "CLOSE_ACTIONS", "DEFAULT_TIMEOUTS_S", "OBSERVING_ACTIONS", "PER_HOST_ACTIONS",

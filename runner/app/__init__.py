@@ -65,7 +65,7 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import default_sim_config, serve_sim, write_families
+from .sim import default_sim_config, plan_sim_config, serve_sim, write_families
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -120,6 +120,7 @@ __all__ = [
     "new_checkpoint",
     "new_key",
     "owner_name",
+    "plan_sim_config",
     "power_spread_lines",
     "promotion_check",
     "record_budget",
