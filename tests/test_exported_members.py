@@ -30,7 +30,7 @@ FACES: dict[str, list[str]] = {
         "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
-        "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "record_budget",
+        "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "promotion_register", "record_budget",
         "record_chain_prev_ok", "record_power", "record_qualification", "record_rng", "record_standard_spec",
         "recorded_decision", "register_window", "rehearse_production", "replay_power", "replay_state", "replay_verdict",
         "revoke_key", "run_demo_in", "run_window", "serve_sim", "show_checkpoint", "upgrade_ledger",
@@ -42,11 +42,12 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.decide": [
         "DEFAULT_PARAMS", "INPUT_BUILDER", "MIN_WINDOWS", "NOISE_METRICS", "NOISE_PRIMARY", "POWER_MODEL", "RULES",
-        "ControlPair", "Difference", "Pp3Design", "Pp3Noise", "ReplayResult", "Spread", "Win2Design", "Win2Noise",
-        "build_input", "cap_reasons", "compute", "correlation_label", "decision_for", "design_of", "dial_back_reasons",
-        "diff", "estimate_spread", "estimate_win2_noise", "inputs_digest", "parse_pilot", "parse_pilot_noise",
-        "pooled_values", "power_figures", "power_figures_v1", "pp3", "recorded_builder", "replay_window",
-        "smoke_findings", "smoke_tally", "spread_lines", "thin_reason", "validate", "win2",
+        "SPENDINGS", "ChainStudy", "ControlPair", "Difference", "LookBudget", "LookTest", "Pp3Design", "Pp3Noise",
+        "ReplayResult", "Spread", "Win2Design", "Win2Noise", "build_input", "cap_reasons", "chain_study", "compute",
+        "correlation_label", "decision_for", "design_of", "dial_back_reasons", "diff", "estimate_spread",
+        "estimate_win2_noise", "inputs_digest", "look_test", "parse_pilot", "parse_pilot_noise", "pooled_values",
+        "power_figures", "power_figures_v1", "pp3", "recorded_builder", "replay_window", "smoke_findings",
+        "smoke_tally", "spread_lines", "thin_reason", "validate", "win2",
     ],
     "runner.demo": [
         "DEMO_TIME_SCALE", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
@@ -90,8 +91,9 @@ FACES: dict[str, list[str]] = {
         "parse_plan", "plan_sha256", "read_plan_file", "register_plan", "registered", "registered_plan", "window_log",
     ],
     "runner.promotion": [
-        "MAX_POLICY_BYTES", "Check", "PromotionPolicy", "PromotionResult", "ReceiptFiles", "check_promotion",
-        "read_policy",
+        "MAX_POLICY_BYTES", "POLICY_EVENT", "POLICY_STREAM", "Candidate", "Check", "Look", "PromotionPolicy",
+        "PromotionResult", "ReceiptFiles", "candidate_of", "check_promotion", "count_looks", "read_policy",
+        "registration_payload",
     ],
     "runner.rehearsal": [
         "FIELDS", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe", "ProbeList", "ProbeResult",

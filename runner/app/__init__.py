@@ -50,7 +50,7 @@ from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vke
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
 from .outdir import OutDir, write_out_file
-from .promotion import promotion_check
+from .promotion import promotion_check, promotion_register
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -118,6 +118,7 @@ __all__ = [
     "owner_name",
     "power_spread_lines",
     "promotion_check",
+    "promotion_register",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",
