@@ -2,8 +2,9 @@
 
 The promotion policy's budget over looks is registered first (``promotion.registered``).
 A candidate with no effect (arm B runs exactly as production's policy P) is measured in
-``CHAIN`` chained windows; the best of them (its smallest cell point the largest) is
-checked by the promotion gate with the whole ledger presented: NOT PROMOTABLE, its looks
+``CHAIN`` chained windows; the best of them (a WIN first, else the one whose smallest cell
+point is the largest: the one an operator would present) is checked by the promotion gate
+with the whole ledger presented: NOT PROMOTABLE, its looks
 counted and the level its look may spend not reached. A candidate with a real effect
 (another config digest: its own looks) is measured once and promoted.
 
@@ -119,7 +120,9 @@ def check_looks(world: World, policy_file: Path, summary: dict[str, Any], emit: 
     policy = read_policy(policy_file.read_bytes(), str(policy_file))
     decisions = {e.payload["window"]: e for e in book.events(types=["decision.recorded"])}
     chain = [w for w in decisions if w.startswith("looks-aa-")]
-    chosen = {"no effect": max(chain, key=lambda w: _worst_point(decisions[w].payload)), "effect": "looks-effect"}
+    best = max(chain, key=lambda w: (decisions[w].payload["result"]["decision"] == "WIN",
+                                     _worst_point(decisions[w].payload)))
+    chosen = {"no effect": best, "effect": "looks-effect"}
     signed = sign_checkpoint(book, root)
     bundle = out / "bundle"
     export_bundle(book, bundle, signer=root)

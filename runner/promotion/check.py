@@ -381,8 +381,7 @@ def _looks(events: Sequence[Event] | None, digest: str, payload: dict[str, Any],
         recomputed = compute(data_input) if isinstance(data_input, dict) else None
     except FormatError:
         recomputed = None
-    outcome = looks_checks(policy.looks, policy.name, ledger, ledger_error, verified, event, plan_json, recomputed,
-                           policy.primary)
+    outcome = looks_checks(policy.looks, policy.name, ledger, ledger_error, verified, event, plan_json, recomputed)
     for name, ok, detail in outcome.checks:
         checks.add(name, ok, detail)
     return outcome.summary

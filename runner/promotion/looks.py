@@ -133,8 +133,7 @@ def _tree_root(events: Sequence[Any], size: int) -> bytes:
 
 
 def looks_checks(budget: LookBudget | None, policy_name: str, ledger: Any, ledger_error: str | None,
-                 receipt: Any, decision: Any, plan_json: Any, recomputed: Mapping[str, Any] | None,
-                 primary: str) -> LooksOutcome:
+                 receipt: Any, decision: Any, plan_json: Any, recomputed: Mapping[str, Any] | None) -> LooksOutcome:
     """The three looks checks: ``looks.ledger`` (the presented ledger covers the receipt's tree),
     ``looks.registered`` (the budget registered before the first look), ``looks.budget`` (the presented look
     passes its spent level). ``ledger``: a verified full bundle (``ledger.bundle.VerifiedBundle``) or ``None``."""
@@ -170,6 +169,8 @@ def looks_checks(budget: LookBudget | None, policy_name: str, ledger: Any, ledge
         return LooksOutcome(tuple(checks), summary)
     checks.append(("looks.ledger", True, f"ledger {receipt.origin}: the count covers its first {size} events, the "
                                          f"receipt's checkpoint (root {checkpoint.root.hex()[:16]}...)"))
+    if plan_json is None:      # no window context: the checks that read it are not run (context fails)
+        return LooksOutcome(tuple(checks), summary)
     candidate = candidate_of(plan_json)
     if candidate is None:
         checks.append(("looks.budget", False, "the registered plan names no single candidate (arm B) and commit"))
@@ -184,7 +185,7 @@ def looks_checks(budget: LookBudget | None, policy_name: str, ledger: Any, ledge
         checks.append(("looks.budget", False, "the decision is not among the candidate's looks" if index is None
                        else "the recorded input is not a valid rule input"))
         return LooksOutcome(tuple(checks), summary)
-    test = look_test(budget, index, _differences(recomputed, primary), _bar(recomputed))
+    test = look_test(budget, index, _differences(recomputed), _bar(recomputed))
     summary["test"] = test.to_json()
     spent = budget.spent(index)
     shown = ", ".join(str(look.seq) for look in looks)
@@ -228,12 +229,15 @@ def _bar(result: Mapping[str, Any]) -> float:
     return float(bar)
 
 
-def _differences(result: Mapping[str, Any], primary: str) -> dict[str, list[float | None] | None]:
-    """Per decision cell the primary's paired differences, signed so that higher is better."""
+def _differences(result: Mapping[str, Any]) -> dict[str, list[float | None] | None]:
+    """Per decision cell the paired differences of its primary (the metric whose role is ``primary``: the
+    ``metric_set`` check holds it to the policy's), signed so that higher is better."""
     out: dict[str, list[float | None] | None] = {}
     cells = result.get("cells")
     for cell, body in (cells.items() if isinstance(cells, Mapping) else ()):
-        metric = body.get("metrics", {}).get(primary) if isinstance(body, Mapping) else None
+        metrics = body.get("metrics") if isinstance(body, Mapping) else None
+        metric = next((m for m in metrics.values() if isinstance(m, Mapping) and m.get("role") == "primary"), None) \
+            if isinstance(metrics, Mapping) else None
         d = metric.get("d") if isinstance(metric, Mapping) else None
         sign = -1.0 if isinstance(metric, Mapping) and metric.get("direction") == "lower" else 1.0
         out[str(cell)] = [None if x is None else sign * float(x) for x in d] if isinstance(d, list) else None

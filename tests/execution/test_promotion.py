@@ -402,11 +402,11 @@ def test_promote_check_without_the_ledger_cannot_count_looks(exported: Exported,
 
 
 def test_promote_check_refuses_a_ledger_that_does_not_verify(exported: Exported, tmp_path: Path) -> None:
+    import shutil
+
     assert exported.bundle is not None
-    bad = _copy(exported.bundle, tmp_path / "bundle")
-    (bad / "blobs").mkdir(exist_ok=True)
-    for item in (exported.bundle / "blobs").iterdir():
-        (bad / "blobs" / item.name).write_bytes(item.read_bytes())
+    bad = tmp_path / "bundle"
+    shutil.copytree(exported.bundle, bad)
     events = bad / "events.jsonl"
     lines = events.read_text().splitlines()
     (index,) = [i for i, line in enumerate(lines) if f'"seq":{exported.seqs["promo-ctl"]},' in line]
@@ -440,7 +440,11 @@ def test_a_budget_registered_after_the_first_look_is_refused(exported: Exported,
     late = policy(tmp_path, exported, threshold=0, edit='name = "PP4-PROMOTE-GATE-V2" => name = "PP4-LATE"')
     code, _, err = cli("--db", exported.db, "--key", exported.key, "promote", "register", "--policy", late)
     assert code == 0, err
-    receipt = export(exported, exported.seqs["promo-pp"], tmp_path / "receipt", "--window-context")
+    code, note_text, err = cli("--db", exported.db, "--key", exported.key, "checkpoint")   # covers the registration
+    assert code == 0, err
+    (tmp_path / "cp.txt").write_text(note_text)
+    receipt = export(exported, exported.seqs["promo-pp"], tmp_path / "receipt", "--window-context", "--checkpoint",
+                     tmp_path / "cp.txt")
     assert cli("--db", exported.db, "--key", exported.key, "export", tmp_path / "bundle")[0] == 0
     code, out, _ = check(receipt, late, ledger=tmp_path / "bundle")
     assert code == 1 and failing(out) == ["looks.registered"], out["reasons"]
