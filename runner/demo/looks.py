@@ -19,10 +19,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .scenarios import DemoWindow, World
+from typing import Any
 
 __all__ = ["BUDGET", "CHAIN", "check_looks", "looks_windows", "register_budget"]
 
@@ -66,8 +63,9 @@ def _effect(text: str) -> str:
     return re.sub(r'(role = "B"\n(?:.*\n)*?config_digest = )"[0-9a-f]{64}"', rf'\1"{digest}"', text, count=1)
 
 
-def looks_windows(window: type[DemoWindow]) -> list[DemoWindow]:
-    """The chained windows of the no-effect candidate, then one window of the candidate with an effect."""
+def looks_windows(window: Callable[..., Any]) -> list[Any]:
+    """The chained windows of the no-effect candidate, then one window of the candidate with an effect
+    (``window``: ``scenarios.DemoWindow``, passed in so that this module does not import its caller)."""
     chain = [window("seed000-production-policy.toml", f"looks-aa-{i}", {"chain": "chained" if i < CHAIN else "last"},
                     _no_effect) for i in range(1, CHAIN + 1)]
     return [*chain, window("seed000-production-policy.toml", "looks-effect", {"chain": "none"}, _effect)]
@@ -79,7 +77,7 @@ def _policy_text(log_vkey: str) -> str:
     return re.sub(r"\[looks\][^\n]*\n(?:(?!\[).*\n)*", f"[looks]\n{looks}", text)
 
 
-def register_budget(world: World, emit: Callable[[str], None]) -> Path:
+def register_budget(world: Any, emit: Callable[[str], None]) -> Path:
     """Write the demo's policy (the example's, this ledger's key pinned, the demo's budget) and register its
     budget before the first look; returns the policy file."""
     from ledger.note import vkey
@@ -106,7 +104,7 @@ def _worst_point(payload: Mapping[str, Any]) -> float:
     return min((p for p in points if isinstance(p, int | float)), default=float("-inf"))
 
 
-def check_looks(world: World, policy_file: Path, summary: dict[str, Any], emit: Callable[[str], None]) -> None:
+def check_looks(world: Any, policy_file: Path, summary: dict[str, Any], emit: Callable[[str], None]) -> None:
     """The promotion gate on the best no-effect window and on the effect window, the whole ledger presented."""
     from ledger.bundle import export_bundle, verify_bundle
     from ledger.receipt import build_receipt
