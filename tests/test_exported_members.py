@@ -27,7 +27,7 @@ FACES: dict[str, list[str]] = {
     "runner.app": [
         "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
         "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "chain_preflight_report",
-        "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
+        "check_chain_prev_ok", "check_power_gate", "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
         "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "promotion_register", "record_budget",
