@@ -52,7 +52,7 @@ from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vke
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
 from .outdir import OutDir, write_out_file
-from .promotion import promotion_check
+from .promotion import promotion_check, promotion_register
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -123,6 +123,7 @@ __all__ = [
     "plan_sim_config",
     "power_spread_lines",
     "promotion_check",
+    "promotion_register",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",
