@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MARKER", "SCENARIOS", "DemoOutcome", "demo_result_lines", "run_demo_in"]
 
-SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
+SCENARIOS = ("window", "chain", "pp3", "faults", "power", "looks", "ledger")
 MARKER = ".tally-demo"
 """The file a demo leaves at the top of its directory: the next demo there refreshes it instead of refusing."""
 

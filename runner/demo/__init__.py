@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from .ledger_tour import TourResult, ledger_tour
-from .pair import PlanDemo, prepare_plan_demo
+from .pair import PlanDemo, prepare_plan_demo, sim_config_for
 from .progress import DemoDisplay
 from .scenarios import (
     DEMO_TIME_SCALE,
@@ -45,4 +45,5 @@ __all__ = [
     "prepare_plan_demo",
     "result_lines",
     "run_demo",
+    "sim_config_for",
 ]
