@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Table, func, select
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,8 +29,8 @@ from .models import WitnessCosignedRow, WitnessEvidenceRow
 __all__ = ["MAX_EVIDENCE", "Cosigned", "Evidence", "WitnessStore", "origin_hash"]
 
 MAX_EVIDENCE = 10_000  # evidence rows kept per origin; later refusals are still refused, not kept
-_COSIGNED = WitnessCosignedRow.__table__
-_EVIDENCE = WitnessEvidenceRow.__table__
+_COSIGNED = cast(Table, WitnessCosignedRow.__table__)
+_EVIDENCE = cast(Table, WitnessEvidenceRow.__table__)
 
 
 def origin_hash(origin: str) -> str:

@@ -64,6 +64,7 @@ from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
 from .sim import default_sim_config, serve_sim, write_families
+from .tiles import audit_from_tiles, publish_tiles, receipt_in_served_tiles
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -103,6 +104,7 @@ __all__ = [
     "add_key",
     "admit_window",
     "append_event",
+    "audit_from_tiles",
     "audit_ledger",
     "chain_preflight_report",
     "check_fork_proof",
@@ -133,6 +135,8 @@ __all__ = [
     "owner_name",
     "power_spread_lines",
     "promotion_check",
+    "publish_tiles",
+    "receipt_in_served_tiles",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",

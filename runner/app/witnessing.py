@@ -15,6 +15,7 @@ from .session import Session
 if TYPE_CHECKING:
     from ledger.checkpoint import SignedCheckpoint
     from ledger.forkproof import Fork
+    from ledger.note import Verifier
     from ledger.witness_client import Collected
     from ledger.witness_store import Evidence
 
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-def _logs(logs_file: Path | None, log_vkeys: list[str]) -> tuple[dict[str, list], int]:  # type: ignore[type-arg]
+def _logs(logs_file: Path | None, log_vkeys: list[str]) -> tuple[dict[str, list[Verifier]], int]:
     from ledger.note import parse_vkey
     from ledger.witness_server import MAX_LOG_LIST_BYTES, parse_log_list
 
