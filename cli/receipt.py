@@ -23,6 +23,10 @@ def receipt_export(
         "--window-context", help="Also write <seq>.context.jsonl and <seq>.context-proofs.jsonl: the window's "
                                  "events up to SEQ, each proven against the receipt's checkpoint "
                                  "(what `tally promote check` reads).")] = False,
+    witnesses: Annotated[Path | None, typer.Option(
+        help="A tlog-policy file: sign a checkpoint now, collect its cosignatures from the policy's witnesses "
+             "over HTTP (short of the quorum: exit 3, nothing written) and prove the receipt against it.")] = None,
+    witness_timeout: Annotated[float, typer.Option(help="Seconds each witness has to answer.")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event.
@@ -31,7 +35,8 @@ def receipt_export(
     not be a symlink; a symlink planted at one of the file names is refused.
     """
     check_seq(seq, "SEQ")
-    written = export_receipt(session, seq, out, checkpoint_file=checkpoint_file, window_context=window_context)
+    written = export_receipt(session, seq, out, checkpoint_file=checkpoint_file, window_context=window_context,
+                             witnesses=witnesses, witness_timeout=witness_timeout)
     if json_out:
         context = written.context
         print_json({"seq": seq, "envelope": str(written.envelope), "proof": str(written.proof),

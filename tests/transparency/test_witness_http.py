@@ -217,3 +217,19 @@ def test_one_proof_per_old_size_and_a_409_beyond_the_log_is_fatal(workdir: Path)
         assert sorted(collected.lines) == ["a", "b"] and collected.quorum
         assert calls == [(6, 12)]  # one proof from 6, shared by both witnesses that needed it
         assert "larger than this log's 12" in collected.failures["c"]
+
+
+def test_receipt_export_collects_cosignatures_for_promotion(workdir: Path) -> None:
+    """The promotion path: a receipt proven against a checkpoint the policy's witnesses cosigned over HTTP."""
+    book, root = _ledger(workdir, 2)
+    book.append_many([NewEvent("window/w1", "gate.result", {"gate": "rng", "verdict": "PASS", "evidence": {},
+                                                            "plan_sha256": "ab" * 32})], root)
+    seq = book.size()
+    log_vkey = notes.vkey(ORIGIN, root.public_raw)
+    with serve_witness(workdir, Signer.generate(), "witness.test/w1", log_vkeys=[log_vkey]) as s1:
+        policy = _policy(workdir, [("w1", s1.vkey, s1.url)], "1")
+        code, _, err = tally("receipt", "export", str(seq), "--out", "receipts", "--witnesses", str(policy))
+        assert code == 0, err
+        code, out, err = tally("receipt", "verify", f"receipts/{seq}.dsse.json", "--vkey", log_vkey, "--vkey",
+                               s1.vkey, "--witness-threshold", "1")
+        assert code == 0 and "1 witness cosignature(s)" in out, err
