@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         old_roots = {old: book.root(old) for old in (rng.randint(1, size - 1) for _ in range(50))}
         vkey = notes.Verifier(ORIGIN, notes.SIG_ED25519, signer.public_raw)
         inc, con = proofs_per_second(str(site), size, root, old_roots, args.samples, rng)
-        print(f"proofs from the directory (no tile cached between proofs): {inc:,.0f} inclusion/s, {con:,.0f} consistency/s")
+        print(f"proofs from the directory (no tile cached between proofs): {inc:,.0f} inclusion/s, "
+              f"{con:,.0f} consistency/s")
         started = start_nginx(site, work)
         if started is None:
             print("nginx not installed: HTTP figures skipped")

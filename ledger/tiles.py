@@ -16,8 +16,9 @@ partial tiles are never hashed into the level above.
 
 ``publish`` writes what a tree of ``size`` leaves needs, incrementally (a file already
 there is kept: full tiles never change, a partial tile's name carries its width) and
-atomically for a reader: every tile and bundle is written whole (temporary file, fsync,
-rename) before the checkpoint that needs it replaces the old one. Nothing is written
+atomically for a reader: every tile and bundle is written whole (temporary file, rename),
+all are synced to disk at once, and only then does the checkpoint that needs them replace
+the old one (temporary file, fsync, rename, fsync). Nothing is written
 through a symlink. ``TileReader`` serves node hashes to the proof functions of
 ``ledger.merkle`` from tiles alone, each file bounded in size and checked in length.
 """
@@ -233,9 +234,9 @@ class _Out:
             raise FormatError(f"tiles directory: {self.root / rel} is larger than {limit} bytes")
         return data
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes, *, sync: bool = True) -> None:
         parent, _, name = rel.rpartition("/")
-        write_whole(name, data, "tile", mode=0o644, dir_fd=self.dir_fd(parent), shown=self.root / rel)
+        write_whole(name, data, "tile", mode=0o644, dir_fd=self.dir_fd(parent), shown=self.root / rel, sync=sync)
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -293,11 +294,13 @@ def publish(out: Path, leaf_hashes: Sequence[bytes], checkpoint_note: str,
                 else:
                     assert events is not None
                     data = bundle(events(start, start + width), 4)
-                target.write(rel, data)
+                target.write(rel, data, sync=False)  # renamed whole; all synced at once below
                 result.written.append(rel)
                 result.bytes_written += len(data)
         encoded = checkpoint_note.encode("utf-8")
         if old != encoded:
+            if result.written:
+                os.sync()  # every tile on disk before the checkpoint that needs them (also across a crash)
             target.write("checkpoint", encoded)  # last: a reader sees it only with every tile it needs
             result.written.append("checkpoint")
             result.bytes_written += len(encoded)
