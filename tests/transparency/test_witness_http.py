@@ -233,3 +233,47 @@ def test_receipt_export_collects_cosignatures_for_promotion(workdir: Path) -> No
         code, out, err = tally("receipt", "verify", f"receipts/{seq}.dsse.json", "--vkey", log_vkey, "--vkey",
                                s1.vkey, "--witness-threshold", "1")
         assert code == 0 and "1 witness cosignature(s)" in out, err
+
+
+@pytest.mark.postgres
+def test_witness_on_postgresql_keeps_state_and_evidence_and_never_rolls_back(workdir: Path, pg_url: str) -> None:
+    """The same compare-and-swap on PostgreSQL: concurrent steps from one state, one wins; a split view kept."""
+    import threading
+
+    from ledger.witness_store import WitnessStore
+
+    log = Signer.generate()
+    log_vkey = notes.vkey(ORIGIN, log.public_raw)
+    with serve_witness(workdir, Signer.generate(), "witness.test/pg", log_vkeys=[log_vkey], db=pg_url) as served:
+        assert httpx.post(f"{served.url}/add-checkpoint",
+                          content=body(0, [], signed(ORIGIN, 4, root_of(4), log))).status_code == 200
+        results: dict[int, int] = {}
+
+        def submit(size: int) -> None:
+            from .witnesshttp import proof
+
+            note = signed(ORIGIN, size, root_of(size), log)
+            results[size] = httpx.post(f"{served.url}/add-checkpoint", content=body(4, proof(4, size), note),
+                                       timeout=30).status_code
+
+        threads = [threading.Thread(target=submit, args=(size,)) for size in range(5, 11)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [size for size, status in results.items() if status == 200]
+        assert len(winners) == 1 and set(results.values()) == {200, 409}
+        won = winners[0]
+        split = httpx.post(f"{served.url}/add-checkpoint", content=body(won, [], signed(ORIGIN, won, OTHER_ROOT, log)))
+        assert split.status_code == 422
+    store = WitnessStore(pg_url, create=False)
+    try:
+        latest = store.latest(ORIGIN)
+        assert latest is not None and latest.checkpoint.size == won and latest.step == 2
+        (kept,) = store.evidence()
+        assert kept.kind == "root_mismatch"
+    finally:
+        store.close()
+    code, _, err = tally("witness", "fork-proof", str(kept.id), "--db", pg_url, "--vkey", log_vkey, "--out", "f.json")
+    assert code == 0, err
+    assert tally("audit", "--fork-proof", "f.json", "--vkey", log_vkey)[0] == 1
