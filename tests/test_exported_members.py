@@ -111,9 +111,10 @@ FACES: dict[str, list[str]] = {
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",
     ],
     "runner.state": [
-        "ARCHIVE_TYPES", "ENGINE_REPORTS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveRow", "State", "WaveKeys",
-        "WindowState", "admission_blockers", "archive_rows", "comparability_key", "day_to_day_rows", "fold",
-        "production_commit", "replay", "typed_payload", "validate_import_row",
+        "ARCHIVE_TYPES", "ENGINE_REPORTS", "IMPORT_ROW_FIELDS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveMapping",
+        "ArchiveRow", "State", "UnmappedCell", "WaveKeys", "WindowState", "admission_blockers", "archive_rows",
+        "comparability_key", "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay",
+        "touched", "typed_payload", "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

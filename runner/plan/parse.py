@@ -36,6 +36,7 @@ from .model import (
     STRUCTURED_FIELDS,
     WAVE_ORDERS,
     WIN2_DEFAULTS,
+    WINDOW_KINDS,
     Arm,
     Budget,
     Carry,
@@ -438,6 +439,11 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     commit = f.string("commit", pattern=COMMIT, what="a full commit id (40 or 64 lowercase hex)")
     tag = f.string("tag", None, pattern=GIT_TAG, what="a git tag name (letters, digits, . _ + / -; at most 200)")
     chain = f.string("chain", "none", choices=CHAIN_MODES)
+    kind = f.string("kind", None, choices=WINDOW_KINDS)
+    if kind in ("admission", "pair-only") and chain != "none":
+        article = "an" if kind == "admission" else "a"
+        raise FieldError(f"{path}.chain", f"{article} {kind} window never chains (its receipts need the restore "
+                                          f"and the watch): chain must be \"none\", got {chain!r}")
     description = f.string("description", "")
     cap = _clock_cap(f)
     sampling = _sampling(f.table("sampling"), protocol)
@@ -466,7 +472,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power, priming=priming, smoke=smoke, tag=tag,
+        power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind),
     )
     _check_bounded_blocks(plan, path)
     return plan
