@@ -55,7 +55,8 @@ def parse_log_list(text: str) -> tuple[dict[str, list[notes.Verifier]], int]:
 
     ``vkey <vkey>`` starts an entry (origin: the key's name), ``origin <origin>`` overrides
     it, ``qpd`` and ``contact`` are read and ignored; ``#`` comments and blank lines are
-    skipped. A vkey of a signature type tally cannot verify skips its entry (counted).
+    skipped. A vkey of a signature type tally cannot verify skips its entry (counted); a
+    malformed one (or one whose key ID does not match) refuses the list.
     """
     if len(text) > MAX_LOG_LIST_BYTES:
         raise FormatError(f"log list is larger than {MAX_LOG_LIST_BYTES} bytes")
@@ -92,10 +93,7 @@ def parse_log_list(text: str) -> tuple[dict[str, list[notes.Verifier]], int]:
             flush()
             if not rest:
                 raise FormatError(f"log list line {number}: vkey needs a key")
-            try:
-                verifier: notes.Verifier | None = notes.parse_vkey(rest)
-            except FormatError:
-                verifier = None
+            verifier = None if _unsupported_type(rest) else notes.parse_vkey(rest)  # malformed: refused
             if verifier is not None and verifier.is_cosigner:
                 raise FormatError(f"log list line {number}: a cosigner key (type 0x04) is not a log key")
             current = [rest.partition("+")[0], verifier]
@@ -112,6 +110,18 @@ def parse_log_list(text: str) -> tuple[dict[str, list[notes.Verifier]], int]:
         raise FormatError("log list has no 'logs/v0' header")
     flush()
     return logs, skipped
+
+
+def _unsupported_type(vkey: str) -> bool:
+    """A well-formed vkey of a signature type tally cannot verify (ML-DSA-44, RFC 6962 STH, ...)."""
+    parts = vkey.split("+", 2)
+    if len(parts) != 3:
+        return False
+    try:
+        raw = b64.decode(parts[2], "vkey key")
+    except FormatError:
+        return False
+    return bool(raw) and raw[0] not in (notes.SIG_ED25519, notes.SIG_COSIGNATURE)
 
 
 class WitnessService:

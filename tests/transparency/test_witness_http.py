@@ -277,3 +277,72 @@ def test_witness_on_postgresql_keeps_state_and_evidence_and_never_rolls_back(wor
     code, _, err = tally("witness", "fork-proof", str(kept.id), "--db", pg_url, "--vkey", log_vkey, "--out", "f.json")
     assert code == 0, err
     assert tally("audit", "--fork-proof", "f.json", "--vkey", log_vkey)[0] == 1
+
+
+def test_slippery_witness_gives_nothing_after_three_tries(workdir: Path) -> None:
+    """Tessera's TestSlipperyWitness: a witness that always answers 409 with another size."""
+    import http.server
+    import threading
+
+    from ledger.witness_client import collect_cosignatures
+
+    seen: list[bytes] = []
+
+    class Slippery(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(409)
+            self.send_header("Content-Type", "text/x.tlog.size")
+            self.end_headers()
+            self.wfile.write(str(len(seen) % 9).encode())  # no newline, as Tessera's test
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slippery)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        log = Signer.generate()
+        vkey = notes.vkey("witness.test/slippery", Signer.generate().public_raw, notes.SIG_COSIGNATURE)
+        policy = parse_policy(f"witness s {vkey} http://127.0.0.1:{server.server_port}\nquorum none\n")
+        note = signed(ORIGIN, 9, root_of(9), log)
+        from .witnesshttp import proof
+
+        collected = collect_cosignatures(note, policy, lambda old, new: proof(old, new), sleep=lambda _: None)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert collected.lines == {} and "after 3 tries" in collected.failures["s"]
+    assert [b.split(b"\n", 1)[0] for b in seen] == [b"old 0", b"old 1", b"old 2"]  # each 409's size adopted
+
+
+def test_logs_v0_list_of_the_witness_network() -> None:
+    """transparency-dev/witness TestParsePublicWitnessConfig's example, and its refusals."""
+    from ledger.errors import FormatError
+    from ledger.witness_server import parse_log_list
+
+    logs, skipped = parse_log_list("""
+        # List:      10qps-100klogs
+        logs/v0
+
+        # 1st list item -- foo's log
+        vkey sum.golang.org+033de0ae+Ac4zctda0e5eza+HJyk9SxEdh+s3Ux18htTTAD8OuAn8
+        qpd 86400
+        contact https://tlog.foo.org/contact
+
+        vkey sigsum.org/v1/tree/44ad38f8226ff9bd27629a41e55df727308d0a1cd8a2c31d3170048ac1dd22a1+682b49db+AQ7H4WhDEZsSA3enOROsasvC0D2CQy4sNrhBsJqVhB8l
+        origin something-not-equal-to-vkey-keyname
+        qpd 24
+
+        vkey tlog.andxor.it+d5e6b3d0+AU6uJ3h8tb+RRMdGjHV4KCrrHoKfIYGbhL2A46thEhKQ
+        qpd 1
+        vkey other.example+00000000+BwAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
+        """)
+    assert sorted(logs) == ["something-not-equal-to-vkey-keyname", "sum.golang.org", "tlog.andxor.it"]
+    assert logs["sum.golang.org"][0].vkey() == "sum.golang.org+033de0ae+Ac4zctda0e5eza+HJyk9SxEdh+s3Ux18htTTAD8OuAn8"
+    assert skipped == 1  # a key type tally cannot verify
+    for bad in ("vkey a+00000000+AQ", "logs/v0\nvkey sum.golang.org+033de0af+Ac4zctda0e5eza+HJyk9SxEdh+s3Ux18htTTAD8OuAn8\n",
+                "logs/v0\nlogs/v0\n", "logs/v0\nqpd 3\n", "logs/v0\nfrobnicate x\n", ""):
+        with pytest.raises(FormatError):
+            parse_log_list(bad)
