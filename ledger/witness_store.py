@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from . import note as notes
 from .checkpoint import Checkpoint, parse_checkpoint
-from .db import HEAD_REVISION, database_error, make_engine, normalise_url, schema_revision
+from .db import HEAD_REVISION, database_error, make_engine, normalise_url, schema_revision, sqlite_path
 from .errors import FormatError, StorageError
 from .models import WitnessCosignedRow, WitnessEvidenceRow
 
@@ -84,7 +84,11 @@ class WitnessStore:
     """The witness tables of one database (created by ``tally witness serve`` on first use)."""
 
     def __init__(self, url: str | None, *, create: bool = True) -> None:
-        self.engine: Engine = make_engine(normalise_url(url))
+        normalised = normalise_url(url)
+        path = sqlite_path(normalised)
+        if not create and path is not None and not path.exists():
+            raise FormatError(f"no witness database at {path}; `tally witness serve --db` creates one")
+        self.engine: Engine = make_engine(normalised)
         revision = schema_revision(self.engine)
         if revision != HEAD_REVISION:
             if not create:

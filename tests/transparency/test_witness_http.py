@@ -346,3 +346,9 @@ def test_logs_v0_list_of_the_witness_network() -> None:
                 "logs/v0\nlogs/v0\n", "logs/v0\nqpd 3\n", "logs/v0\nfrobnicate x\n", ""):
         with pytest.raises(FormatError):
             parse_log_list(bad)
+
+
+def test_evidence_of_a_missing_database_is_one_line_and_creates_nothing(workdir: Path) -> None:
+    code, out, err = tally("witness", "evidence", "--db", "nowhere.db")
+    assert code == 2 and out == "" and "no witness database" in err
+    assert not (workdir / "nowhere.db").exists()
