@@ -38,6 +38,8 @@ from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
     chain_preflight_report,
+    check_chain_prev_ok,
+    check_power_gate,
     record_budget,
     record_chain_prev_ok,
     record_power,
@@ -50,7 +52,7 @@ from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vke
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
 from .outdir import OutDir, write_out_file
-from .promotion import promotion_check
+from .promotion import promotion_check, promotion_register
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -63,7 +65,7 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import default_sim_config, serve_sim, write_families
+from .sim import default_sim_config, plan_sim_config, serve_sim, write_families
 from .tiles import audit_from_tiles, publish_tiles, receipt_in_served_tiles
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
@@ -107,7 +109,9 @@ __all__ = [
     "audit_from_tiles",
     "audit_ledger",
     "chain_preflight_report",
+    "check_chain_prev_ok",
     "check_fork_proof",
+    "check_power_gate",
     "checkpoint_json",
     "compute_verdict",
     "consistency",
@@ -133,8 +137,10 @@ __all__ = [
     "new_checkpoint",
     "new_key",
     "owner_name",
+    "plan_sim_config",
     "power_spread_lines",
     "promotion_check",
+    "promotion_register",
     "publish_tiles",
     "receipt_in_served_tiles",
     "record_budget",
