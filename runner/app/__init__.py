@@ -67,6 +67,7 @@ from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
 from .sim import default_sim_config, plan_sim_config, serve_sim, write_families
+from .tiles import audit_from_tiles, publish_tiles, receipt_in_served_tiles
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -81,6 +82,15 @@ from .windows import (
     window_power,
     write_window_report,
 )
+from .witnessing import (
+    WitnessedCheckpoint,
+    WitnessRun,
+    check_fork_proof,
+    cosign_by_policy,
+    export_fork_proof,
+    list_evidence,
+    serve_witness,
+)
 
 __all__ = [
     "DEMO_SCENARIOS",
@@ -93,22 +103,28 @@ __all__ = [
     "RehearsalRun",
     "Session",
     "WaveProgress",
+    "WitnessRun",
+    "WitnessedCheckpoint",
     "add_key",
     "admit_window",
     "append_event",
+    "audit_from_tiles",
     "audit_ledger",
     "chain_preflight_report",
     "check_chain_prev_ok",
+    "check_fork_proof",
     "check_power_gate",
     "checkpoint_json",
     "compute_verdict",
     "consistency",
+    "cosign_by_policy",
     "cosign_checkpoint",
     "default_sim_config",
     "demo_result_lines",
     "describe_power",
     "dry_run_window",
     "dump_report",
+    "export_fork_proof",
     "export_ledger",
     "export_receipt",
     "get_blob",
@@ -117,6 +133,7 @@ __all__ = [
     "init_ledger",
     "key_vkey",
     "list_archive",
+    "list_evidence",
     "list_keys",
     "measure_server",
     "new_checkpoint",
@@ -126,6 +143,8 @@ __all__ = [
     "power_spread_lines",
     "promotion_check",
     "promotion_register",
+    "publish_tiles",
+    "receipt_in_served_tiles",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",
@@ -142,6 +161,7 @@ __all__ = [
     "run_demo_in",
     "run_window",
     "serve_sim",
+    "serve_witness",
     "show_checkpoint",
     "upgrade_ledger",
     "verify_receipt_files",
