@@ -25,7 +25,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner": [],
     "runner.app": [
-        "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
+        "DEMO_SCENARIOS", "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
         "WaveProgress", "WitnessRun", "WitnessedCheckpoint", "add_key", "admit_window", "append_event",
         "audit_from_tiles", "audit_ledger", "chain_preflight_report", "check_chain_prev_ok", "check_fork_proof",
         "check_power_gate", "checkpoint_json", "compute_verdict", "consistency", "cosign_by_policy",
@@ -53,7 +53,7 @@ FACES: dict[str, list[str]] = {
         "smoke_tally", "spread_lines", "thin_reason", "validate", "win2",
     ],
     "runner.demo": [
-        "DEMO_TIME_SCALE", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
+        "DEMO_TIME_SCALE", "DemoDisplay", "DemoWindow", "PlanDemo", "TourResult", "World", "build_world", "ledger_tour",
         "pass_chain_gate", "pass_gates", "prepare_plan_demo", "result_lines", "run_demo",
         "sim_config_for",
     ],
@@ -105,7 +105,8 @@ FACES: dict[str, list[str]] = {
         "write_rehearsal",
     ],
     "runner.report": [
-        "Document", "ReportPaths", "build_document", "render_html", "render_markdown", "window_report", "write_report",
+        "Document", "ReportPaths", "build_document", "fixed", "metric_label", "metric_value", "render_html",
+        "render_markdown", "window_report", "write_report",
     ],
     "runner.sim": [
         "ACTIONS", "ArmConfig", "SimConfig", "SimHandle", "SimProcess", "config_from_dict", "default_config",

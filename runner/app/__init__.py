@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from .archive import import_archive, list_archive
 from .checks import audit_ledger, export_ledger, verify_stored
+from .demo import SCENARIOS as DEMO_SCENARIOS
 from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
@@ -92,6 +93,7 @@ from .witnessing import (
 )
 
 __all__ = [
+    "DEMO_SCENARIOS",
     "Decision",
     "DemoOutcome",
     "ExportedReceipt",

@@ -29,7 +29,7 @@ BUDGET = {"alpha": 0.05, "max_looks": 5, "spending": "bonferroni"}
 EFFECT_ARM = "fixed5-sampled-tuned"
 BETTER = ("{ draft_depth = 5, accept_per_pos = [0.95, 0.90, 0.85, 0.80, 0.75], step_base_ms = 9.0, "
           "step_per_token_ms = 0.12, ttft_base_ms = 60.0, ttft_per_1k_prompt_ms = 9.0 }")
-POLICY = Path(__file__).resolve().parents[2] / "examples" / "promotion" / "pp4-promote-gate-v2.toml"
+POLICY = Path(__file__).resolve().parent / "data" / "promotion" / "pp4-promote-gate-v2.toml"  # packaged copy
 
 
 def _small(text: str) -> str:

@@ -40,7 +40,11 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_TIME_SCALE", "DemoWindow", "World", "build_world", "pass_chain_gate", "pass_gates", "result_lines",
            "run_demo", "sim_config_for"]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DATA = Path(__file__).resolve().parent / "data"
+"""The example plans and families the scenarios run, shipped inside the package (so an installed ``tally demo``
+has them): byte-for-byte copies of ``examples/`` (the source; ``tests/test_packaging.py`` fails if they drift)."""
+DATA_FILES = ("seed000-production-policy.toml", "seed000-controlled.toml", "seed003-abba.toml", "families",
+              "promotion/pp4-promote-gate-v2.toml")
 DEMO_TIME_SCALE = 0.02
 
 
@@ -254,8 +258,8 @@ def _plan_file(directory: Path, window: DemoWindow) -> Path:
         return window.source
     target = directory / "plans"
     if not (target / "families").exists():
-        shutil.copytree(EXAMPLES / "families", target / "families")
-    text = (EXAMPLES / window.plan_file).read_text()
+        shutil.copytree(DATA / "families", target / "families")
+    text = (DATA / window.plan_file).read_text()
     if window.edit is not None:
         text = window.edit(text)
     path = target / f"{window.window_id}.toml"
@@ -302,8 +306,12 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
 
 def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
              say: Callable[[str], None] | None = None, time_scale: float = DEMO_TIME_SCALE,
-             plan: PlanDemo | None = None) -> dict[str, Any]:
+             plan: PlanDemo | None = None,
+             on_wave: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """Run a scenario in ``directory`` (created); returns a summary with ``ok``.
+
+    ``say`` gets every line (default: printed unless ``quiet``); ``on_wave`` is called after each
+    measured wave (done, total, label), for a progress display.
 
     With ``plan`` (``tally demo --plan``): the operator's own plan, on the simulated pair
     ``runner.demo.pair`` built from its arms, instead of a scenario.
@@ -373,9 +381,9 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
                 admit(book, root, reg.window)
             planned = _dry_run(book, reg.window, world.driver, time_scale, emit) if plan is not None else None
             emit(f"\nstage execute: window {reg.window} (preflight, snapshot, drain, HOLD, the starts and their waves)")
-            on_wave = _fault_injector(world.sim, emit) if scenario == "faults" else None
+            waves = _on_waves(_fault_injector(world.sim, emit) if scenario == "faults" else None, on_wave)
             runner = WindowRunner(book, root, reg.window, world.driver, time_scale=time_scale, say=emit,
-                                  on_wave=on_wave)
+                                  on_wave=waves)
             try:
                 result = runner.run()
             except TallyError as error:  # refused before any host action (the site does not fit), or stopped
@@ -411,6 +419,19 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
     finally:
         world.sim.stop()
     return _finish(world, summary, emit, began)
+
+
+def _on_waves(*callbacks: Callable[[int, int, str], None] | None) -> Callable[[int, int, str], None] | None:
+    """One wave callback calling each of ``callbacks`` given, in order."""
+    given = [c for c in callbacks if c is not None]
+    if not given:
+        return None
+
+    def on_wave(count: int, total: int, label: str) -> None:
+        for callback in given:
+            callback(count, total, label)
+
+    return on_wave
 
 
 def _power_scenario(world: World, summary: dict[str, Any], emit: Callable[[str], None]) -> None:
