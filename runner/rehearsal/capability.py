@@ -228,7 +228,8 @@ def smoke_refusals(plan: Plan, fields: Mapping[str, Any] | None) -> list[str]:
         return []
     return [f"the smoke stage relies on {need.field} ({need.reason}), and the capability probe found it "
             f"{fields[need.field]} on this server: drop the probe or register what the server honours"
-            for need in smoke_needs(plan) if fields.get(need.field) in ("ignored", "refused")]
+            for need in smoke_needs(plan)
+            if fields.get(need.field) == "refused" or (need.want == "honoured" and fields.get(need.field) == "ignored")]
 
 
 def vllm_needs(*, control_answered: bool = False) -> tuple[Need, ...]:

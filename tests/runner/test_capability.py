@@ -315,3 +315,20 @@ def test_a_natural_stop_does_not_pass_for_a_forced_one() -> None:
     assert got["ignore_eos"] == "ignored" and got["stop_token_ids"] == "ignored"
     forced = {r.name: r.request for r in result.capability_results}
     assert "logit_bias" in forced["ignore-eos"] and "allowed_token_ids" not in forced["ignore-eos"]
+
+
+def test_greedy_identity_refuses_a_repeat_penalty_it_cannot_neutralise_and_accepts_the_others_ignored() -> None:
+    """The repeat penalty must be honoured (llama-cpp-python's default 1.1 stays otherwise); presence and
+    frequency penalties, 0 by default everywhere, need only be accepted."""
+    from runner.plan import load_plan
+    from runner.rehearsal.capability import smoke_needs, smoke_refusals
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    wants = {n.field: n.want for n in smoke_needs(plan)}
+    assert wants["repetition_penalty"] == "honoured"
+    assert wants["presence_penalty"] == wants["frequency_penalty"] == "accepted"
+    quiet = {"repetition_penalty": "honoured", "presence_penalty": "ignored", "frequency_penalty": "ignored"}
+    assert smoke_refusals(plan, quiet) == []
+    refused = smoke_refusals(plan, {**quiet, "repetition_penalty": "ignored", "presence_penalty": "refused"})
+    assert [r.split(" (")[0] for r in refused] == ["the smoke stage relies on repetition_penalty",
+                                                  "the smoke stage relies on presence_penalty"]
