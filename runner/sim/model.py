@@ -87,7 +87,7 @@ class Step:
     """One engine step of one request: what it emits and what it cost (model ms)."""
 
     index: int                      # 0 = prefill (the first token)
-    tokens: tuple[int, ...]         # emitted token ids (1 + accepted, truncated at a stop)
+    tokens: tuple[int, ...]         # emitted token ids (1 + accepted, truncated at a stop or max_tokens)
     drafts: int                     # draft tokens scheduled in this step (0 = no draft counted)
     accepted: int                   # accepted draft tokens (before stop truncation)
     duration_ms: float              # model ms from the previous step's output to this one's
@@ -154,8 +154,10 @@ class Generation:
             duration = base * clock_factor * self.start_factor * jitter + self.ttft_extra_ms
             drafts, accepted = 0, 0
         else:
-            remaining = self.params.max_tokens - self.generated
-            drafts = min(self.arm.k, remaining - 1) if self.arm.speculative else 0
+            # Full-depth drafts to the end, as vLLM schedules them (never a partial draft): the
+            # step's accepted count includes drafts past max_tokens (or past EOS or a stop
+            # token) that the emission below then discards, as vLLM's counters do.
+            drafts = self.arm.k if self.arm.speculative else 0
             accepted = 0
             for position in range(drafts):
                 if self._rng.random() < self.arm.acceptance[position]:

@@ -271,9 +271,29 @@ def probe_streams(c: Conn) -> Iterator[tuple[str, Any]]:
     yield "chat.usage_chunk_keys", [keys(f) for f in frames if isinstance(f, dict) and not f.get("choices")]
 
 
+def _counter(text: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, flags=re.M))
+
+
+def probe_counters(c: Conn) -> Iterator[tuple[str, Any]]:
+    """Drafts accepted past max_tokens: vLLM counts every draft a step accepted, also those the request
+    then discards, so Δaccepted exceeds the delivered drafts (Δgeneration - first tokens - Δdecode steps)."""
+    names = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:generation_tokens_total",
+             "vllm:inter_token_latency_seconds_count")
+    before = c.client.get(c.urls["spec"] + "/metrics").text
+    lengths = (7, 8, 9, 16)   # a 4-deep step after the first token lands beyond some of these
+    for n in lengths:
+        c.completion("spec", prompt=REPEAT, max_tokens=n, temperature=0, ignore_eos=True)
+    after = c.client.get(c.urls["spec"] + "/metrics").text
+    accepted, generated, steps = (_counter(after, name) - _counter(before, name) for name in names)
+    delivered = generated - len(lengths) - steps
+    yield "spec.generated_is_delivered", generated == sum(lengths)
+    yield "spec.accepted_counted_past_max_tokens", accepted > delivered >= 0
+
+
 PROBES: dict[str, Callable[[Conn], Iterator[tuple[str, Any]]]] = {
     "endpoints": probe_endpoints, "metrics": probe_metrics, "errors": probe_errors, "finish": probe_finish,
-    "fields": probe_fields, "streams": probe_streams,
+    "fields": probe_fields, "streams": probe_streams, "counters": probe_counters,
 }
 
 
