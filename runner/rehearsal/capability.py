@@ -588,8 +588,10 @@ def _priority(r: Mapping[str, ProbeResult]) -> tuple[_Reading, Basis, tuple[str,
     if scheduled is None:
         return ("unclear", f"{typed[1]}; whether it schedules by it was not probed ({PROBE_NAME} not sent)"), \
             "type check", probes
-    status, detail, reported = scheduled
-    return (status, detail), "server report" if reported else "behaviour", probes  # type: ignore[return-value]
+    status, detail, basis = scheduled
+    if basis == "type check":
+        detail = f"{typed[1]}; {detail}"
+    return (status, detail), basis, probes  # type: ignore[return-value]
 
 
 def _token_ids(r: Mapping[str, ProbeResult]) -> _Reading:

@@ -13,11 +13,15 @@ and acts on it only when started with ``--scheduling-policy priority``; under th
    :data:`HOLDERS` streams with long prompts (half the server's ``max_model_len``, at
    most :data:`MAX_HOLDER_WORDS` words, a nonce first so that no prefix cache serves
    them) and one output token each, at priority :data:`HOLD`, fill the engine's prefill
-   budget; once a holder's first token is seen (the engine is busy with them),
-   a ``high`` (:data:`HIGH`, the rehearsal's own priority) and a ``low``
-   (:data:`LOW`) request of one token are sent back to back. Under ``priority`` the
-   high one is taken before the holders still waiting and the low one after all of
-   them; under ``fcfs`` both wait behind every holder, whichever order they arrive in.
+   budget for several steps (vLLM fills a step's leftover budget with whatever waiting
+   request fits, so the holders still waiting when the pair is first considered must
+   exceed a step's budget: nine of about 1,000 tokens against vLLM's CPU server's 2,048);
+   once every holder's reply has begun (the server took it in: the pair cannot reach the
+   engine before them) or one was served, a ``high`` (:data:`HIGH`, the rehearsal's own
+   priority) and a ``low`` (:data:`LOW`) request of one token are sent back to back.
+   Under ``priority`` the high one is taken before the holders still waiting and the low
+   one after all of them; under ``fcfs`` both wait behind every holder, whichever order
+   they arrive in.
 
    A trial reads, with ``margin`` a quarter of the largest gap between consecutive
    first tokens (the engine's step: outputs of one step reach the client together):
@@ -30,11 +34,14 @@ and acts on it only when started with ``--scheduling-policy priority``; under th
    ``ignored`` when every one reads ``fcfs``, else ``unclear`` (a plan that registers a
    priority then fails the probe: fail closed).
 
-No probe here outranks the rehearsal's priority 10 (a lower value is served first):
-the holders run at 20, the low request at 30. The probe is bounded: every request has
-the rehearsal's timeout for its whole exchange and a 1 MiB reply cap, and a trial ends
-at that timeout. On a server whose one step takes every holder at once (a large
-prefill budget, a fast engine) nothing waits: ``unclear``.
+The trials run only for a plan that registers a priority (they put a few thousand
+prompt tokens on production's queue); otherwise, with nothing reported, the reading is
+``unclear`` (read, its scheduling not probed). No probe here outranks the rehearsal's
+priority 10 (a lower value is served first): the holders run at 20, the low request at
+30. The probe is bounded: a 1 MiB reply cap per request, and every request of a trial
+within :data:`TRIAL_TIMEOUTS` probe timeouts (a loaded 2-core CPU engine took 17 s to
+give two holders their first token). On a server whose one step takes every holder at
+once (a large prefill budget, a fast engine) nothing waits: ``unclear``.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .probe import PRIORITY, ProbeResult
+from .probe import PRIORITY, ProbeResult, has_choice
 
 if TYPE_CHECKING:
     import httpx
@@ -58,10 +65,11 @@ __all__ = ["HIGH", "HOLD", "HOLDERS", "LOW", "MAX_HOLDER_WORDS", "PROBE_NAME", "
            "probe_priority", "read_trial", "reported_policy"]
 
 PROBE_NAME = "priority-order"
-HOLDERS = 6
+HOLDERS = 9
 MAX_HOLDER_WORDS = 4096
 DEFAULT_HOLDER_WORDS = 1024     # when the server does not report its max_model_len
 TRIALS = 2
+TRIAL_TIMEOUTS = 10             # a trial's bound, in probe timeouts
 HIGH, HOLD, LOW = PRIORITY, PRIORITY + 10, PRIORITY + 20
 MIN_MARGIN_S = 0.005
 INFO_BYTES = 4 << 20            # /server_info carries the server's whole environment
@@ -188,6 +196,7 @@ class _Stream:
         self.first_s: float | None = None
         self.failure: str | None = None
         self.first = first or threading.Event()   # set at the first content frame (or the end); may be shared
+        self.headers = threading.Event()           # the reply's status line and headers came (or the end)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> _Stream:
@@ -198,6 +207,7 @@ class _Stream:
         import httpx
 
         from ..measure.bounds import MAX_PROBE_BYTES, ReplyRefused, read_capped
+        from ..measure.sse import SSEDecoder, SSEOverflow
         from ..measure.transport import deadline_guard
 
         deadline = time.perf_counter() + self.timeout
@@ -207,33 +217,48 @@ class _Stream:
                     self.client.stream("POST", self.url, content=data, timeout=httpx.Timeout(self.timeout),
                                        headers={"content-type": "application/json",
                                                 "accept-encoding": "identity"}) as response:
+                self.headers.set()
                 if response.status_code != 200:
                     read_capped(response, MAX_PROBE_BYTES, deadline, "the reply")
                     self.failure = f"HTTP {response.status_code}"
                     return
-                size, tail = 0, b""
+                size, decoder = 0, SSEDecoder(max_line=MAX_PROBE_BYTES)
                 for raw in response.iter_raw():
                     size += len(raw)
                     if size > MAX_PROBE_BYTES:
                         raise ReplyRefused("the stream is over the 1 MiB limit")
-                    seen = tail + raw.replace(b" ", b"")
-                    if self.first_s is None and b'"choices":[{' in seen:   # a frame with a choice: the token
-                        self.first_s = time.perf_counter() - self.t0
+                    if self.first_s is None and any(_has_choice(frame) for frame in decoder.feed(raw)):
+                        self.first_s = time.perf_counter() - self.t0   # the first frame with a choice: the token
                         self.first.set()
-                    tail = seen[-32:]
                     if time.perf_counter() > deadline:
                         raise httpx.ReadTimeout("overall deadline passed", request=response.request)
                 if self.first_s is None:
                     self.failure = "no content frame"
-        except (httpx.HTTPError, OSError, ReplyRefused) as exc:
+        except (httpx.HTTPError, OSError, ReplyRefused, SSEOverflow) as exc:
             self.failure = f"{type(exc).__name__}: {exc}"[:200]
         finally:
+            self.headers.set()
             self.first.set()
 
     def join(self, until: float) -> None:
         self.thread.join(max(0.0, until - time.perf_counter()))
         if self.thread.is_alive() and self.failure is None:
             self.failure = "no complete answer in time"
+
+
+def _has_choice(frame: str) -> bool:
+    """An SSE frame that carries a choice (a token), read as hostile input."""
+    from ledger.errors import FormatError
+    from ledger.strictjson import read_json
+
+    from ..measure.bounds import MAX_PROBE_BYTES
+
+    if frame.strip() == "[DONE]":
+        return False
+    try:
+        return has_choice(read_json(frame, "an SSE frame", max_bytes=MAX_PROBE_BYTES))
+    except FormatError:
+        return False
 
 
 def _trial(client: httpx.Client, url: str, model: str | None, words: int, order: tuple[str, str],
@@ -248,7 +273,9 @@ def _trial(client: httpx.Client, url: str, model: str | None, words: int, order:
                                           "prompt": f"Probe {uuid.uuid4().hex[:12]} holder {i}:" + " the" * words},
                        timeout, t0, busy).start() for i in range(HOLDERS)]
     until = t0 + timeout
-    busy.wait(max(0.0, until - time.perf_counter()))
+    for holder in holders:   # every holder's reply begun (the server took it in), or some holder already served
+        while not holder.headers.wait(0.01) and not busy.is_set() and time.perf_counter() < until:
+            pass
     sent = time.perf_counter() - t0
     pair = {name: _Stream(client, endpoint, {**base, "priority": HIGH if name == "high" else LOW,
                                              "prompt": f"Probe {uuid.uuid4().hex[:12]}: reply with one word."},
@@ -263,36 +290,48 @@ def _trial(client: httpx.Client, url: str, model: str | None, words: int, order:
                  failures)
 
 
-def probe_priority(client: httpx.Client, url: str, model: str | None, timeout: float) -> ProbeResult:
-    """The ``priority-order`` probe's result: the reported policy, else the behaviour trials (module docstring)."""
+def probe_priority(client: httpx.Client, url: str, model: str | None, timeout: float, *,
+                   behaviour: bool = True) -> ProbeResult:
+    """The ``priority-order`` probe's result: the reported policy, else (``behaviour``) the trials.
+
+    Each trial is bounded by :data:`TRIAL_TIMEOUTS` x ``timeout`` (a loaded CPU engine takes
+    tens of seconds over the holders' prompts). Without ``behaviour`` (no need for it: the
+    trials fill the engine's queue) and nothing reported, the reading is ``unclear``.
+    """
     began = time.perf_counter()
     policy = reported_policy(client, url, timeout)
     parts: dict[str, Any] = {"reported_policy": policy, "trials": []}
     request: dict[str, Any] = {"server_info": "/server_info?config_format=json", "max_tokens": 1}
-    if policy is None:
+    if policy is None and not behaviour:
+        status, detail = "unclear", f"{PROBE_NAME} not run: nothing reported (/server_info), and the behaviour " \
+                                    "probe (which fills the engine's queue) runs only for a plan that registers " \
+                                    "a priority"
+    elif policy is None:
         length = max_model_len(client, url, timeout)
         words = DEFAULT_HOLDER_WORDS if length is None else max(16, min(MAX_HOLDER_WORDS, length // 2 - 32))
         request.update(holders=HOLDERS, holder_words=words, holder_priority=HOLD, high=HIGH, low=LOW,
                        trials=TRIALS, max_model_len=length)
         orders: Sequence[tuple[str, str]] = [("high", "low"), ("low", "high")][:TRIALS]
-        trials = [_trial(client, url, model, words, order, timeout) for order in orders]
+        trials = [_trial(client, url, model, words, order, TRIAL_TIMEOUTS * timeout) for order in orders]
         parts["trials"] = [t.to_json() for t in trials]
         status, detail = reading(trials)
     else:
         status = "honoured" if policy == "priority" else "ignored"
         detail = f"/server_info: scheduler_config.policy {policy!r}"
-    parts["status"] = status
+    parts["status"], parts["probed"] = status, policy is not None or behaviour
     digest = hashlib.sha256(json.dumps(request, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return ProbeResult(PROBE_NAME, "/v1/completions", request, digest, 200, True, "pass", None, detail, None, None,
                        None, None, None, time.perf_counter() - began, None, parts)
 
 
-def priority_reading(result: ProbeResult | None) -> tuple[str, str, bool] | None:
-    """(status, detail, reported) from the probe's result, or ``None`` when it did not run."""
+def priority_reading(result: ProbeResult | None) -> tuple[str, str, str] | None:
+    """(status, detail, basis) from the probe's result, or ``None`` when it was not sent."""
     if result is None:
         return None
     parts: Mapping[str, Any] = result.parts
     status = parts.get("status")
     if status not in ("honoured", "ignored", "unclear"):
         return None
-    return str(status), result.detail, parts.get("reported_policy") is not None
+    basis = "server report" if parts.get("reported_policy") is not None else \
+        "behaviour" if parts.get("probed") else "type check"
+    return str(status), result.detail, basis

@@ -282,7 +282,8 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
         seen = {r.name: r for r in results + capability}
         capability += tuple(sender(probe, judge_answered) for probe in forced_probes(eos, model, seen))
         if sender.stalled is None and priority_read({r.name: r for r in results + capability}):
-            capability += (probe_priority(client, url, model, timeout),)
+            wanted = any(n.field == "priority" and n.want == "honoured" for n in needs)
+            capability += (probe_priority(client, url, model, timeout, behaviour=wanted),)
     probed = {r.name: r for r in results + capability}
     results = tuple(_learnt_control(r, probed) if r.name == "control" else r for r in results)
     control = next((r for r in results if r.name == "control"), None)

@@ -112,6 +112,7 @@ class Generation:
     cached_tokens: int = 0          # prompt tokens found in the prefix cache: their prefill is skipped
     greedy_key: str = ""            # T=0: the key of the token stream (the prompt's), the same on every arm
     diverge: tuple[int, bool] | None = None  # T=0 fault: (position, near tie) where this arm takes the runner-up
+    draft_past_end: bool = True     # vLLM drafts full depth to the end; llama.cpp's server stops at max_tokens
     generated: int = 0
     finish_reason: str | None = None
     steps: int = 0
@@ -157,7 +158,10 @@ class Generation:
             # Full-depth drafts to the end, as vLLM schedules them (never a partial draft): the
             # step's accepted count includes drafts past max_tokens (or past EOS or a stop
             # token) that the emission below then discards, as vLLM's counters do.
-            drafts = self.arm.k if self.arm.speculative else 0
+            # (llama.cpp's server caps a draft at the tokens left: no accepted token is ever discarded there)
+            remaining = self.params.max_tokens - self.generated
+            depth = self.arm.k if self.draft_past_end else min(self.arm.k, remaining - 1)
+            drafts = depth if self.arm.speculative else 0
             accepted = 0
             for position in range(drafts):
                 if self._rng.random() < self.arm.acceptance[position]:

@@ -35,6 +35,7 @@ class Ticket:
     tokens: int = field(compare=False)
     admitted: bool = field(default=False, compare=False)
     end: float = field(default=0.0, compare=False)   # when its prefill ends (perf_counter seconds)
+    waited: bool = field(default=False, compare=False)   # it was not admitted on arrival
 
 
 class PrefillQueue:
@@ -57,6 +58,7 @@ class PrefillQueue:
         with self._cond:
             heapq.heappush(self._waiting, ticket)
             while not self._fits(ticket):
+                ticket.waited = True
                 if stopped():
                     self._waiting.remove(ticket)
                     heapq.heapify(self._waiting)

@@ -410,6 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
             cached_tokens=cached,
             greedy_key=f"{config.seed}|greedy|{fingerprint}", diverge=diverge,
+            draft_past_end=config.metrics_format != "llamacpp",
         )
         return generation, cold
 
@@ -456,7 +457,8 @@ class _Handler(BaseHTTPRequestHandler):
                                         lambda: server.stopping.is_set() or engine.stopped)
             if ticket is None:
                 raise _Aborted
-            planned = max(planned, time.perf_counter())
+            if ticket.waited:   # its prefill starts now, not on arrival
+                planned = max(planned, time.perf_counter())
             while True:
                 step = generation.next_step(server.host.clock_factor())
                 if step is None:

@@ -77,6 +77,15 @@ def test_priority_scheduling_is_read_from_what_the_server_reports(policy: str, s
     assert not any(r["max_tokens"] == 1 and r["priority"] == 20 for r in truth)   # no holders were needed
 
 
+def test_without_a_plan_that_registers_priority_the_queue_is_not_filled() -> None:
+    with served("priority", dev_mode=False) as handle:
+        result = rehearse(handle.url, 1, timeout=30.0, vllm_checks=False)
+        truth = handle.truth()["requests"]
+    field = _priority(result)
+    assert (field.status, field.basis) == ("unclear", "type check") and "not run" in field.detail
+    assert not any(r["priority"] == 20 for r in truth)   # no holder was sent to production
+
+
 def test_a_server_that_does_not_read_priority_is_not_probed_further() -> None:
     config = sim.default_config().with_(ignore_fields=["priority"])
     with sim.start(config, seed=5, time_scale=0.01) as handle:

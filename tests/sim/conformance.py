@@ -342,9 +342,12 @@ def documented_deviations(text: str | None = None) -> dict[str, str]:
 
 
 def sim_configs() -> tuple[SimConfig, SimConfig]:
-    """The simulator set up as the real pair is: SmolLM2's name, EOS, vocabulary and context; k = 0 and 4."""
+    """The simulator set up as the real pair is: SmolLM2's name, EOS, vocabulary and context; vLLM's default
+    scheduling (fcfs, no development-mode /server_info) and the CPU server's 2048-token prefill budget; k = 0
+    and 4."""
     base = SimConfig().with_(model=MODEL, eos_token_id=EOS, vocab_size=VOCAB, max_model_len=MAX_MODEL_LEN,
-                             time_scale=0.01)
+                             time_scale=0.01, scheduling_policy="fcfs", dev_mode=False,
+                             max_num_batched_tokens=2048)
     plain = base.with_arm(base.production_arm, k=0, acceptance=())
     spec = base.with_arm(base.production_arm, k=K, acceptance=(0.9, 0.8, 0.7, 0.6))
     return plain, spec
