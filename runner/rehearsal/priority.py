@@ -146,7 +146,7 @@ def reported_policy(client: httpx.Client, url: str, timeout: float) -> str | Non
     from ledger.errors import FormatError
     from ledger.strictjson import read_json
 
-    from ..measure.bounds import ReplyRefused, fetch
+    from ..measure import ReplyRefused, fetch
 
     try:
         reply = fetch(client, "GET", url.rstrip("/") + "/server_info?config_format=json", deadline_s=timeout,
@@ -169,12 +169,12 @@ def max_model_len(client: httpx.Client, url: str, timeout: float) -> int | None:
     from ledger.errors import FormatError
     from ledger.strictjson import read_json
 
-    from ..measure.bounds import MAX_MODELS_BYTES, ReplyRefused, fetch
+    from ..measure import MAX_PROBE_BYTES, ReplyRefused, fetch
 
     try:
-        reply = fetch(client, "GET", url.rstrip("/") + "/v1/models", deadline_s=timeout, max_bytes=MAX_MODELS_BYTES,
+        reply = fetch(client, "GET", url.rstrip("/") + "/v1/models", deadline_s=timeout, max_bytes=MAX_PROBE_BYTES,
                       what="the /v1/models reply")
-        body = read_json(reply.body, "the /v1/models reply", max_bytes=MAX_MODELS_BYTES) if reply.status == 200 \
+        body = read_json(reply.body, "the /v1/models reply", max_bytes=MAX_PROBE_BYTES) if reply.status == 200 \
             else None
     except (httpx.HTTPError, OSError, ReplyRefused, FormatError):
         return None
@@ -206,9 +206,7 @@ class _Stream:
     def _run(self) -> None:
         import httpx
 
-        from ..measure.bounds import MAX_PROBE_BYTES, ReplyRefused, read_capped
-        from ..measure.sse import SSEDecoder, SSEOverflow
-        from ..measure.transport import deadline_guard
+        from ..measure import MAX_PROBE_BYTES, ReplyRefused, SSEDecoder, SSEOverflow, deadline_guard
 
         deadline = time.perf_counter() + self.timeout
         data = json.dumps(self.body, separators=(",", ":")).encode()
@@ -218,8 +216,7 @@ class _Stream:
                                        headers={"content-type": "application/json",
                                                 "accept-encoding": "identity"}) as response:
                 self.headers.set()
-                if response.status_code != 200:
-                    read_capped(response, MAX_PROBE_BYTES, deadline, "the reply")
+                if response.status_code != 200:   # its body is not read
                     self.failure = f"HTTP {response.status_code}"
                     return
                 size, decoder = 0, SSEDecoder(max_line=MAX_PROBE_BYTES)
@@ -251,7 +248,7 @@ def _has_choice(frame: str) -> bool:
     from ledger.errors import FormatError
     from ledger.strictjson import read_json
 
-    from ..measure.bounds import MAX_PROBE_BYTES
+    from ..measure import MAX_PROBE_BYTES
 
     if frame.strip() == "[DONE]":
         return False

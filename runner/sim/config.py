@@ -183,7 +183,7 @@ class SimConfig:
     token_burst_ms: float = 0.5        # "token" mode: model ms between the tokens of one engine step
     metrics_format: str = "vllm"       # METRICS_FORMATS
     scheduling_policy: str = "priority"  # the waiting queue's order: "fcfs" (vLLM's default) or "priority"
-    max_num_batched_tokens: int = 8192   # the prefill budget beside which a waiting request must fit (0: none)
+    max_num_batched_tokens: int = 0      # the prefill budget beside which a waiting request must fit (0: none)
     dev_mode: bool = True              # serve vLLM's development-mode /server_info (VLLM_SERVER_DEV_MODE=1)
 
     def arm(self, name: str) -> ArmConfig:
