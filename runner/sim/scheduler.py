@@ -52,11 +52,19 @@ class PrefillQueue:
         self._arrivals = itertools.count()
 
     def admit(self, tokens: int, priority: int, stopped: Callable[[], bool]) -> Ticket | None:
-        """Wait until this request's prefill may start; ``None`` when ``stopped()`` turned true first."""
-        order = next(self._arrivals)
-        ticket = Ticket((priority if self.policy == "priority" else 0, order), max(0, tokens))
+        """Enter the queue and wait until this request's prefill may start (:meth:`enqueue`, :meth:`wait`)."""
+        return self.wait(self.enqueue(tokens, priority), stopped)
+
+    def enqueue(self, tokens: int, priority: int) -> Ticket:
+        """Enter the queue (its place in arrival order is taken now)."""
         with self._cond:
+            ticket = Ticket((priority if self.policy == "priority" else 0, next(self._arrivals)), max(0, tokens))
             heapq.heappush(self._waiting, ticket)
+        return ticket
+
+    def wait(self, ticket: Ticket, stopped: Callable[[], bool]) -> Ticket | None:
+        """Wait until the prefill of ``ticket`` may start; ``None`` when ``stopped()`` turned true first."""
+        with self._cond:
             while not self._fits(ticket):
                 ticket.waited = True
                 if stopped():
@@ -89,6 +97,18 @@ class PrefillQueue:
             ticket.admitted = False
             self._in_flight -= ticket.tokens
             self._prefilling.remove(ticket)
+            self._cond.notify_all()
+
+    def leave(self, ticket: Ticket) -> None:
+        """Done with ``ticket`` whatever became of it: released when admitted, else taken out of the queue."""
+        with self._cond:
+            if ticket.admitted:
+                ticket.admitted = False
+                self._in_flight -= ticket.tokens
+                self._prefilling.remove(ticket)
+            elif ticket in self._waiting:
+                self._waiting.remove(ticket)
+                heapq.heapify(self._waiting)
             self._cond.notify_all()
 
     def waiting(self) -> int:

@@ -448,13 +448,14 @@ class _Handler(BaseHTTPRequestHandler):
         finish_reason: str | None = None
         stop_reason: int | str | None = None
         outcome = "finished"
+        # the waiting queue (docs/sim.md): its place taken before the reply begins (a client that saw the
+        # headers knows the request is in), the prefill started when the policy and the budget let it
+        queued = engine.queue.enqueue(generation.prompt_tokens - generation.cached_tokens, request.priority)
         ticket = None
-        if request.stream:
-            self._stream_headers()
         try:
-            # the waiting queue (docs/sim.md): the prefill starts when the policy and the budget let it
-            ticket = engine.queue.admit(generation.prompt_tokens - generation.cached_tokens, request.priority,
-                                        lambda: server.stopping.is_set() or engine.stopped)
+            if request.stream:
+                self._stream_headers()
+            ticket = engine.queue.wait(queued, lambda: server.stopping.is_set() or engine.stopped)
             if ticket is None:
                 raise _Aborted
             if ticket.waited:   # its prefill starts now, not on arrival
@@ -523,7 +524,7 @@ class _Handler(BaseHTTPRequestHandler):
             if hang is not None:
                 server.hung_until = time.perf_counter() + hang["seconds"]
         finally:
-            engine.queue.release(ticket)
+            engine.queue.leave(queued)   # its tokens back to the budget, or out of the queue
         truth.finish_reason = finish_reason
         if outcome != "finished":
             truth.status = "failed" if outcome == "error_frame" else "aborted"
