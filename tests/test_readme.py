@@ -111,6 +111,22 @@ def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decis
         assert "thermal dial-back inside the HOLD" in reasons and "wave not counted" in reasons
 
 
+def test_demo_looks_scenario_refuses_the_best_no_effect_window_and_promotes_a_real_effect(tmp_path: Path) -> None:
+    """Equal arms in three chained windows, then another candidate with a real effect: the promotion gate counts
+    the chain's three looks (not the other candidate's) and refuses its best; the effect is look 1 of 1, promoted."""
+    summary = run_demo(tmp_path / "looks", "looks", quiet=True, time_scale=0.01)
+    assert_same_shapes("looks", tmp_path / "looks" / "tally.db")
+    assert [w["ending"] for w in summary["windows"]] == ["chained", "chained", "restored", "restored"]
+    no_effect, effect = summary["promotion"]
+    chain = [e for e in summary["windows"] if e["window"].startswith("looks-aa-")]
+    assert no_effect["window"] in {e["window"] for e in chain} and no_effect["verdict"] == "NOT_PROMOTABLE"
+    assert no_effect["looks"] == 3 and len(no_effect["seqs"]) == 3 and "looks.budget" in no_effect["failing"]
+    assert effect["window"] == "looks-effect" and effect["looks"] == 1 and effect["index"] == 1
+    assert effect["verdict"] == "PROMOTABLE", effect
+    assert summary["ok"], summary
+    assert (tmp_path / "looks" / "looks" / "bundle" / "events.jsonl").exists()
+
+
 def test_tally_demo_ledger_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
                           capture_output=True, text=True)

@@ -52,7 +52,7 @@ from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vke
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
 from .outdir import OutDir, write_out_file
-from .promotion import promotion_check
+from .promotion import promotion_check, promotion_register
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -65,7 +65,7 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import default_sim_config, serve_sim, write_families
+from .sim import default_sim_config, plan_sim_config, serve_sim, write_families
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -120,8 +120,10 @@ __all__ = [
     "new_checkpoint",
     "new_key",
     "owner_name",
+    "plan_sim_config",
     "power_spread_lines",
     "promotion_check",
+    "promotion_register",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCENARIOS", "DemoOutcome", "demo_result_lines", "run_demo_in"]
 
-SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
+SCENARIOS = ("window", "chain", "pp3", "faults", "power", "looks", "ledger")
 
 
 @dataclass(frozen=True)

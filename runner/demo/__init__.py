@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from .ledger_tour import TourResult, ledger_tour
-from .pair import PlanDemo, prepare_plan_demo
+from .pair import PlanDemo, prepare_plan_demo, sim_config_for
 from .scenarios import (
     DEMO_TIME_SCALE,
     DemoWindow,
@@ -41,4 +41,5 @@ __all__ = [
     "prepare_plan_demo",
     "result_lines",
     "run_demo",
+    "sim_config_for",
 ]

@@ -11,7 +11,10 @@ Scenarios: ``window`` (seed 000's production-policy window), ``chain`` (two chai
 windows, then a restoring one), ``pp3`` (seed 003's ABBA window), ``faults`` (a stall, a
 5xx burst and a thermal dial-back: the verdict turns INCONCLUSIVE with reasons), ``power``
 (a plan requiring power for a +3.5 % effect: its power gate refuses three repeats, and a
-plan with the repeats the gate names passes; neither is executed).
+plan with the repeats the gate names passes; neither is executed), ``looks`` (a promotion
+budget registered, a candidate with no effect measured in three chained windows and one with
+a real effect once; the promotion gate refuses the best no-effect window, its looks counted,
+and promotes the other: ``runner.demo.looks``).
 """
 
 from __future__ import annotations
@@ -186,6 +189,10 @@ reaches its 30 s bound (the plan keeps ``ignore_eos = false``; the smoke stage's
 
 
 def _windows(scenario: str) -> list[DemoWindow]:
+    if scenario == "looks":
+        from .looks import looks_windows
+
+        return looks_windows(DemoWindow)
     if scenario == "power":
         return [DemoWindow("seed000-production-policy.toml", "power-3-repeats", _power_overrides(3))]
     if scenario == "pp3":
@@ -336,8 +343,13 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             emit(f"  {note}")
     try:
         registrations = []
+        policy_file = None
         if scenario == "power":
             _power_scenario(world, summary, emit)
+        if scenario == "looks":
+            from .looks import register_budget
+
+            policy_file = register_budget(world, emit)
         plans = world.plans if scenario != "power" else []
         if plans:
             emit("\nstage gates: register, then every gate the plan requires, before any host contact")
@@ -391,6 +403,10 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             emit(f"decision {result.decision}; replay verdict {entry['replay']}; report {report['html']}")
             if result.blocked or not replayed.match:
                 summary["ok"] = False
+        if policy_file is not None:
+            from .looks import check_looks
+
+            check_looks(world, policy_file, summary, emit)
         world.driver.close()
     finally:
         world.sim.stop()

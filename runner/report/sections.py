@@ -84,6 +84,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
           for s in ("s1", "s2", "s3")),
         ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
         ("decision cells", ", ".join(data["decision_cells"])),
+        ("metrics", _metric_roles(result)),
         ("waves counted", _waves_counted(data)),
         ("repeats (registered)", str(params["repeats"])),
         ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
@@ -135,6 +136,17 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
              "its spread is null with fewer than two entries.", "note"),
     )))
     return sections
+
+
+def _metric_roles(result: Mapping[str, Any]) -> str:
+    """Which metrics decide (the primary, the guards) and which are reported only, by their recorded roles."""
+    roles: dict[str, list[str]] = {"primary": [], "guard": [], "reported": []}
+    for cell in result["cells"].values():
+        for name, m in cell["metrics"].items():
+            if name not in roles.setdefault(m["role"], []):
+                roles[m["role"]].append(name)
+    decide = ", ".join(roles["primary"]) + (f" (primary); guards {', '.join(roles['guard'])}" if roles["guard"] else "")
+    return f"decide: {decide or DASH}; reported only: {', '.join(roles['reported']) or 'none'}"
 
 
 def _waves_counted(data: Mapping[str, Any]) -> str:

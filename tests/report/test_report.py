@@ -100,6 +100,9 @@ def test_report_renders_for_every_outcome(name: str, rendered: Callable[[str], R
             assert f"Cell {cell}: {cell_result['verdict'] or 'not computed'}" in markdown
         assert "checklist_literal decision:" in markdown
         assert "archive day-to-day" in markdown
+        # several metrics, one decision: which decide and which are reported only
+        assert ("| metrics | decide: pooled_rate_tps (primary); guards accepted_per_round, decode_tps; reported only: "
+                "ms_per_round, ttft_s |") in markdown
     else:
         assert "Small-family limit" in markdown
         for pair in result["per_pair"]:
