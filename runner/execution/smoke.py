@@ -13,6 +13,7 @@ runner keeps nothing of its own between steps.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import FormatError
@@ -74,7 +75,7 @@ class SmokeSteps(Recorder):
             return None if emitted is None else (smoke.reference, emitted)
         return None
 
-    def smoke(self, step: Step, _r: RunResult) -> None:
+    def smoke(self, step: Step, result: RunResult) -> None:
         from ..smoke.probes import SmokeSession
 
         smoke = self.plan.smoke
@@ -86,6 +87,7 @@ class SmokeSteps(Recorder):
             return
         model = self._model_name()
         verdicts: list[ProbeVerdict] = []
+        probing = time.perf_counter()
         with SmokeSession(self.driver.serving_url, model, smoke) as session:
             baseline = None
             if "greedy_identity" in smoke.probes:
@@ -108,6 +110,7 @@ class SmokeSteps(Recorder):
                     verdicts.append(session.eos(start.id))
                 elif probe == "lifecycle":
                     verdicts.append(session.lifecycle(start.id))
+        result.load_s += time.perf_counter() - probing   # the probes' requests, as a wave's
         after = self.attest(start.id)
         if not after["ok"]:  # another engine answered some of them: nothing of this start to record
             self._engine_lost(start.id, after)

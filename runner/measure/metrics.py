@@ -1,4 +1,4 @@
-"""Server counters from ``/metrics``: parse (prometheus_client's parser), sum, subtract.
+"""Server counters from ``/metrics``: parse (prometheus_client's reading, ``.exposition``), sum, subtract.
 
 Pure: :func:`parse_metrics` turns exposition text into a :class:`MetricsSnapshot`
 (every sample summed over its ``engine`` and other labels, ``_created`` samples kept
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from ledger.errors import FormatError
+
+from .exposition import samples
 
 __all__ = [
     "COUNTER_SERIES",
@@ -89,29 +89,27 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     created: dict[str, float] = {}
     peaks: dict[str, float] = {}
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name, labels, value = sample.name, sample.labels, sample.value
-                if value is None or not math.isfinite(value):
+        for name, labels, value in samples(text):
+            if value is None or not math.isfinite(value):
+                continue
+            if name.endswith("_created"):
+                key = _created_key(name)
+                created[key] = min(value, created.get(key, value))
+                continue
+            if "le" in labels or "quantile" in labels:
+                continue
+            if name in POSITION_SERIES:
+                try:
+                    position = int(labels.get("position", ""))
+                except ValueError:
                     continue
-                if name.endswith("_created"):
-                    key = _created_key(name)
-                    created[key] = min(value, created.get(key, value))
-                    continue
-                if "le" in labels or "quantile" in labels:
-                    continue
-                if name in POSITION_SERIES:
-                    try:
-                        position = int(labels.get("position", ""))
-                    except ValueError:
-                        continue
-                    if not 0 <= position < MAX_POSITIONS:
-                        raise FormatError(f"{name} has position {position}, outside 0..{MAX_POSITIONS - 1}")
-                    by_position = positions.setdefault(name, {})
-                    by_position[position] = by_position.get(position, 0.0) + value
-                    continue
-                values[name] = values.get(name, 0.0) + value
-                peaks[name] = max(value, peaks.get(name, value))
+                if not 0 <= position < MAX_POSITIONS:
+                    raise FormatError(f"{name} has position {position}, outside 0..{MAX_POSITIONS - 1}")
+                by_position = positions.setdefault(name, {})
+                by_position[position] = by_position.get(position, 0.0) + value
+                continue
+            values[name] = values.get(name, 0.0) + value
+            peaks[name] = max(value, peaks.get(name, value))
     except (ValueError, TypeError, IndexError) as exc:
         raise FormatError(f"metrics text is not Prometheus exposition: {exc}") from None
     return MetricsSnapshot(values, positions.get(_PER_POS, {}), created, peaks, positions)
