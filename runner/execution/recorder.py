@@ -17,6 +17,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,17 +63,23 @@ class RunResult:
     escalated: bool = False
     steps: int = 0
     waves: int = 0
-    measuring_s: float = 0.0
-    overhead_s: float = 0.0
+    measuring_s: float = 0.0   # inside the measurement client (its set-up, the scrapes, the requests)
+    overhead_s: float = 0.0    # all but measuring_s
     replay_s: float = 0.0
     wave_gaps_s: list[float] = field(default_factory=list)  # from one wave's end to the next one's start
+    load_s: float = 0.0        # the requests in flight: from each wave's first send to its last reply
+    host_s: float = 0.0        # inside the site's host actions (start an engine, drain, restore...)
+    runner_s: float = 0.0      # the runner's own time: the run's wall time but load_s and host_s
+    runner_cpu_s: float = 0.0  # CPU time of the thread that ran the window (the runner's work; not the requests')
 
     def to_json(self) -> dict[str, Any]:
         gaps = sorted(self.wave_gaps_s)
         return {"window": self.window, "ending": self.ending, "decision": self.decision, "reasons": self.reasons,
                 "blocked": self.blocked, "escalated": self.escalated, "steps": self.steps, "waves": self.waves,
                 "measuring_s": round(self.measuring_s, 4), "overhead_s": round(self.overhead_s, 4),
-                "replay_s": round(self.replay_s, 4),
+                "replay_s": round(self.replay_s, 4), "load_s": round(self.load_s, 4),
+                "host_s": round(self.host_s, 4), "runner_s": round(self.runner_s, 4),
+                "runner_cpu_s": round(self.runner_cpu_s, 4),
                 "wave_gap_ms": {"p50": round(gaps[len(gaps) // 2] * 1000, 3) if gaps else None,
                                 "max": round(gaps[-1] * 1000, 3) if gaps else None, "total": round(sum(gaps), 4)}}
 
@@ -130,6 +137,7 @@ class Recorder:
     appended: list[Event]  # what this runner stored since it last folded the ledger (``refresh``)
     recorded: State | None  # while the ledger refuses: the state it holds (``state`` adds the backlog)
     step_kind: str | None   # the step being taken (named in a refused append's record)
+    host_s: float           # time spent inside the driver's host actions (``RunResult.host_s``)
 
     @property
     def ws(self) -> WindowState:
@@ -302,6 +310,7 @@ class Recorder:
 
     def _run(self, name: str, host: str | None, params: dict[str, Any]) -> ActionResult:
         """Run the action through the driver; a driver that raises gives a failed outcome, never an exception."""
+        began = time.perf_counter()
         try:
             return self.driver.run(name, host, params)
         except ExternalError as exc:
@@ -309,6 +318,8 @@ class Recorder:
         except Exception as exc:   # after it may have acted: record it, as an action that may have happened
             return failed_result(name, host, f"the driver raised {type(exc).__name__} running {name}: {exc} "
                                              "(the action may have run)")
+        finally:
+            self.host_s += time.perf_counter() - began
 
     def _outcome(self, name: str, host: str | None, action_id: str, start: str | None, probe: dict[str, Any],
                  result: ActionResult, then: Callable[[ActionResult], list[Pending]] | None,

@@ -17,6 +17,7 @@ probe that ended after it is recorded ``interrupted`` (it never counts in the de
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import FormatError
@@ -79,7 +80,7 @@ class SmokeSteps(Recorder):
             return None if emitted is None else (smoke.reference, emitted)
         return None
 
-    def smoke(self, step: Step, _r: RunResult) -> None:
+    def smoke(self, step: Step, result: RunResult) -> None:
         from ..smoke.probes import SmokeSession
 
         smoke = self.plan.smoke
@@ -91,12 +92,14 @@ class SmokeSteps(Recorder):
             return
         model = self._model_name()
         verdicts: list[ProbeVerdict] = []
+        probing = time.perf_counter()
         with SmokeSession(self.driver.serving_url, model, smoke, cancel=self.cancel) as session:
             for probe in sorted(smoke.probes, key=lambda name: name != "greedy_identity"):  # greedy first
                 if self.cancel.is_set():
                     break  # the probes not begun are not recorded: missing, never passed
                 verdict = self._probe(session, probe, start.id)
                 verdicts.append(_after_stop(verdict) if self.cancel.is_set() else verdict)
+        result.load_s += time.perf_counter() - probing   # the probes' requests, as a wave's
         if not verdicts:
             return
         after = self.attest(start.id)

@@ -229,6 +229,7 @@ class StartSteps(Recorder):
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, temperature=sampling.temperature,
             top_p=sampling.top_p, cancel=self.cancel, counter_source="none", extra_body={"cache_salt": salt})
         result.measuring_s += time.perf_counter() - t0
+        result.load_s += measured.duration_s
         entries: list[p.PrimingRequest] = []
         failures: list[str] = []
         for index, record in enumerate(measured.requests):
@@ -383,6 +384,7 @@ class StartSteps(Recorder):
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0
         result.measuring_s += spent
+        result.load_s += measured.duration_s
         result.waves += 1
         after = self.attest(step.start)
         records = Blob(measured.records_jsonl(), "application/x-ndjson")

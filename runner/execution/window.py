@@ -95,6 +95,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.step_kind = None
         self.record_wait_s = RECORD_WAIT_S   # how long a run that ends holding refused records retries them
         self.gave_up = False                 # it did, in vain (later tries do not wait again)
+        self.host_s = 0.0
         self.last_wave_end: float | None = None
         self.last_attested: tuple[str, int, dict[str, Any]] | None = None
         # a production capture (``--chain-production``): read now, checked against the marker at run
@@ -117,6 +118,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
 
     def run(self, *, resume: bool = False, abort: bool = False) -> RunResult:
         """Execute (or resume, or abort) the window until it is decided, blocked or escalated."""
+        started, cpu = time.perf_counter(), time.thread_time()
         self.refresh()
         ws = self.ws
         if ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None and not abort:
@@ -150,7 +152,6 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         if in_main:
             signal.signal(signal.SIGINT, self._on_signal)
             signal.signal(signal.SIGTERM, self._on_signal)
-        started = time.perf_counter()
         try:
             self._loop(result)
         finally:
@@ -160,7 +161,11 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             held = self._record_backlog()
         if held:
             raise ExternalError(held)
-        result.overhead_s = time.perf_counter() - started - result.measuring_s
+        wall = time.perf_counter() - started
+        result.overhead_s = wall - result.measuring_s
+        result.host_s = self.host_s
+        result.runner_s = wall - result.load_s - result.host_s
+        result.runner_cpu_s = time.thread_time() - cpu
         ws = self.ws
         result.ending = ws.ending
         if ws.decision is not None:

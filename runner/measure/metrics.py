@@ -1,4 +1,4 @@
-"""Server counters from ``/metrics``: parse (prometheus_client's parser), sum, subtract.
+"""Server counters from ``/metrics``: parse (prometheus_client's reading, ``.exposition``), sum, subtract.
 
 Pure: :func:`parse_metrics` turns exposition text into a :class:`MetricsSnapshot`
 (every sample summed over its ``engine`` and other labels, ``_created`` samples kept
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from ledger.errors import FormatError
+
+from .exposition import samples
 
 __all__ = [
     "COUNTER_SERIES",
@@ -89,29 +89,27 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     created: dict[str, float] = {}
     peaks: dict[str, float] = {}
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name, labels, value = sample.name, sample.labels, sample.value
-                if value is None or not math.isfinite(value):
+        for name, labels, value in samples(text):
+            if value is None or not math.isfinite(value):
+                continue
+            if name.endswith("_created"):
+                key = _created_key(name)
+                created[key] = min(value, created.get(key, value))
+                continue
+            if "le" in labels or "quantile" in labels:
+                continue
+            if name in POSITION_SERIES:
+                try:
+                    position = int(labels.get("position", ""))
+                except ValueError:
                     continue
-                if name.endswith("_created"):
-                    key = _created_key(name)
-                    created[key] = min(value, created.get(key, value))
-                    continue
-                if "le" in labels or "quantile" in labels:
-                    continue
-                if name in POSITION_SERIES:
-                    try:
-                        position = int(labels.get("position", ""))
-                    except ValueError:
-                        continue
-                    if not 0 <= position < MAX_POSITIONS:
-                        raise FormatError(f"{name} has position {position}, outside 0..{MAX_POSITIONS - 1}")
-                    by_position = positions.setdefault(name, {})
-                    by_position[position] = by_position.get(position, 0.0) + value
-                    continue
-                values[name] = values.get(name, 0.0) + value
-                peaks[name] = max(value, peaks.get(name, value))
+                if not 0 <= position < MAX_POSITIONS:
+                    raise FormatError(f"{name} has position {position}, outside 0..{MAX_POSITIONS - 1}")
+                by_position = positions.setdefault(name, {})
+                by_position[position] = by_position.get(position, 0.0) + value
+                continue
+            values[name] = values.get(name, 0.0) + value
+            peaks[name] = max(value, peaks.get(name, value))
     except (ValueError, TypeError, IndexError) as exc:
         raise FormatError(f"metrics text is not Prometheus exposition: {exc}") from None
     return MetricsSnapshot(values, positions.get(_PER_POS, {}), created, peaks, positions)
@@ -123,7 +121,10 @@ class CounterDeltas:
 
     The first six are the ``counters`` of ``wave.measured`` since its first version;
     ``drafts`` (draft-verification steps) was added when sources other than vLLM came,
-    whose decode steps (``rounds``) and drafts differ. ``derived`` says how each counter
+    whose decode steps (``rounds``) and drafts differ; ``accepted_delivered`` (the accepted
+    drafts the requests delivered: ``accepted`` capped at generation tokens - first tokens
+    - rounds, since vLLM counts drafts accepted past ``max_tokens``, EOS or a stop token
+    that the request then discards) when real vLLM showed ``accepted`` counting them. ``derived`` says how each counter
     was obtained from which series, ``resolution`` how coarse a delta may be (a server
     printing few significant digits), ``absent`` why no server counters were read at all.
     """
@@ -141,6 +142,7 @@ class CounterDeltas:
     resolution: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     absent: str | None = None
+    accepted_delivered: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +153,7 @@ class CounterDeltas:
             "decode_s": self.decode_s,
             "generation_tokens": self.generation_tokens,
             "drafts": self.drafts,
+            "accepted_delivered": self.accepted_delivered,
         }
 
     @classmethod

@@ -15,6 +15,11 @@ told the socket of the first I/O (the measurement client's cutter shuts it down 
 cancel, which wakes a blocked read at once), so a request is covered from its first
 byte, headers included, on a new or a pooled connection.
 
+Every transport of the process verifies TLS with one shared context (:func:`tls_context`,
+httpx's default one), built the first time a connection to an ``https`` origin is made:
+a context costs tens of milliseconds of the runner's time to build, and a window over
+plain HTTP never needs one.
+
 Should httpx's internals differ (another version), the transport is the plain one
 (:attr:`StampingTransport.guarded` is false): the client then falls back to stamping
 after the read returns, and the cutter shuts the socket once the response headers are in.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,7 +39,18 @@ from typing import Any
 import httpcore
 import httpx
 
-__all__ = ["StampingStream", "StampingTransport", "deadline_guard", "move_deadline", "read_time"]
+__all__ = ["StampingStream", "StampingTransport", "deadline_guard", "move_deadline", "read_time", "tls_context"]
+
+_tls: list[ssl.SSLContext] = []
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The process's one TLS context (httpx's default verification), built on first use."""
+    with _tls_lock:
+        if not _tls:
+            _tls.append(httpx.create_ssl_context())
+        return _tls[0]
 
 
 @dataclass
@@ -142,16 +159,24 @@ class _StampingBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+class _Pool(httpcore.ConnectionPool):
+    """httpcore's pool, given the shared TLS context when it first connects to an https origin."""
+
+    def create_connection(self, origin: httpcore.Origin) -> httpcore.ConnectionInterface:
+        if origin.scheme == b"https" and getattr(self, "_ssl_context", None) is None:
+            self._ssl_context = tls_context()
+        return super().create_connection(origin)
+
+
 class StampingTransport(httpx.HTTPTransport):
     """httpx's HTTP/1.1 transport, its pool on the stamping, deadline-guarded network backend."""
 
     def __init__(self, limits: httpx.Limits | None = None) -> None:
         limits = limits or httpx.Limits()
-        super().__init__(limits=limits)
         self.guarded = False
-        with contextlib.suppress(AttributeError, TypeError):  # another httpx/httpcore: keep the plain pool
-            self._pool = httpcore.ConnectionPool(
-                ssl_context=httpx.create_ssl_context(),
+        try:  # httpx's own __init__ would build a TLS context per transport: the pool gets the shared one
+            self._pool = _Pool(
+                ssl_context=None,
                 max_connections=limits.max_connections,
                 max_keepalive_connections=limits.max_keepalive_connections,
                 keepalive_expiry=limits.keepalive_expiry,
@@ -160,6 +185,8 @@ class StampingTransport(httpx.HTTPTransport):
                 network_backend=_StampingBackend(),
             )
             self.guarded = True
+        except (AttributeError, TypeError):  # another httpx/httpcore: the plain pool
+            super().__init__(verify=tls_context(), limits=limits)
 
 
 def read_time(stream: object) -> float | None:

@@ -84,13 +84,20 @@ class WindowEvidence:
 
 
 def _gate_rows(plan: Plan, events: Iterable[Event]) -> tuple[tuple[str, ...], ...]:
+    """Every gate result of the window; a FAIL that a later PASS of the same gate (and start) superseded
+    says so, and is not called to attention (a gate tried again and passed is not a problem)."""
     required = set(plan.required_gates)
+    results = [e for e in events if e.type == "gate.result"]
     rows = []
-    for event in events:
-        if event.type != "gate.result":
-            continue
+    for index, event in enumerate(results):
         p = event.payload
-        rows.append((str(p.get("gate")), str(p.get("start") or "-"), str(p.get("verdict")),
+        verdict = str(p.get("verdict"))
+        if verdict == "FAIL":
+            later = next((e for e in results[index + 1:] if e.payload.get("gate") == p.get("gate")
+                          and e.payload.get("start") == p.get("start") and e.payload.get("verdict") == "PASS"), None)
+            if later is not None:
+                verdict = f"FAIL, superseded by PASS at seq {later.seq}"
+        rows.append((str(p.get("gate")), str(p.get("start") or "-"), verdict,
                      "yes" if p.get("gate") in required else "no", str(event.seq), _clip(str(p.get("summary") or ""))))
     return tuple(rows)
 

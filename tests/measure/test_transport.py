@@ -6,10 +6,12 @@ import gc
 import sys
 import time
 
+import httpcore
 import httpx
 
+from runner.measure import transport as transport_module
 from runner.measure.interpreter import SWITCH_INTERVAL_S, quiet_interpreter
-from runner.measure.transport import StampingStream, StampingTransport, read_time
+from runner.measure.transport import StampingStream, StampingTransport, read_time, tls_context
 from runner.sim import SimHandle
 
 
@@ -44,3 +46,51 @@ def test_quiet_interpreter_nests_and_restores() -> None:
         sys.setswitchinterval(old_interval)
         if not old_gc:
             gc.disable()
+
+
+def test_transport_builds_no_tls_context_for_plain_http(server: SimHandle, monkeypatch: object) -> None:
+    """A window over plain HTTP never pays for a TLS context: none is built per transport or per request."""
+    import ssl
+
+    import pytest
+
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        built.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setattr(transport_module, "_tls", [])
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    for _ in range(3):
+        with httpx.Client(transport=StampingTransport(httpx.Limits())) as http:
+            assert http.get(f"{server.url}/v1/models").status_code == 200
+    assert built == []
+
+
+def test_https_connections_share_one_tls_context(monkeypatch: object) -> None:
+    """Every pool's first https connection takes the process's one context, built once."""
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setattr(transport_module, "_tls", [])
+    made: list[object] = []
+    real = httpx.create_ssl_context
+
+    def counting(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return real()
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counting)
+    contexts = []
+    for _ in range(3):
+        pool = StampingTransport()._pool
+        plain = pool.create_connection(httpcore.Origin(b"http", b"127.0.0.1", 80))
+        assert pool._ssl_context is None and plain._ssl_context is None
+        secure = pool.create_connection(httpcore.Origin(b"https", b"127.0.0.1", 443))
+        contexts.append(secure._ssl_context)
+    assert len(made) == 1 and contexts[0] is not None and all(c is contexts[0] for c in contexts)
+    assert tls_context() is contexts[0]
+

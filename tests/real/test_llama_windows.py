@@ -27,6 +27,7 @@ TALLY = str(Path(sys.executable).with_name("tally"))
 # llama-cpp-python drops these request fields; the operator accepts them knowingly, and the
 # acceptance is recorded in the rehearsal gate's evidence (docs/real-servers.md).
 ACCEPTED = ("cache_salt", "stream_options.include_usage")
+REAL_FIGURES = Path(__file__).resolve().parents[2] / "bench" / "out"  # read by bench/runner.py
 
 
 def _tally(home: Path, *args: str, timeout: float = 900.0) -> subprocess.CompletedProcess[str]:
@@ -63,8 +64,19 @@ def _window(site: LlamaSite, home: Path, plan_name: str) -> tuple[str, dict[str,
     assert dry["admitted"] and dry["refusals"] == []
     result = json.loads(_ok(_tally(home, "window", "run", window_id, "--site", str(site.site), "--execute",
                                    "--json")))
+    _write_figure(plan_name, result)
     book = Ledger.open(f"sqlite:///{home / 'tally.db'}")
     return window_id, result, book
+
+
+def _write_figure(plan_name: str, result: dict[str, Any]) -> None:
+    """The runner's share of the window, for ``bench/runner.py`` (which prints it when the file is there)."""
+    figure = {key: result[key] for key in ("waves", "steps", "load_s", "host_s", "runner_s", "measuring_s",
+                                           "overhead_s", "replay_s")}
+    assert figure["load_s"] > 0 and figure["runner_s"] > 0, figure
+    REAL_FIGURES.mkdir(parents=True, exist_ok=True)
+    (REAL_FIGURES / f"real-llama-{Path(plan_name).stem}.json").write_text(json.dumps(
+        {"plan": plan_name, **figure, "runner_share": figure["runner_s"] / figure["load_s"]}, indent=1) + "\n")
 
 
 def _after(site: LlamaSite, home: Path, window_id: str, book: Ledger) -> list[Any]:
