@@ -109,9 +109,12 @@ FACES: dict[str, list[str]] = {
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",
     ],
     "runner.state": [
-        "ARCHIVE_TYPES", "ENGINE_REPORTS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveRow", "State", "WaveKeys",
-        "WindowState", "admission_blockers", "archive_rows", "comparability_key", "day_to_day_rows", "fold",
-        "production_commit", "replay", "typed_payload", "validate_import_row",
+        "ARCHIVE_TYPES", "ENGINE_REPORTS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveRow", "BudgetEntry", "ChainAbort",
+        "Clock", "DecisionView", "EngineView", "FinishedAction", "Folding", "GateView", "Hold", "Interruption",
+        "JSONValue", "Marker", "MeasurementEnd", "OpenAction", "PlaceholderUp", "Priming", "RestoreView",
+        "StartView", "State", "ThermalEntry", "TypedPayload", "Warmup", "WatchView", "WaveKeys", "WindowState",
+        "admission_blockers", "archive_rows", "comparability_key", "day_to_day_rows", "fold", "production_commit",
+        "replay", "typed_payload", "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

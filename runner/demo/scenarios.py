@@ -157,7 +157,7 @@ def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[st
     from ..state.replay import replay
 
     state = replay(book)
-    if state.marker is not None and state.marker.get("window") != window:
+    if state.marker is not None and state.marker.window != window:
         record = run_prev_ok(book, signer, window)
         say(f"  gate chain_prev_ok: {record.result.verdict} ({record.result.summary})")
 
@@ -372,10 +372,10 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
                 summary["ok"] = False
                 continue
             ws = replay(book).windows[reg.window]
-            restore = ws.restore or {}
+            restore = ws.restore
             emit(f"\nstage restore: window {reg.window} ended {ws.ending}"
-                 + (f"; restore {restore.get('status')} (attempt {restore.get('attempts')}), watch "
-                    f"{(ws.watch or {}).get('verdict')}" if restore else "")
+                 + (f"; restore {restore.status} (attempt {restore.attempts}), watch "
+                    f"{ws.watch.verdict if ws.watch else None}" if restore else "")
                  + ("; production left down under the chain marker" if ws.ending == "chained" else ""))
             emit(f"stage decide: {ws.protocol}: {result.decision}")
             replayed = replay_window(book, reg.window)

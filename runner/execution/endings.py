@@ -26,8 +26,9 @@ __all__ = ["HANDLERS", "EndingSteps"]
 
 class EndingSteps(Recorder):
     def chain_abort(self, step: Step, _r: RunResult) -> None:
-        marker = self.state.marker or {}
-        self.append([("chain.aborted", p.ChainAborted(reason=step.reason, marker_window=marker.get("window")), ())])
+        marker = self.state.marker
+        self.append([("chain.aborted", p.ChainAborted(reason=step.reason,
+                                                      marker_window=marker.window if marker else None), ())])
         self.say(f"chain aborted: {step.reason}")
 
     def _snapshot_member(self) -> dict[str, str]:

@@ -123,13 +123,13 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             blockers = admission_blockers(self.state, self.window)
             raise PolicyError(f"window {self.window} is not admitted: " + ("; ".join(blockers) or ws.phase))
         hold = self.state.hold
-        if hold is not None and hold.get("owner") != self.owner and ws.ending is None:
-            raise PolicyError(f"the HOLD is owned by {hold.get('owner')} (seq {hold.get('seq')}); refusing to run")
+        if hold is not None and hold.owner != self.owner and ws.ending is None:
+            raise PolicyError(f"the HOLD is owned by {hold.owner} (seq {hold.seq}); refusing to run")
         if ws.ending is None and not ws.actions and not abort:  # nothing done yet: does the site fit?
             from .fit import recorded_fields, refuse_unfit
 
             marker = self.state.marker
-            serving = marker is None or marker.get("window") == self.window
+            serving = marker is None or marker.window == self.window
             refuse_unfit(self.plan, self.driver, production_serves=serving,
                          fields=recorded_fields(self.ledger, self.window))
             if self.capture is not None:
@@ -164,8 +164,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         ws = self.ws
         result.ending = ws.ending
         if ws.decision is not None:
-            result.decision = ws.decision.get("result")
-            result.reasons = list(ws.decision.get("reasons") or [])
+            result.decision = ws.decision.verdict
+            result.reasons = list(ws.decision.reason_lines)
         return result
 
     def _ended_cleanly(self) -> bool:
@@ -189,7 +189,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             self.refresh()
             result.replay_s += time.perf_counter() - t0
             ws = self.ws
-            if self.signal_name is not None and not any(i.get("reason") == "signal" for i in ws.interrupted) \
+            if self.signal_name is not None and not any(i.reason == "signal" for i in ws.interrupted) \
                     and ws.ending is None:
                 self.append([("window.interrupted", p.WindowInterrupted(
                     reason="signal", signal=self.signal_name, phase=ws.phase), ())])
@@ -224,7 +224,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                     raise PolicyError(f"{said[:1000]}; the window is not finished: fix the cause, then "
                                       f"`tally window resume {self.window}` (or `tally window abort`)") from (
                                           None if isinstance(error, TallyError) else error)
-                if not any(i.get("reason") == "error" for i in self.ws.interrupted):
+                if not any(i.reason == "error" for i in self.ws.interrupted):
                     self.append([("window.interrupted", p.WindowInterrupted(reason="error", phase=ws.phase, detail={
                         "step": step.kind, "error": said[:500]}), ())])
             finally:
@@ -275,9 +275,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
 
     def _context(self, ws: WindowState) -> Context:
         stop_limit = block_limit = None
-        first = ws.clock.get("first_action")
+        first = ws.clock.first_action
         if first is not None and ws.measurement_ended is None:
-            now = self.clock.not_before(self.ledger.now(), ws.clock.get("last"))  # the ledger's clock
+            now = self.clock.not_before(self.ledger.now(), ws.clock.last)  # the ledger's clock
             elapsed = self.clock.minutes(parse_time(first), now)
             stages = self._stage_clock(ws, parse_time(first), now) if self.plan.budget.stop_admitting_if_overrun \
                 else None
