@@ -60,8 +60,8 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.events": [
         "ARCHIVE_STREAM", "CATALOGUE", "WINDOW_RECEIPTS", "WINDOW_STREAM_PREFIX", "WindowLog", "append_window_event",
-        "bundle_companions", "from_wire", "parse_payload", "payloads", "receipt_context", "to_wire", "validate_payload",
-        "window_event",
+        "bundle_companions", "from_wire", "parse_payload", "payloads", "read_payload", "receipt_context", "to_wire",
+        "validate_payload", "window_event",
     ],
     "runner.execution": [
         "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name", "window_lock",

@@ -468,7 +468,7 @@ def _check_smoke(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _
     if missing:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} depends on smoke "
                f"probes that did not run: {', '.join(missing)}", ws.id)
-    failed = [f"{r.payload.get('probe')} on {r.payload.get('start')}" for r in tally.failed]
+    failed = [f"{r.probe} on {r.start}" for r in tally.failed]
     if failed:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} despite failed "
                f"smoke probes: {', '.join(failed)}", ws.id)

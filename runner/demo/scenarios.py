@@ -485,9 +485,11 @@ def _dry_run(book: Ledger, window: str, driver: Any, time_scale: float,
 
 def _executed(book: Ledger, window: str) -> list[tuple[str, str]]:
     """The window's host actions as recorded (``host.action`` started), in order."""
-    return [(e.payload["action"], e.payload["host"]) for e in book.events(stream=f"window/{window}",
-                                                                        types=["host.action"])
-            if e.payload["phase"] == "started"]
+    from ..events import payloads, read_payload
+
+    actions = [read_payload(e, payloads.HostAction)
+               for e in book.events(stream=f"window/{window}", types=["host.action"])]
+    return [(a.action, a.host) for a in actions if a.phase == "started"]
 
 
 def result_lines(summary: Mapping[str, Any]) -> list[str]:

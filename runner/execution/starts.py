@@ -18,6 +18,7 @@ from ledger.store import Blob
 
 from ..decide.win2 import pooled_values
 from ..events import payloads as p
+from ..events import read_payload
 from ..plan.model import CONTROL_ROLE
 from ..plan.register import family_prompts
 from ..state.replay import replay
@@ -311,7 +312,8 @@ class StartSteps(Recorder):
             return None
         since = self.ledger.events(last[1], batch=64)  # all() stops at the first other event
         read_only = all(e.stream == f"window/{self.window}" and (
-            e.type == "thermal.event" or (e.type == "host.action" and e.payload.get("action") in READ_ONLY_ACTIONS))
+            e.type == "thermal.event"
+            or (e.type == "host.action" and read_payload(e, p.HostAction).action in READ_ONLY_ACTIONS))
             for e in since)
         return last[2] if read_only else None
 
@@ -491,18 +493,18 @@ class StartSteps(Recorder):
         ttfts: list[float] = []
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
                                         types=["wave.measured"]):
-            w = event.payload
-            if w["start"] != start_id or w["cell"] != cell:
+            w = read_payload(event, p.WaveMeasured)
+            if w.start != start_id or w.cell != cell:
                 continue
-            c = w["counters"]
-            if c.get("rounds") is None or c.get("accepted") is None or c.get("decode_s") is None:
+            c = w.counters
+            if c.rounds is None or c.accepted is None or c.decode_s is None:
                 return None
-            rounds += c["rounds"]
-            accepted += c["accepted"]
-            decode.append(c["decode_s"])
-            client_tokens += w["client"]["tokens_after_first"]
-            client_s.append(w["client"]["decode_s"])
-            ttfts += w["client"]["ttft_s"]
+            rounds += c.rounds
+            accepted += c.accepted
+            decode.append(c.decode_s)
+            client_tokens += w.client.tokens_after_first
+            client_s.append(w.client.decode_s)
+            ttfts += w.client.ttft_s
         if not decode or not rounds or not sum(decode):
             return None
         values = pooled_values(rounds, accepted, decode, client_tokens, client_s, ttfts)

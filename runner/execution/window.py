@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from ledger.errors import ExternalError, PolicyError, StorageError, TallyError
 
 from ..events import payloads as p
+from ..events import read_payload
 from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers, fold
 from ..state.replay import replay
@@ -172,7 +173,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         """Did the last run stop on purpose (an escalated restore), not by dying?"""
         events = list(self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}"))
         last = events[-1] if events else None
-        return last is not None and last.type == "restore.finished" and last.payload.get("status") == "failed"
+        return last is not None and last.type == "restore.finished" \
+            and read_payload(last, p.RestoreFinished).status == "failed"
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.signal_name is None:
