@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Never, cast
 
 from ledger.errors import FormatError
 
@@ -225,7 +225,7 @@ class Folding:
         wid = typed.window
         ws = self.windows.get(wid) or WindowState(wid)
         ws = evolve(ws, clock=evolve(ws.clock, last=event.time))
-        self.windows[wid] = handler(self, ws, event, typed)
+        self.windows[wid] = cast(_Apply, handler)(self, ws, event, typed)
 
 
 def _typed(event: Event, payload: Mapping[str, object] | None) -> TypedPayload | None:
@@ -560,7 +560,10 @@ def _archive(s: Folding, ws: WindowState, e: Event, p: pl.ArchiveControlStart) -
     return ws
 
 
-Handler = Callable[..., WindowState]   # (Folding, WindowState, Event, the type's payload) -> WindowState
+# A handler reads its own type's payload class (``Never`` here: every payload class is narrower than
+# what the table promises, so any handler fits); ``Folding.apply`` calls it with the payload of its type.
+Handler = Callable[["Folding", WindowState, "Event", Never], WindowState]
+_Apply = Callable[["Folding", WindowState, "Event", TypedPayload], WindowState]
 _HANDLERS: dict[str, Handler] = {
     "window.registered": _registered,
     "gate.result": _gate,
