@@ -65,8 +65,8 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.events": [
         "ARCHIVE_STREAM", "CATALOGUE", "WINDOW_RECEIPTS", "WINDOW_STREAM_PREFIX", "WindowLog", "append_window_event",
-        "bundle_companions", "from_wire", "parse_payload", "payloads", "receipt_context", "to_wire", "validate_payload",
-        "window_event",
+        "bundle_companions", "from_wire", "parse_payload", "payloads", "read_payload", "receipt_context", "to_wire",
+        "validate_payload", "window_event",
     ],
     "runner.execution": [
         "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name", "window_lock",
@@ -117,9 +117,12 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.state": [
         "ARCHIVE_TYPES", "ENGINE_REPORTS", "IMPORT_ROW_FIELDS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveMapping",
-        "ArchiveRow", "State", "UnmappedCell", "WaveKeys", "WindowState", "admission_blockers", "archive_rows",
-        "comparability_key", "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay",
-        "touched", "typed_payload", "validate_import_row",
+        "ArchiveRow", "BudgetEntry", "ChainAbort", "Clock", "DecisionView", "EngineView", "FinishedAction", "Folding",
+        "GateView", "Hold", "Interruption", "JSONValue", "Marker", "MeasurementEnd", "OpenAction", "PlaceholderUp",
+        "Priming", "RestoreView", "StartView", "State", "ThermalEntry", "TypedPayload", "UnmappedCell", "Warmup",
+        "WatchView", "WaveKeys", "WindowState", "admission_blockers", "archive_rows", "comparability_key",
+        "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay", "touched", "typed_payload",
+        "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

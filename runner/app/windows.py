@@ -119,7 +119,10 @@ class Decision:
 def recorded_decision(book: Ledger, window: str) -> Decision | None:
     """The window's recorded decision, if it has one."""
     for event in book.events(stream=f"window/{window}", types=["decision.recorded"]):
-        return Decision(event.payload["input"], event.payload["result"])
+        from ..events import payloads, read_payload
+
+        recorded = read_payload(event, payloads.DecisionRecorded)
+        return Decision(recorded.input, recorded.result)
     return None
 
 
