@@ -63,7 +63,7 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import default_sim_config, serve_sim, write_families
+from .sim import calibrate_sim, default_sim_config, serve_sim, write_families
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -98,6 +98,7 @@ __all__ = [
     "compute_verdict",
     "consistency",
     "cosign_checkpoint",
+    "calibrate_sim",
     "default_sim_config",
     "demo_result_lines",
     "describe_power",

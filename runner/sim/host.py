@@ -26,6 +26,7 @@ from typing import Any
 from .config import ArmConfig, SimConfig
 from .exposition import SimMetrics, engine_metrics
 from .faults import FaultState
+from .load import BatchLoad
 from .prefix import PrefixCache
 from .truth import TruthLog
 
@@ -82,6 +83,7 @@ class EngineSession:
     session: str = ""  # "<boot id>:<start number>": which engine this is, across host reboots
     prefix: PrefixCache = field(default_factory=PrefixCache, repr=False)  # vLLM's prefix cache, per session
     host_caps: dict[str, int] = field(default_factory=dict)   # host -> the cap it logged (fault host_clock_cap)
+    load: BatchLoad | None = field(default=None, repr=False)  # step_model "batch": the batch it serves
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ready(self, now: float) -> bool:
@@ -170,6 +172,8 @@ class Host:
         session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
                                 start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}")
+        if self.config.step_model == "batch":
+            session.load = BatchLoad(arm)
         self.engine = session
         self.current_mhz = cap
         self.starts.append({"start": number, "arm": arm.name, "role": role, "clock_cap_mhz": cap,
