@@ -15,7 +15,7 @@ injectable faults. See ``docs/sim.md``.
 
 from __future__ import annotations
 
-from .batch import Acceptance, Budgets, Job, SimResult, StepCosts, simulate
+from .batch import Acceptance, Budgets, Job, SimResult, StepCosts, simulate, speculation_breakeven
 from .calibrate import Calibration, Run, arm_model, calibrate, compare, config_toml, observed_figures, predict, read_run
 from .config import ArmConfig, SimConfig, config_from_dict, default_config, load_config, read_config_table
 from .handle import SimHandle, SimProcess, spawn, start
@@ -49,5 +49,6 @@ __all__ = [
     "serve",
     "simulate",
     "spawn",
+    "speculation_breakeven",
     "start",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "SimResult",
     "StepCosts",
     "simulate",
+    "speculation_breakeven",
 ]
 
 BLOCK_SIZE = 16   # vLLM's default KV block size (tokens)
@@ -356,3 +357,17 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def speculation_breakeven(costs: StepCosts, k: int, accepted: float, context_tokens: float) -> float:
+    """The concurrency at which speculation stops paying, in steady decode (``math.inf``: it always pays).
+
+    Without drafts a step of ``c`` requests takes ``F + c t + c K u`` for one token each; with ``k`` drafts
+    ``F + c (k + 1) t + c K u`` for ``1 + A`` tokens each (``A`` accepted per round, ``K`` the context each
+    request reads, ``u`` the per-KV-token cost). Equal per-token times give ``c* = A F / ((k - A) t - A K u)``.
+    """
+    u = costs.per_kv_token_us / 1000.0
+    denominator = (k - accepted) * costs.per_token_ms - accepted * context_tokens * u
+    if denominator <= 0:
+        return math.inf
+    return accepted * costs.fixed_ms / denominator
