@@ -52,7 +52,8 @@ def sim_families(
 
 def sim_calibrate(
     run: Annotated[list[str], typer.Option("--run", help="ARM=DIR: a tally measure --out directory measured "
-                                                         "on that arm (repeat: each arm, a few concurrency levels).")],
+                                                         "on that arm (repeat: each arm, a few concurrency levels; the "
+                                                         "first arm given is also the twin's production).")],
     out: Annotated[Path, typer.Option(help="Where to write the calibrated simulator config (TOML).")],
     seed: Annotated[int, typer.Option(help="Seed of the twin's predictions (the residuals).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit and its residuals as JSON.")] = False,

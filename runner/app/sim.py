@@ -65,7 +65,8 @@ def calibrate_sim(runs: list[str], out: Path, *, seed: int = 0) -> dict[str, Any
     header = ["A twin calibrated by tally sim calibrate from:", *(f"  {r.arm} = {r.path} (concurrency "
                                                                     f"{r.concurrency}, family {r.family})"
                                                                     for r in parsed)]
-    written = write_out_file(out, sim.config_toml(fit.config, header).encode("utf-8"))
+    header.append("The first arm given is also the twin's production; other settings keep their defaults.")
+    written = write_out_file(out, sim.config_toml(fit.table, header).encode("utf-8"))
     return {"config": str(written), **fit.to_json()}
 
 

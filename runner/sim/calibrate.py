@@ -217,6 +217,7 @@ class Calibration:
     config: SimConfig
     arms: dict[str, ArmFit]
     residuals: list[dict[str, Any]]
+    table: dict[str, Any]        # what the twin's file sets (the rest keeps its defaults, or a demo's)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -425,13 +426,16 @@ def calibrate(runs: Sequence[Run], *, seed: int = 0) -> Calibration:
             raise FormatError(f"arm {arm}: runs at {len(levels)} concurrency level(s) ({levels}); "
                               "calibration needs at least 2")
     fits = {arm: _fit_arm(arm, group) for arm, group in by_arm.items()}
-    config = _config(fits, runs, seed)
+    table = _config_table(fits, runs)
+    config = config_from_dict(table, where="calibration")
     residuals = [compare(observed_figures(run), predict(config, run, seed=seed)) | {
         "arm": run.arm, "family": run.family, "concurrency": run.concurrency, "path": run.path} for run in runs]
-    return Calibration(config, fits, residuals)
+    return Calibration(config, fits, residuals, table)
 
 
-def _config(fits: Mapping[str, ArmFit], runs: Sequence[Run], seed: int) -> SimConfig:
+def _config_table(fits: Mapping[str, ArmFit], runs: Sequence[Run]) -> dict[str, Any]:
+    """The twin's settings: the batch step model, how the server streams and counts, and each arm; the first
+    arm measured is also the twin's ``production`` (the server the operator serves from)."""
     streams_steps = all(r.chunks_are_steps for r in runs)
     source = runs[0].counter_source
     arms = {}
@@ -447,15 +451,15 @@ def _config(fits: Mapping[str, ArmFit], runs: Sequence[Run], seed: int) -> SimCo
                 "families": {f: {"rate": a.rate, "concentration": a.concentration}
                              for f, a in fit.families.items()}} if fit.k else {}),
         }
+    arms["production"] = dict(arms[next(iter(fits))])
     data: dict[str, Any] = {
-        "seed": seed, "step_model": "batch", "start_jitter": 0.0, "step_jitter": 0.0, "cold_ttft_extra_ms": 0.0,
-        "production_arm": next(iter(fits)), "arms": arms,
+        "step_model": "batch", "start_jitter": 0.0, "step_jitter": 0.0, "cold_ttft_extra_ms": 0.0, "arms": arms,
         "stream_mode": "step" if streams_steps else "token",
         "metrics_format": "llamacpp" if source == "llamacpp" else "vllm",
     }
     if not streams_steps:
         data["token_burst_ms"] = max(f.token_burst_ms for f in fits.values())
-    return config_from_dict(data, where="calibration")
+    return data
 
 
 # ---------------------------------------------------------------------- prediction
@@ -542,16 +546,15 @@ def compare(observed: Mapping[str, Any], predicted: Mapping[str, Any]) -> dict[s
 # ---------------------------------------------------------------------- the written config
 
 
-def config_toml(config: SimConfig, header: Sequence[str] = ()) -> str:
-    """The config as TOML (what :func:`.config.load_config` reads back to the same config)."""
-    data = config.to_dict()
+def config_toml(table: Mapping[str, Any], header: Sequence[str] = ()) -> str:
+    """A config table (:attr:`Calibration.table`) as TOML (what :func:`.config.load_config` reads back)."""
+    data = json.loads(json.dumps(dict(table)))
     lines = [f"# {line}" for line in header]
     arms = data.pop("arms")
-    faults = data.pop("faults")
+    if data.pop("faults", None):
+        raise ValueError("a calibrated config carries no faults")
     for key, value in data.items():
         lines.append(f"{key} = {_toml(value)}")
-    if faults:
-        raise ValueError("a calibrated config carries no faults")
     for name, table in arms.items():
         families = table.pop("families", None)
         lines += ["", f"[arms.{_key(name)}]"]
