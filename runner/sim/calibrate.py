@@ -548,17 +548,17 @@ def compare(observed: Mapping[str, Any], predicted: Mapping[str, Any]) -> dict[s
 
 def config_toml(table: Mapping[str, Any], header: Sequence[str] = ()) -> str:
     """A config table (:attr:`Calibration.table`) as TOML (what :func:`.config.load_config` reads back)."""
-    data = json.loads(json.dumps(dict(table)))
+    data: dict[str, Any] = json.loads(json.dumps(dict(table)))
     lines = [f"# {line}" for line in header]
     arms = data.pop("arms")
     if data.pop("faults", None):
         raise ValueError("a calibrated config carries no faults")
     for key, value in data.items():
         lines.append(f"{key} = {_toml(value)}")
-    for name, table in arms.items():
-        families = table.pop("families", None)
+    for name, arm in arms.items():
+        families = arm.pop("families", None)
         lines += ["", f"[arms.{_key(name)}]"]
-        lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
+        lines += [f"{key} = {_toml(value)}" for key, value in arm.items()]
         for family, values in (families or {}).items():
             lines += ["", f"[arms.{_key(name)}.families.{_key(family)}]"]
             lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
