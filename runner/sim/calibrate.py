@@ -100,23 +100,29 @@ class Run:
     max_tokens: int
     chunks_are_steps: bool
     counter_source: str
-    rounds: int | None
+    rounds: int | None               # decode steps (docs/measure.md "Counter sources")
     draft_tokens: int | None
     accepted: int | None
     requests: tuple[Request, ...]
+    drafts: int | None = None        # the decode steps that drafted (None: the source does not say; rounds)
 
     @property
     def accepted_per_round(self) -> float | None:
+        """Accepted tokens per decode step (what a step emits beyond its one token)."""
         if not self.rounds or self.accepted is None:
             return None
         return self.accepted / self.rounds
 
     @property
     def depth(self) -> float:
-        """Mean draft tokens per drafting round (0 without speculative decoding)."""
+        """Mean draft tokens a decode step schedules (0 without speculative decoding)."""
         if not self.rounds or not self.draft_tokens:
             return 0.0
         return self.draft_tokens / self.rounds
+
+    @property
+    def drafting_rounds(self) -> int | None:
+        return self.drafts if self.drafts else self.rounds
 
 
 def _member(data: Mapping[str, Any], *path: str) -> Any:
@@ -182,7 +188,7 @@ def read_run(arm: str, directory: str | Path) -> Run:
     return Run(arm, str(base), str(wave.get("family") or ""), concurrency, max_tokens,
                bool(source.get("chunks_are_steps", True)), str(source.get("name") or "vllm"),
                _int(counters.get("rounds")), _int(counters.get("draft_tokens")), _int(counters.get("accepted")),
-               tuple(requests))
+               tuple(requests), _int(counters.get("drafts")))
 
 
 # ---------------------------------------------------------------------- the fit
@@ -329,7 +335,7 @@ def _solve_rate(mean_accepted: float, k: int) -> float:
 def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
     notes: list[str] = []
     depth = sum(r.depth for r in runs) / len(runs)
-    k = round(max((r.draft_tokens or 0) / max(r.rounds or 1, 1) for r in runs)) if depth else 0
+    k = round(max((r.draft_tokens or 0) / max(r.drafting_rounds or 1, 1) for r in runs)) if depth else 0
     # prefill first: TTFT at concurrency 1 (no queue); the lowest quarter of TTFTs when no such run
     alone = [r for run in runs if run.concurrency == 1 for r in run.requests]
     if not alone:
@@ -375,7 +381,7 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
         for run in runs:
             by_family.setdefault(run.family, []).append(run)
         for family, group in sorted(by_family.items()):
-            rounds = sum(r.rounds or 0 for r in group)
+            rounds = sum(r.drafting_rounds or 0 for r in group)
             accepted = sum(r.accepted or 0 for r in group)
             if not rounds:
                 notes.append(f"family {family}: no speculative counters; its acceptance is the arm's mean")

@@ -94,7 +94,8 @@ def test_calibrate_command_writes_the_twin_and_refuses_with_one_line(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "calibrated twin written to" in done.stdout and "residual spec c=4 chat" in done.stdout
     twin = sim.load_config(out)
-    assert twin.step_model == "batch" and set(twin.arm_names()) == {"plain", "spec"}
+    assert twin.step_model == "batch" and set(twin.arm_names()) == {"plain", "spec", "production"}
+    assert twin.arm("production").step_base_ms == twin.arm("plain").step_base_ms   # the first arm given
     refused = _tally("sim", "calibrate", "--run", specs[0], "--out", str(tmp_path / "no.toml"))
     assert refused.returncode == 2
     assert len(refused.stderr.strip().splitlines()) == 1 and "concurrency level" in refused.stderr

@@ -23,8 +23,9 @@ def write_run(directory: Path, result: SimResult, *, concurrency: int, max_token
                                  "usage": {"prompt_tokens": o.job.prompt_tokens, "completion_tokens": tokens},
                                  "tpot_ms": tpot}))
     (directory / "requests.jsonl").write_text("\n".join(lines) + "\n")
-    rounds = sum(1 for o in result.outcomes for d in o.drafts if d) if speculative else None
-    counters = {"rounds": rounds,
+    drafts = sum(1 for o in result.outcomes for d in o.drafts if d) if speculative else None
+    rounds = sum(len(o.chunk_ms) - 1 for o in result.outcomes)   # decode steps, as vLLM's ITL count gives
+    counters = {"rounds": rounds, "drafts": drafts,
                 "draft_tokens": sum(sum(o.drafts) for o in result.outcomes) if speculative else None,
                 "accepted": sum(a for o in result.outcomes for a, d in zip(o.accepted, o.drafts, strict=True) if d)
                 if speculative else None}
