@@ -26,7 +26,7 @@ FACES: dict[str, list[str]] = {
     "runner": [],
     "runner.app": [
         "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
-        "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "chain_preflight_report",
+        "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "calibrate_sim", "chain_preflight_report",
         "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
@@ -102,8 +102,10 @@ FACES: dict[str, list[str]] = {
         "Document", "ReportPaths", "build_document", "render_html", "render_markdown", "window_report", "write_report",
     ],
     "runner.sim": [
-        "ACTIONS", "ArmConfig", "SimConfig", "SimHandle", "SimProcess", "config_from_dict", "default_config",
-        "load_config", "read_config_table", "serve", "spawn", "start",
+        "ACTIONS", "Acceptance", "ArmConfig", "Budgets", "Calibration", "Job", "Run", "SimConfig", "SimHandle",
+        "SimProcess", "SimResult", "StepCosts", "arm_model", "calibrate", "compare", "config_from_dict", "config_toml",
+        "default_config", "load_config", "observed_figures", "predict", "read_config_table", "read_run", "serve",
+        "simulate", "spawn", "speculation_breakeven", "start",
     ],
     "runner.smoke": [
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",
