@@ -14,20 +14,29 @@ from .common import JsonOpt, command, print_json, session
 
 def archive_import(
     source: Annotated[Path, typer.Argument(help="A control-archive.jsonl: one JSON object per finished control start.")],
+    mapping: Annotated[Path | None, typer.Option(
+        "--map", help="A TOML mapping of the file's cells and fields onto tally's (docs/window.md).")] = None,
+    for_window: Annotated[str | None, typer.Option(
+        "--for", help="A registered window: every row must be of one of its plan's cells.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Append the file's rows as one signed archive.imported event (the file kept as a blob).
 
     Every row is checked (docs/events.md, archive.imported) before anything is appended: a
     bad row refuses the whole file, naming its line. The same file cannot be imported twice.
+    With --map the rows are first mapped (an existing archive's own cell and field names);
+    with --for they must be of that window's cells (the refusal names the unmatched ones).
     """
-    result = import_archive(session, source)
+    result = import_archive(session, source, mapping=mapping, for_window=for_window)
     if json_out:
         print_json(result)
     else:
         rows = result["rows"]
         print(f"imported {rows} control archive row{'s' if rows != 1 else ''} from {source} "
-              f"as archive.imported at seq {result['seq']}")
+              f"as archive.imported at seq {result['seq']}"
+              + (f" (mapped by {mapping})" if mapping is not None else ""))
+        for cell, count in result["cells"].items():
+            print(f"  cell {cell}: {count} row{'s' if count != 1 else ''}")
 
 
 def archive_list(json_out: JsonOpt = False) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from runner.app import chain_preflight_report, record_chain_prev_ok
+from runner.app import chain_preflight_report, check_chain_prev_ok, record_chain_prev_ok
 
 from .common import EXIT_FAILED, JsonOpt, SiteOpt, WindowArg, command, print_json, session
 
@@ -16,10 +16,25 @@ def chain_prev_ok(
     window: WindowArg,
     site: Annotated[Path | None, typer.Option("--site", help="Also probe the hosts through this site file "
                                               "(preflight, and placeholder_proof on every host under the marker).")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Check only: print the result, append nothing (no gate result, no chain abort).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """The previous window left a consistent chain: from replayed state and, with --site, from the hosts
-    themselves (aborts the chain on refusal)."""
+    themselves (aborts the chain on refusal). With --check nothing is appended: the same result and
+    exit code, the JSON with seq null and recorded false."""
+    if check:
+        found = check_chain_prev_ok(session, window, site)
+        if json_out:
+            print_json({"window": window, "gate": "chain_prev_ok", "verdict": found.verdict,
+                        "summary": found.summary, "seq": None, "chain_aborted_seq": None,
+                        "evidence": found.evidence, "recorded": False})
+        else:
+            print(f"chain_prev_ok {found.summary}")
+            print(f"checked only (--check): nothing recorded for window {window}")
+        if found.verdict != "PASS":
+            raise typer.Exit(EXIT_FAILED)
+        return
     record = record_chain_prev_ok(session, window, site)
     result = record.result
     if json_out:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.app import (
+    check_power_gate,
     record_budget,
     record_power,
     record_qualification,
@@ -26,19 +27,26 @@ if TYPE_CHECKING:
     from runner.gates import GateRecord
 
 
+CheckOpt = Annotated[bool, typer.Option(
+    "--check", help="Check only: print the result, append nothing (works on a read-only ledger).")]
+
+
 def _gate_out(window: str, gate: str, verdict: str, summary: str, evidence: dict[str, Any],
-              record: GateRecord | None, json_out: bool, details: list[str] | None = None) -> None:
+              record: GateRecord | None, json_out: bool, details: list[str] | None = None, *,
+              checked: bool = False) -> None:
     admitted = None if record is None or record.admitted is None else record.admitted.seq
     if json_out:
         print_json({"window": window, "gate": gate, "verdict": verdict, "summary": summary,
                     "seq": None if record is None else record.event.seq, "admitted_seq": admitted,
-                    "evidence": evidence})
+                    "evidence": evidence, **({"recorded": False} if checked else {})})
     else:
         print(f"{gate} {summary}")
         for line in details or []:
             print(f"  {line}")
         if record is not None:
             print(f"recorded gate.result at seq {record.event.seq} for window {window}")
+        if checked:
+            print(f"checked only (--check): nothing recorded for window {window}")
         if admitted is not None:
             print(f"window {window} admitted at seq {admitted} (every required gate PASS)")
     if verdict != "PASS":
@@ -106,9 +114,18 @@ def gate_standard_spec(
 def gate_power(
     window: WindowArg,
     pilot: Annotated[Path | None, typer.Option(help="Pilot file (JSON, docs/power.md) instead of the archive; kept as a blob.")] = None,
+    check: CheckOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """The plan's [power]: P(WIN) at the registered effect >= min_power; FAILs closed on a thin archive."""
+    """The plan's [power]: P(WIN) at the registered effect >= min_power; FAILs closed on a thin archive.
+
+    With --check the gate is computed and printed but nothing is appended (no gate result to
+    supersede later): the same exit code, the JSON with seq null and recorded false.
+    """
+    if check:
+        found = check_power_gate(session, window, pilot=pilot)
+        _gate_out(window, "power", found.verdict, found.summary, found.evidence, None, json_out, checked=True)
+        return
     out = record_power(session, window, pilot=pilot)
     _gate_out(window, "power", out.verdict, out.summary, out.evidence, out.record, json_out)
 

@@ -36,6 +36,7 @@ __all__ = [
     "TOKEN_COUNT_SOURCES",
     "WAVE_ORDERS",
     "WIN2_DECISIONS",
+    "WINDOW_KINDS",
     "ArmRole",
     "BudgetAction",
     "ChainMode",
@@ -63,6 +64,7 @@ __all__ = [
     "TokenCountSource",
     "WaveOrder",
     "Win2Decision",
+    "WindowKind",
 ]
 
 # ---------------------------------------------------------------------- plans
@@ -74,6 +76,7 @@ GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec
                    "power"]
 StageKind = Literal["setup", "measure", "restore", "close"]
 WaveOrder = Literal["cell-major", "repeat-major"]
+WindowKind = Literal["measurement", "admission", "pair-only"]
 
 PROTOCOLS: tuple[ProtocolName, ...] = get_args(ProtocolName)
 ARM_ROLES: tuple[ArmRole, ...] = get_args(ArmRole)
@@ -81,6 +84,9 @@ CHAIN_MODES: tuple[ChainMode, ...] = get_args(ChainMode)
 GATES: tuple[GateName, ...] = get_args(GateName)
 STAGE_KINDS: tuple[StageKind, ...] = get_args(StageKind)
 WAVE_ORDERS: tuple[WaveOrder, ...] = get_args(WaveOrder)
+WINDOW_KINDS: tuple[WindowKind, ...] = get_args(WindowKind)
+"""What a window is for (seed 000): a measurement window may chain; an admission or a pair-only window
+never does (its receipts need the restore and the watch), so its ending is always restore + watch."""
 
 # ---------------------------------------------------------------------- gates and window state
 

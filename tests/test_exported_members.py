@@ -26,8 +26,9 @@ FACES: dict[str, list[str]] = {
     "runner": [],
     "runner.app": [
         "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
-        "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "calibrate_sim", "chain_preflight_report",
-        "checkpoint_json", "compute_verdict", "consistency", "cosign_checkpoint", "default_sim_config",
+        "WaveProgress", "add_key", "admit_window", "append_event", "audit_ledger", "calibrate_sim",
+        "chain_preflight_report", "check_chain_prev_ok", "check_power_gate", "checkpoint_json", "compute_verdict",
+        "consistency", "cosign_checkpoint", "default_sim_config",
         "demo_result_lines", "describe_power", "dry_run_window", "dump_report", "export_ledger", "export_receipt",
         "get_blob", "import_archive", "inclusion_proof", "init_ledger", "key_vkey", "list_archive", "list_keys",
         "measure_server", "new_checkpoint", "new_key", "owner_name", "power_spread_lines", "promotion_check", "record_budget",
@@ -111,9 +112,10 @@ FACES: dict[str, list[str]] = {
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",
     ],
     "runner.state": [
-        "ARCHIVE_TYPES", "ENGINE_REPORTS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveRow", "State", "WaveKeys",
-        "WindowState", "admission_blockers", "archive_rows", "comparability_key", "day_to_day_rows", "fold",
-        "production_commit", "replay", "typed_payload", "validate_import_row",
+        "ARCHIVE_TYPES", "ENGINE_REPORTS", "IMPORT_ROW_FIELDS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveMapping",
+        "ArchiveRow", "State", "UnmappedCell", "WaveKeys", "WindowState", "admission_blockers", "archive_rows",
+        "comparability_key", "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay",
+        "touched", "typed_payload", "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

@@ -38,6 +38,8 @@ from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
     chain_preflight_report,
+    check_chain_prev_ok,
+    check_power_gate,
     record_budget,
     record_chain_prev_ok,
     record_power,
@@ -95,6 +97,8 @@ __all__ = [
     "audit_ledger",
     "calibrate_sim",
     "chain_preflight_report",
+    "check_chain_prev_ok",
+    "check_power_gate",
     "checkpoint_json",
     "compute_verdict",
     "consistency",

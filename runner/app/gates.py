@@ -24,12 +24,13 @@ from .outdir import check_out
 from .session import registered, site_driver
 
 if TYPE_CHECKING:
-    from ..gates import GateOutcome, GateRecord, PrevOkRecord
+    from ..gates import Finding, GateOutcome, GateRecord, PrevOk, PrevOkRecord
     from ..rehearsal import ProbeList, Rehearsal
     from .session import Session
 
-__all__ = ["RehearsalRun", "chain_preflight_report", "record_budget", "record_chain_prev_ok", "record_power",
-           "record_qualification", "record_rng", "record_standard_spec", "rehearse_production"]
+__all__ = ["RehearsalRun", "chain_preflight_report", "check_chain_prev_ok", "check_power_gate", "record_budget",
+           "record_chain_prev_ok", "record_power", "record_qualification", "record_rng", "record_standard_spec",
+           "rehearse_production"]
 
 
 def record_qualification(session: Session, window: str, *, repo: Path, qualified_commit: str, admission: Path,
@@ -86,6 +87,18 @@ def record_power(session: Session, window: str, *, pilot: Path | None = None) ->
     registered(book, window)
     data = None if pilot is None else read_bounded(pilot, "--pilot")
     return run_gate(book, signer, window, PowerGate(data))
+
+
+def check_power_gate(session: Session, window: str, *, pilot: Path | None = None) -> Finding:
+    """What ``record_power`` would record, appending nothing (``tally gate power --check``): a check, not a
+    gate result, so that a trial of a thin archive leaves no FAIL in the window's record."""
+    from ..gates import PowerGate
+    from ..plan import registered_plan
+
+    book = session.ledger()
+    plan = registered_plan(book, window).plan
+    data = None if pilot is None else read_bounded(pilot, "--pilot")
+    return PowerGate(data).check(book, plan)
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,23 @@ def record_chain_prev_ok(session: Session, window: str, site: Path | None = None
     driver = site_driver(site)[0] if site is not None else None
     try:
         return run_prev_ok(book, signer, window, driver)
+    finally:
+        if driver is not None:
+            driver.close()
+
+
+def check_chain_prev_ok(session: Session, window: str, site: Path | None = None) -> PrevOk:
+    """What ``record_chain_prev_ok`` would find, appending nothing (no gate result, no chain abort):
+    ``tally chain prev-ok --check``."""
+    from ..gates import ChainPrevOkGate
+    from ..plan import registered_plan
+    from ..state import replay
+
+    book = session.ledger()
+    plan = registered_plan(book, window).plan
+    driver = site_driver(site)[0] if site is not None else None
+    try:
+        return ChainPrevOkGate(driver).prev_ok(replay(book), plan)
     finally:
         if driver is not None:
             driver.close()

@@ -32,6 +32,11 @@ Invariants (names are stable; docs/events.md explains each):
                                one decision, after the ending
 ``chain-ends-restored``        only a ``chain = "chained"`` window may close chained (a chain's last
                                window restores)
+``untouched-close-proven``     a window closes aborted without a successful restore only when its
+                               events prove it never touched the hosts (no HOLD, no recorded start of
+                               a host-changing action such as a drain, no probe that found production
+                               down, no chain abort, no foreign marker): otherwise production may be
+                               left down while the ledger says nothing was touched
 ``order-seeds-families-match-plan``  starts in registered order with their roles; each start's waves in
                                the planned order with the planned repeat, family, seed, max_tokens and
                                concurrency
@@ -61,6 +66,7 @@ from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX
 from ..plan.model import Plan, plan_sha256
 from ..plan.parse import parse_plan
 from ..state.fold import State, WindowState, admission_blockers, typed_payload
+from ..state.touched import touched
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -80,6 +86,7 @@ INVARIANTS: tuple[str, ...] = (
     "prev-ok-under-marker",
     "one-ending",
     "chain-ends-restored",
+    "untouched-close-proven",
     "order-seeds-families-match-plan",
     "clock-cap-recorded",
     "priming-before-waves",
@@ -421,6 +428,26 @@ def _check_closed(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: 
             a.flag("marker-set-by-chained-close", e, "closes chained without setting the marker", ws.id)
     elif ending == "restored" and (ws.restore or {}).get("status") != "ok":
         a.flag("one-ending", e, f"window {ws.id} closes restored without a successful restore.finished", ws.id)
+    if ending == "aborted" and (ws.restore or {}).get("status") != "ok" and touched(a.state, ws):
+        a.flag("untouched-close-proven", e, f"window {ws.id} closes aborted without a successful restore, but its "
+                                            f"events show it touched the hosts ({_touch_of(a.state, ws)}): "
+                                            f"production may have been left as the window left it", ws.id)
+
+
+def _touch_of(state: State, ws: WindowState) -> str:
+    """What in the events shows that ``ws`` touched the hosts (for the violation's message)."""
+    from ..drivers import OBSERVING_ACTIONS
+
+    if ws.clock.get("hold_opened") is not None:
+        return "a HOLD was opened"
+    if ws.chain_aborted is not None:
+        return "a chain abort"
+    if ws.not_serving_seq is not None:
+        return f"a probe found production not serving at seq {ws.not_serving_seq}"
+    begun = sorted(action for action, count in ws.begun.items() if count > 0 and action not in OBSERVING_ACTIONS)
+    if begun:
+        return "recorded starts of " + ", ".join(begun)
+    return f"the chain marker is {(state.marker or {}).get('window')}'s"
 
 
 def _check_decision(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:

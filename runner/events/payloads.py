@@ -540,3 +540,5 @@ class ArchiveImported(WindowPayload):
     source: BlobRef
     rows: list[dict[str, Any]]
     filename: str = ""
+    mapping: BlobRef | None = None          # the --map file the rows were mapped by (its TOML, kept)
+    mapped_cells: dict[str, str] = field(default_factory=dict)   # source cell -> plan cell, as mapped

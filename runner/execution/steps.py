@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from ..plan.model import Plan, WaveSpec
 from ..state.fold import State, WindowState
+from ..state.touched import touched
 from .clock import Limit
 
 __all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step", "touched"]
@@ -312,27 +313,6 @@ def _ending(ctx: Context, ending: str) -> Step:
 
 def _touched(ctx: Context) -> bool:
     return touched(ctx.state, ctx.ws)
-
-
-def touched(state: State, ws: WindowState) -> bool:
-    """May this window have changed anything on the hosts (so that its ending must restore)?
-
-    "No" only on positive evidence: the runner records every host action's start before it
-    runs it, so a window none of whose recorded starts is of an action that can change a host
-    (every action but the observing ones; a start whose finished record says it never ran does
-    not count) has changed nothing. A drain counts from the moment its start is recorded,
-    whatever became of its outcome (unrecordable, lost, re-probed). And any probe that found
-    production not serving sends the window down the restore path.
-    """
-    from ..drivers.base import OBSERVING_ACTIONS
-
-    marker = state.marker
-    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or (
-            marker is not None and marker.get("window") != ws.id):
-        return True
-    if ws.not_serving_seq is not None:
-        return True
-    return any(count > 0 for action, count in ws.begun.items() if action not in OBSERVING_ACTIONS)
 
 
 def _restore_ending(ctx: Context, ending: str) -> Step:

@@ -131,8 +131,58 @@ def archive_spreads(ledger: Ledger, plan: Plan, until: int | None = None) -> Arc
             if matched:
                 pairs[cell].append(([first[r] for r in matched], [second[r] for r in matched]))
     entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
+    imported = _imported(ledger, plan, until)
+    for cells in imported.starts.values():
+        for cell, by_start in cells.items():
+            if len(by_start) < 2:
+                continue
+            one, two = (by_start[s]["pooled_rate_tps"] for s in sorted(by_start)[:2])
+            matched = [u for u in range(min(len(one), len(two))) if one[u] and two[u]]
+            if matched:
+                pairs[cell].append(([float(one[u] or 0) for u in matched], [float(two[u] or 0) for u in matched]))
+    entries = {c: entries[c] + imported.entries[c] for c in plan.decision_cells}
     spreads = {c: estimate_spread(pairs[c], source="archive", entries=entries[c]) for c in plan.decision_cells}
-    return ArchiveSpreads(spreads, entries, {c: len(pairs[c]) for c in plan.decision_cells}, tuple(events))
+    return ArchiveSpreads(spreads, entries, {c: len(pairs[c]) for c in plan.decision_cells},
+                          _in_order(events, imported.used))
+
+
+@dataclass(frozen=True)
+class _Imported:
+    """Imported archive rows that compare with a plan's control and carry their per-repeat values."""
+
+    # window -> cell -> start -> its per_repeat values
+    starts: dict[str, dict[str, dict[str, Mapping[str, Sequence[float | None]]]]]
+    entries: dict[str, int]
+    used: list[Event]
+
+
+def _imported(ledger: Ledger, plan: Plan, until: int | None) -> _Imported:
+    """The rows of ``archive.imported`` events comparable with ``plan``'s control that have ``per_repeat``.
+
+    They count exactly as a native control start and its waves do: a window's first two starts of
+    a cell are a pair, matched repeat by repeat. Rows without ``per_repeat`` (one figure per
+    start) cannot show a repeat-to-repeat spread and are left out, as before they could carry it.
+    """
+    starts: dict[str, dict[str, dict[str, Mapping[str, Sequence[float | None]]]]] = {}
+    entries = dict.fromkeys(plan.decision_cells, 0)
+    used: list[Event] = []
+    for event in ledger.events(stream="archive", types=["archive.imported"], until=until):
+        took = False
+        for row in event.payload.get("rows") or ():
+            per_repeat = row.get("per_repeat")
+            if not isinstance(per_repeat, Mapping) or not comparable(plan, row):
+                continue
+            window = f"{event.payload.get('window')}/{row.get('window')}"   # never one of a native window's
+            starts.setdefault(window, {}).setdefault(str(row["cell"]), {})[str(row.get("start"))] = per_repeat
+            entries[str(row["cell"])] += 1
+            took = True
+        if took:
+            used.append(event)
+    return _Imported(starts, entries, used)
+
+
+def _in_order(events: Sequence[Event], more: Sequence[Event]) -> tuple[Event, ...]:
+    return tuple(sorted([*events, *more], key=lambda e: e.seq))
 
 
 def _per_repeat_metrics(waves: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float | None]]:
@@ -193,8 +243,26 @@ def archive_noise(ledger: Ledger, plan: Plan, until: int | None = None) -> Archi
                 pairs[cell].append(ControlPair(window, {m: [first[u][m] for u in units] for m in METRICS},
                                                {m: [second[u][m] for u in units] for m in METRICS}))
     entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
+    imported = _imported(ledger, plan, until)
+    for window, cells in imported.starts.items():
+        for cell, by_start in cells.items():
+            if len(by_start) < 2:
+                continue
+            one, two = (by_start[s] for s in sorted(by_start)[:2])
+            count = min(len(one["pooled_rate_tps"]), len(two["pooled_rate_tps"]))
+            units = [u for u in range(count) if one["pooled_rate_tps"][u] and two["pooled_rate_tps"][u]]
+            if units:
+                pairs[cell].append(ControlPair(window, {m: [_at(one, m, u) for u in units] for m in METRICS},
+                                               {m: [_at(two, m, u) for u in units] for m in METRICS}))
+    entries = {c: entries[c] + imported.entries[c] for c in plan.decision_cells}
     spreads, noise = estimate_win2_noise(plan.decision_cells, pairs, source="archive", entries=entries)
-    return ArchiveNoise(spreads, noise, entries, {c: len(pairs[c]) for c in plan.decision_cells}, tuple(events))
+    return ArchiveNoise(spreads, noise, entries, {c: len(pairs[c]) for c in plan.decision_cells},
+                        _in_order(events, imported.used))
+
+
+def _at(per_repeat: Mapping[str, Sequence[float | None]], metric: str, unit: int) -> float | None:
+    values = per_repeat.get(metric)
+    return None if values is None or unit >= len(values) else values[unit]
 
 
 @dataclass(frozen=True)

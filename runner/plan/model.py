@@ -34,6 +34,7 @@ from ..vocabulary import (
     STAGE_KINDS,
     STRUCTURED_FIELDS,
     WAVE_ORDERS,
+    WINDOW_KINDS,
     ArmRole,
     ChainMode,
     GateName,
@@ -42,6 +43,7 @@ from ..vocabulary import (
     StageKind,
     StructuredField,
     WaveOrder,
+    WindowKind,
 )
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "STRUCTURED_FIELDS",
     "WAVE_ORDERS",
     "WIN2_DEFAULTS",
+    "WINDOW_KINDS",
     "Arm",
     "Budget",
     "Carry",
@@ -438,8 +441,14 @@ class Plan:
     priming: Priming | None = None  # prefix priming per block (None: none registered)
     smoke: Smoke | None = None  # the smoke stage ([smoke], or implied by greedy_check starts)
     tag: str | None = None  # the git tag the hosts must have checked out at ``commit`` (checked at a chained start)
+    kind: WindowKind | None = None  # what the window is for (None: not registered, a measurement window)
 
     # ------------------------------------------------------------------ JSON
+
+    @property
+    def window_kind(self) -> WindowKind:
+        """What the window is for: ``measurement`` unless the plan registers another kind."""
+        return self.kind if self.kind is not None else "measurement"
 
     def to_json(self) -> dict[str, Any]:
         """The plan as registered (every default filled in)."""
@@ -449,6 +458,7 @@ class Plan:
             "mode": self.mode,
             "commit": self.commit,
             **({"tag": self.tag} if self.tag is not None else {}),   # only when registered: old digests stand
+            **({"kind": self.kind} if self.kind is not None else {}),   # the same
             "chain": self.chain,
             "description": self.description,
             "production_clock_cap_mhz": self.production_clock_cap_mhz,

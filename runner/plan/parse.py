@@ -36,6 +36,7 @@ from .model import (
     STRUCTURED_FIELDS,
     WAVE_ORDERS,
     WIN2_DEFAULTS,
+    WINDOW_KINDS,
     Arm,
     Budget,
     Carry,
@@ -51,7 +52,8 @@ from .model import (
     Start,
 )
 
-__all__ = ["LoadedPlan", "check_family_files", "load_plan", "parse_plan", "read_family_file", "read_plan_file"]
+__all__ = ["LoadedPlan", "check_family_files", "check_pp3_arms", "load_plan", "parse_plan", "read_family_file",
+           "read_plan_file"]
 
 WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -438,6 +440,11 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     commit = f.string("commit", pattern=COMMIT, what="a full commit id (40 or 64 lowercase hex)")
     tag = f.string("tag", None, pattern=GIT_TAG, what="a git tag name (letters, digits, . _ + / -; at most 200)")
     chain = f.string("chain", "none", choices=CHAIN_MODES)
+    kind = f.string("kind", None, choices=WINDOW_KINDS)
+    if kind in ("admission", "pair-only") and chain != "none":
+        article = "an" if kind == "admission" else "a"
+        raise FieldError(f"{path}.chain", f"{article} {kind} window never chains (its receipts need the restore "
+                                          f"and the watch): chain must be \"none\", got {chain!r}")
     description = f.string("description", "")
     cap = _clock_cap(f)
     sampling = _sampling(f.table("sampling"), protocol)
@@ -466,7 +473,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power, priming=priming, smoke=smoke, tag=tag,
+        power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind),
     )
     _check_bounded_blocks(plan, path)
     return plan
@@ -550,8 +557,36 @@ def read_plan_file(path: Path, *, overrides: Mapping[str, Any] | None = None) ->
     for key, value in (overrides or {}).items():
         data[key] = value
     plan = parse_plan(data)
+    check_pp3_arms(plan)
     family_files = check_family_files(plan, path.parent)
     return LoadedPlan(plan, path, source, family_files)
+
+
+def check_pp3_arms(plan: Plan, path: str = "plan") -> None:
+    """A pp3-v1 plan compares two drafting configurations at one fixed depth (seed 003: "never adaptive A
+    against fixed5 B"; "B has the same ... only the sampled switches differ").
+
+    Refused when it is registered (a plan read from its file; registered plans replay as recorded):
+    an arm whose speculative config is adaptive (``adaptive_k = true`` or a ``schedule``), and two
+    speculative arms whose ``num_speculative_tokens`` differ (or one of which does not say). An arm
+    that runs no speculative decoding (``speculative = "none"``) against a speculative one is a
+    measurement of speculation itself, and allowed.
+    """
+    if plan.protocol != "pp3-v1":
+        return
+    depths: dict[str, Any] = {}
+    for index, arm in enumerate(plan.arms):
+        spec = arm.speculative
+        if spec is None:
+            continue
+        if spec.get("adaptive_k") is True or "schedule" in spec:
+            raise FieldError(f"{path}.arms[{index}].speculative",
+                             f"arm {arm.role} is adaptive (adaptive_k = true or a schedule): pp3-v1 compares fixed "
+                             f"depths (never adaptive against fixed)")
+        depths[arm.role] = spec.get("num_speculative_tokens")
+    if len(depths) > 1 and len(set(map(repr, depths.values()))) > 1:
+        said = ", ".join(f"{role} {depth if depth is not None else 'not declared'}" for role, depth in depths.items())
+        raise FieldError(f"{path}.arms", f"pp3-v1 arms must run one speculative depth; num_speculative_tokens: {said}")
 
 
 def load_plan(path: Path | str, *, overrides: Mapping[str, Any] | None = None) -> Plan:

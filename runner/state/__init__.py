@@ -10,7 +10,9 @@
 
 - ``fold``: ``fold(state, events) -> state``, ``admission_blockers``;
 - ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events;
-- ``archive``: the control archive's rows and their comparability key.
+- ``archive``: the control archive's rows and their comparability key;
+- ``archive_map``: how an existing archive's cells and fields become tally's (``archive import --map``);
+- ``touched``: may a window have changed the hosts (so that its ending must restore)?
 """
 
 from __future__ import annotations
@@ -26,16 +28,21 @@ from .archive import (
     production_commit,
     validate_import_row,
 )
+from .archive_map import IMPORT_ROW_FIELDS, ArchiveMapping, UnmappedCell, parse_archive_mapping
 from .fold import ENGINE_REPORTS, State, WaveKeys, WindowState, admission_blockers, fold, typed_payload
 from .replay import replay
+from .touched import touched
 
 __all__ = [
     "ARCHIVE_TYPES",
     "ENGINE_REPORTS",
+    "IMPORT_ROW_FIELDS",
     "MAX_IMPORT_ROWS",
     "ArchiveKey",
+    "ArchiveMapping",
     "ArchiveRow",
     "State",
+    "UnmappedCell",
     "WaveKeys",
     "WindowState",
     "admission_blockers",
@@ -43,8 +50,10 @@ __all__ = [
     "comparability_key",
     "day_to_day_rows",
     "fold",
+    "parse_archive_mapping",
     "production_commit",
     "replay",
+    "touched",
     "typed_payload",
     "validate_import_row",
 ]

@@ -26,6 +26,7 @@ from ledger.errors import FormatError
 __all__ = [
     "ARCHIVE_TYPES",
     "MAX_IMPORT_ROWS",
+    "PER_REPEAT_METRICS",
     "ArchiveKey",
     "ArchiveRow",
     "archive_rows",
@@ -151,12 +152,15 @@ def validate_import_row(row: Any, line: int) -> dict[str, Any]:
     Required: ``window``, ``start``, ``cell`` (names), ``max_tokens``, ``figures.pooled_rate_tps``
     (a finite number > 0). Optional: ``role`` (A or P), ``clock_cap_mhz``, ``control_config_digest``
     (sha256), ``production_commit`` and ``commit`` (commits), ``dial_back`` (bool), other numeric
-    ``figures`` (at most 64).
+    ``figures`` (at most 64), ``per_repeat`` (the start's value per repeat, in repeat order, of
+    ``pooled_rate_tps`` (required in it) and optionally ``accepted_per_round`` and ``decode_tps``:
+    lists of one length, at most 64, numbers > 0 or null; what the spread and the power gate
+    compare, as they compare a native control start's waves).
     """
     if not isinstance(row, Mapping):
         raise _fail(line, "must be a JSON object")
     known = {"window", "start", "role", "cell", "max_tokens", "clock_cap_mhz", "control_config_digest",
-             "production_commit", "commit", "dial_back", "figures", "nominal_clock_cap_mhz"}
+             "production_commit", "commit", "dial_back", "figures", "nominal_clock_cap_mhz", "per_repeat"}
     unknown = sorted(set(row) - known)
     if unknown:
         raise _fail(line, f"unknown field {unknown[0][:80]!r}")
@@ -195,4 +199,31 @@ def validate_import_row(row: Any, line: int) -> dict[str, Any]:
     if rate is None or rate <= 0:
         raise _fail(line, "figures.pooled_rate_tps must be a number > 0 (the rate the spread compares)")
     out["figures"] = clean
+    if row.get("per_repeat") is not None:
+        out["per_repeat"] = _per_repeat(row["per_repeat"], line)
+    return out
+
+
+PER_REPEAT_METRICS = ("pooled_rate_tps", "accepted_per_round", "decode_tps")
+
+
+def _per_repeat(value: Any, line: int) -> dict[str, list[float | None]]:
+    if not isinstance(value, Mapping) or "pooled_rate_tps" not in value:
+        raise _fail(line, "per_repeat must be an object with pooled_rate_tps (a list per metric)")
+    out: dict[str, list[float | None]] = {}
+    for name, values in value.items():
+        if name not in PER_REPEAT_METRICS:
+            raise _fail(line, f"per_repeat: {str(name)[:80]!r} is not one of {', '.join(PER_REPEAT_METRICS)}")
+        if not isinstance(values, list) or not 0 < len(values) <= _MAX_FIGURES:
+            raise _fail(line, f"per_repeat.{name} must be a list of 1 to {_MAX_FIGURES} values")
+        for v in values:
+            if v is None and name != "pooled_rate_tps":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+                raise _fail(line, f"per_repeat.{name} values must be numbers > 0"
+                                  + (" or null" if name != "pooled_rate_tps" else ""))
+        out[name] = list(values)
+    lengths = {len(v) for v in out.values()}
+    if len(lengths) != 1:
+        raise _fail(line, "per_repeat lists must have one length (a value per repeat)")
     return out

@@ -352,3 +352,64 @@ def test_waves_before_the_registered_priming() -> None:
     at = find(items, "priming.done", 1)  # block B1's priming left out: its first wave comes before any
     del items[at]
     _expect(_audit(script, items), "priming-before-waves", at + 1)
+
+
+# ---------------------------------------------------------------------- untouched-close-proven
+
+
+def _aborted_early(*touch: str) -> tuple[Script, list[NewEvent]]:
+    """A window admitted, then (``touch``: what it did first) closed aborted "nothing to restore"."""
+    script = Script()
+    plan, families, source = example_plan("seed000-production-policy", chain="none")
+    script.register(plan, families, source)
+    script.admit(plan)
+    script.action(plan, "preflight")
+    for what in touch:
+        if what == "drain-started":  # the drain's start is recorded; its outcome never was
+            script.add(plan, "host.action", {"host": "h1", "action": "drain", "phase": "started",
+                                             "action_id": "lost-drain", "command": "drain h1"})
+        elif what == "probe-down":  # the re-probe found production not serving
+            script.add(plan, "host.action", {"host": "h1", "action": "probe", "phase": "started",
+                                             "action_id": "probe-1", "command": "probe h1"})
+            script.add(plan, "host.action", {"host": "h1", "action": "probe", "phase": "finished",
+                                             "action_id": "probe-1", "exit_code": 0, "ok": True, "duration_s": 0.1,
+                                             "detail": {"serving": "down"}, "probe_of": "lost-drain"})
+        else:
+            script.action(plan, what)
+    script.add(plan, "window.closed", {"ending": "aborted",
+                                       "summary": "ABORTED before touching production: nothing to restore"})
+    return script, list(script.items)
+
+
+def test_aborted_before_touching_with_only_observing_actions_is_proven() -> None:
+    """A preflight and a probe change nothing: closing "nothing to restore" after them is sound."""
+    script, items = _aborted_early("probe")
+    assert [v for v in _audit(script, items) if v.invariant == "untouched-close-proven"] == []
+
+
+@pytest.mark.parametrize("touch", [
+    pytest.param(("drain",), id="drain-finished"),
+    pytest.param(("drain-started",), id="drain-outcome-lost"),
+    pytest.param(("drain-started", "probe-down"), id="drain-then-probe-down"),
+    pytest.param(("experiment_stop",), id="experiment-stopped"),
+])
+def test_closed_nothing_to_restore_after_touching_the_hosts(touch: tuple[str, ...]) -> None:
+    """The attack of the second round: a drain whose outcome the runner could not record, a re-probe
+    that found production down, and a close "nothing to restore" that leaves it down. The ledger
+    verifies, but the audit must say production may have been left as the window left it."""
+    script, items = _aborted_early(*touch)
+    v = _expect(_audit(script, items), "untouched-close-proven", find(items, "window.closed") + 1)
+    assert "touched the hosts" in v.message
+    assert ("probe found production not serving" in v.message) if "probe-down" in touch else (
+        f"recorded starts of {touch[0].removesuffix('-started')}" in v.message)
+
+
+def test_aborted_after_a_restore_is_not_flagged() -> None:
+    """A window that drained, restored (restore ok, watch PASS) and closed aborted kept its promise."""
+    script = Script()
+    plan, families, source = example_plan("seed000-production-policy", chain="none")
+    script.register(plan, families, source)
+    script.admit(plan)
+    script.open_hold(plan)
+    script.restore(plan, ending="aborted")
+    assert [v for v in _audit(script) if v.invariant == "untouched-close-proven"] == []
