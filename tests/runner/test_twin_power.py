@@ -39,12 +39,12 @@ def test_window_power_takes_the_twin_as_its_noise_source_and_says_so(site: Site,
     out = json.loads(tally("window", "power", "w", "--spread-from", "twin", "--twin", str(twin), "--windows",
                            "300", "--json").out)
     assert out["noise_source"] == first and out["figures"]["effect"] > 0
-    # a noisier twin (its steps jitter more) gives a larger repeat-to-repeat spread, hence a larger MDE
+    # a twin whose starts differ more in speed gives a larger start-to-start spread
     noisy = tmp_path / "noisy.toml"
-    noisy.write_text(TWIN.replace("step_jitter = 0.03", "step_jitter = 0.3"))
+    noisy.write_text(TWIN.replace("start_jitter = 0.004", "start_jitter = 0.2"))
     loud = json.loads(tally("window", "power", "w", "--spread-from", "twin", "--twin", str(noisy), "--windows",
                             "300", "--json").out)
-    assert loud["figures"]["spread"]["short-b1"]["repeat_sd"] > out["figures"]["spread"]["short-b1"]["repeat_sd"]
+    assert loud["figures"]["spread"]["short-b1"]["start_sd"] > 5 * out["figures"]["spread"]["short-b1"]["start_sd"]
     assert site.size() == size
     missing = tally("window", "power", "w", "--spread-from", "twin")
     assert missing.code == 2 and "--twin TWIN.toml" in missing.err and len(missing.err.strip().splitlines()) == 1
