@@ -42,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     files = sorted(HERE.glob("*.json"))
     if not files:
-        print("no recorded twin errors: run tests/real/test_twin_llama.py (make llama) first")
+        print("no recorded twin errors yet (docs/sim.md, \"The twin's error on real servers\")")
         return 0
     for path in files:
         report = json.loads(path.read_text())
