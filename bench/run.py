@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["ledger", "tlog", "trusted", "strict", "measure", "decide", "power", "fold", "plan", "runner"]
+ORDER = ["ledger", "tlog", "tiles", "trusted", "strict", "measure", "decide", "power", "fold", "plan", "runner"]
 
 
 def main() -> None:

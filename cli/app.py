@@ -61,13 +61,14 @@ def _register() -> None:
         receipt,
         replay,
         sim,
+        tiles,
         verdict,
         window,
         witness,
     )
 
-    for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, measure, sim, verdict,
-                   window, gate, chain, replay, archive, promote, demo):
+    for module in (db, keys, events, audit, checkpoint, witness, prove, blob, receipt, tiles, measure, sim,
+                   verdict, window, gate, chain, replay, archive, promote, demo):
         module.register(app)
 
 

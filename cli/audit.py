@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ledger import VerificationError
-from runner.app import audit_ledger, export_ledger, verify_stored
+from runner.app import audit_from_tiles, audit_ledger, check_fork_proof, export_ledger, verify_stored
 
 from .common import EXIT_FAILED, JsonOpt, command, print_json, printable, session
 
@@ -63,6 +63,19 @@ def audit(
     vkey: Annotated[list[str] | None, typer.Option(help="C2SP vkey trusted for checkpoint.txt (repeatable; witness vkeys too).")] = None,
     witness_threshold: Annotated[int, typer.Option(help="Witness cosignatures required on checkpoint.txt.")] = 0,
     jobs: Annotated[int, typer.Option(help="Threads checking signatures (database audits).")] = 1,
+    fork_proof: Annotated[Path | None, typer.Option(
+        help="Check a fork proof file offline (two checkpoints the log signed that cannot both be true, as "
+             "`tally witness fork-proof` exports): FORK and exit 1 when it holds, exit 2 when it does not. "
+             "--vkey: the log's key (default: the file's).")] = None,
+    tiles: Annotated[str | None, typer.Option(
+        help="Audit the log served as C2SP tlog-tiles at this URL (or directory) from its tiles alone: the "
+             "checkpoint (--vkey), every tile and bundle, an inclusion proof, a consistency proof (--since).")] = None,
+    since: Annotated[Path | None, typer.Option(help="With --tiles: a checkpoint saved earlier, proven a prefix.")]
+    = None,
+    seq: Annotated[int | None, typer.Option(help="With --tiles: the event to prove included (default: the last).")]
+    = None,
+    edge_only: Annotated[bool, typer.Option(help="With --tiles: read only the tiles the proofs need, not every "
+                                                 "tile and bundle.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print a SLSA verification summary-shaped result.")] = False,
 ) -> None:
     """Cryptographic checks, then every protocol invariant (docs/events.md); exit 1 naming the first failure.
@@ -70,6 +83,30 @@ def audit(
     A bundle is read as hostile input (docs/format.md, export bundles); one that fails
     is one line on stderr, exit 1; a DIR that is not a directory or cannot be read, exit 2.
     """
+    if fork_proof is not None:
+        fork = check_fork_proof(fork_proof, vkey or [])
+        if json_out:
+            print_json(fork.to_json())
+        else:
+            for line in fork.lines():
+                print(line)
+        raise typer.Exit(EXIT_FAILED)
+    if tiles is not None:
+        try:
+            result = audit_from_tiles(tiles, vkey or [], witness_threshold=witness_threshold, since=since, seq=seq,
+                                      full=not edge_only)
+        except VerificationError as error:
+            if json_out:
+                print_json({"ok": False, "error": str(error.args[0])})
+            else:
+                print(printable(f"FAIL {error.args[0]}"), file=sys.stderr)
+            raise typer.Exit(EXIT_FAILED) from None
+        if json_out:
+            print_json(result.to_json())
+        else:
+            for line in result.lines():
+                print(line)
+        return
     report = audit_ledger(session, bundle, root_key=root_key, vkeys=vkey, witness_threshold=witness_threshold,
                           jobs=jobs)
     if json_out:

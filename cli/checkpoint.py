@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from runner.app import checkpoint_json, new_checkpoint, show_checkpoint
+from runner.app import checkpoint_json, cosign_by_policy, new_checkpoint, show_checkpoint
 
 from .common import JsonOpt, check_seq, command, handle_errors, print_json, session, write_data
 
 
-def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+def checkpoint(
+    ctx: typer.Context,
+    witnesses: Annotated[Path | None, typer.Option(
+        help="A tlog-policy file (witness NAME VKEY URL, group, quorum): collect cosignatures from its "
+             "witnesses over HTTP and print the cosigned note; short of the quorum, exit 3 and print nothing.")] = None,
+    witness_timeout: Annotated[float, typer.Option(help="Seconds each witness has to answer.")] = 10.0,
+    fail_open: Annotated[bool, typer.Option(help="Print the note with what was collected even short of the "
+                                                 "quorum (a warning on stderr).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
     """Sign a checkpoint at the current size with the log key (key name = origin) and store it.
 
     Refuses when the tree is not consistent with a checkpoint the ledger signed before.
@@ -19,11 +30,26 @@ def checkpoint(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    signed, created = new_checkpoint(session)
+    if witnesses is None:
+        signed, created = new_checkpoint(session)
+        if json_out:
+            print_json(checkpoint_json(signed, created=created))
+        else:
+            write_data(signed.note)
+        return
+    result = cosign_by_policy(session, witnesses, timeout=witness_timeout, fail_open=fail_open)
+    collected = result.collected
+    if not collected.quorum:
+        print(f"tally: warning: witness quorum not met ({len(collected.lines)} cosigned); printing what was "
+              "collected (--fail-open)", file=sys.stderr)
+    for name, why in sorted(collected.failures.items()):
+        print(f"tally: witness {name}: {why}", file=sys.stderr)
     if json_out:
-        print_json(checkpoint_json(signed, created=created))
+        print_json({**checkpoint_json(result.signed, created=result.created), "note": result.note,
+                    "log_note": result.signed.note, "cosigned_by": sorted(collected.lines), "failed": collected.failures,
+                    "quorum": collected.quorum})
     else:
-        write_data(signed.note)
+        write_data(result.note)
 
 
 def checkpoint_show(

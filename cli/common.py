@@ -171,6 +171,8 @@ def command(group: typer.Typer, name: str | None = None, **kwargs: Any) -> Calla
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No step lines while running; the result only.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Every step line, repeated ones too.")]
 
 
 WindowArg = Annotated[str, typer.Argument(metavar="WINDOW", help="Window id (as registered).")]

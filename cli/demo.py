@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from runner.app import DEMO_SCENARIOS as SCENARIOS
 from runner.app import demo_result_lines, run_demo_in
 
-from .common import EXIT_FAILED, JsonOpt, command, print_json
+from .common import EXIT_FAILED, JsonOpt, QuietOpt, VerboseOpt, command, print_json
 from .window import print_verdict
 
 
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to leave everything.")] = Path("tally-demo"),
-    scenario: Annotated[str | None, typer.Option(help="window (default), chain, pp3, faults, power, or ledger.")] = None,
+    scenario: Annotated[str | None, typer.Option(help="One of: " + ", ".join(SCENARIOS) + " (default window).")] = None,
     plan_file: Annotated[Path | None, typer.Option("--plan", help="Your own plan (TOML), run end to end on a "
                                                    "simulated pair built from its arms.")] = None,
     sim_file: Annotated[Path | None, typer.Option("--sim", help="With --plan: simulator settings (TOML) laid "
                                                   "over the pair derived from the plan.")] = None,
-    force: Annotated[bool, typer.Option(help="Reuse a non-empty --dir (its content is removed).")] = False,
+    force: Annotated[bool, typer.Option(help="Reuse a non-empty --dir that no demo made (its content is "
+                                        "removed); a previous demo's --dir is always refreshed.")] = False,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """A simulated window end to end, with no setup; everything is left in --dir.
@@ -29,7 +34,8 @@ def demo(
     audit, report) on a simulated pair before touching production.
     """
     outcome = run_demo_in(directory, scenario, plan_file=plan_file, sim_file=sim_file, force=force,
-                          quiet=json_out, verdicts=not json_out)
+                          quiet=json_out, verdicts=not json_out, verbosity=-1 if quiet else int(verbose),
+                          progress=sys.stdout.isatty())
     if outcome.tour is not None:
         result = outcome.tour
         if result.caught_seq != result.tampered_seq:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ledger import VerificationError
-from runner.app import export_receipt, verify_receipt_files
+from runner.app import export_receipt, receipt_in_served_tiles, verify_receipt_files
 
 from .common import EXIT_FAILED, JsonOpt, check_seq, command, print_json, session
 
@@ -23,6 +23,10 @@ def receipt_export(
         "--window-context", help="Also write <seq>.context.jsonl and <seq>.context-proofs.jsonl: the window's "
                                  "events up to SEQ, each proven against the receipt's checkpoint "
                                  "(what `tally promote check` reads).")] = False,
+    witnesses: Annotated[Path | None, typer.Option(
+        help="A tlog-policy file: sign a checkpoint now, collect its cosignatures from the policy's witnesses "
+             "over HTTP (short of the quorum: exit 3, nothing written) and prove the receipt against it.")] = None,
+    witness_timeout: Annotated[float, typer.Option(help="Seconds each witness has to answer.")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a receipt: a DSSE-signed in-toto Statement, its tlog-proof, and the event.
@@ -31,7 +35,8 @@ def receipt_export(
     not be a symlink; a symlink planted at one of the file names is refused.
     """
     check_seq(seq, "SEQ")
-    written = export_receipt(session, seq, out, checkpoint_file=checkpoint_file, window_context=window_context)
+    written = export_receipt(session, seq, out, checkpoint_file=checkpoint_file, window_context=window_context,
+                             witnesses=witnesses, witness_timeout=witness_timeout)
     if json_out:
         context = written.context
         print_json({"seq": seq, "envelope": str(written.envelope), "proof": str(written.proof),
@@ -54,12 +59,17 @@ def receipt_verify(
     = None,
     witness_threshold: Annotated[int | None, typer.Option(
         help="Witness cosignatures required (default: every witness vkey given).")] = None,
+    tiles: Annotated[str | None, typer.Option(
+        help="Also check the receipt against the log served as tlog-tiles at this URL (or directory): its "
+             "checkpoint a prefix of the served one, its event in the served tree.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Verify a receipt offline: DSSE signature, Statement subject, inclusion proof, checkpoint."""
     try:
         result = verify_receipt_files(envelope_file, vkey, proof=proof, event=event,
                                       witness_threshold=witness_threshold)
+        served = None if tiles is None else receipt_in_served_tiles(
+            tiles, vkey, seq=result.seq, event_hash=result.event_hash, receipt_checkpoint=result.checkpoint)
     except VerificationError as error:
         if json_out:
             print_json({"valid": False, "error": str(error.args[0]), "rule": error.rule})
@@ -67,7 +77,8 @@ def receipt_verify(
             print(f"FAIL {envelope_file}: {error.args[0]}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED) from None
     if json_out:
-        print_json(result.to_json())
+        print_json({**result.to_json(), **({} if served is None else {"tiles": {
+            "location": served.location, "size": served.checkpoint.size, "receipt_size": served.receipt_size}})})
         return
     what = result.result or result.statement.get("predicate", {}).get("result", "")
     cosigned = len(result.checkpoint.witnesses)
@@ -75,6 +86,8 @@ def receipt_verify(
     print(f"OK {result.origin}#{result.seq} {result.predicate_type} {what}: signed by {result.signed_by[0][:16]}, "
           f"included at index {result.seq - 1} of checkpoint size {result.checkpoint.size}{witnesses_note}"
           f"{'' if result.event is not None else ' (event file not checked)'}")
+    if served is not None:
+        print(served.line())
 
 
 def register(app: typer.Typer) -> None:

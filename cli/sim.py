@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runner.app import calibrate_sim, default_sim_config, serve_sim, write_families
+from runner.app import calibrate_sim, default_sim_config, plan_sim_config, serve_sim, write_families
 
 from .common import command, print_json
 
@@ -28,9 +28,17 @@ def sim_serve(
     serve_sim(config, host=host, port=port, seed=seed, time_scale=time_scale)
 
 
-def sim_config() -> None:
-    """Print the default simulator config (TOML, every field with its default)."""
-    sys.stdout.write(default_sim_config())
+def sim_config(
+    plan: Annotated[Path | None, typer.Option(
+        help="A plan file: print a config (JSON) serving exactly its arms, for `tally sim serve --config`.")] = None,
+    time_scale: Annotated[float, typer.Option(help="With --plan: the config's time scale.")] = 1.0,
+) -> None:
+    """Print the default simulator config (TOML, every field with its default), or with --plan one whose
+    arms are the plan's (JSON; `tally sim serve --config FILE` reads both)."""
+    if plan is None:
+        sys.stdout.write(default_sim_config())
+        return
+    print_json(plan_sim_config(plan, time_scale=time_scale))
 
 
 def sim_families(

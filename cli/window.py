@@ -30,6 +30,7 @@ from runner.app import (
 from .common import (
     EXIT_FAILED,
     JsonOpt,
+    QuietOpt,
     SiteOpt,
     WindowArg,
     command,
@@ -74,12 +75,13 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
         print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
 
 
-def _execute(window: str, site: Path, json_out: bool, *, resume: bool = False, abort: bool = False,
+def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, resume: bool = False, abort: bool = False,
              chain_production: Path | None = None) -> None:
     # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
     # must not leave production drained (never_fails); the window runs on to its recorded end.
     result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
-                        progress=not json_out and sys.stdout.isatty(), echo=not json_out, guard=never_fails)
+                        progress=not json_out and sys.stdout.isatty(), echo=not (json_out or quiet),
+                        guard=never_fails)
     try:  # the window is over and recorded: a failed print loses only the report, never the exit code
         if not json_out and result.decision is not None:
             print_verdict(recorded_decision(session.ledger(), window))
@@ -138,6 +140,7 @@ def window_run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, gates and timeline; touch nothing.")] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Run the window for real (needs admission).")] = False,
     chain_production: ChainProductionOpt = None,
+    quiet: QuietOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Dry-run or execute a registered window against a site."""
@@ -153,19 +156,20 @@ def window_run(
         if report["refusals"]:  # the site cannot give the window what its rule needs
             raise typer.Exit(EXIT_FAILED)
         return
-    _execute(window, site, json_out, chain_production=chain_production)
+    _execute(window, site, json_out, quiet=quiet, chain_production=chain_production)
 
 
 def window_resume(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
-                  chain_production: ChainProductionOpt = None, json_out: JsonOpt = False) -> None:
+                  chain_production: ChainProductionOpt = None, quiet: QuietOpt = False,
+                  json_out: JsonOpt = False) -> None:
     """Continue a window from replayed state (after a crash or an escalated restore)."""
-    _execute(window, site, json_out, resume=True, chain_production=chain_production)
+    _execute(window, site, json_out, quiet=quiet, resume=True, chain_production=chain_production)
 
 
 def window_abort(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
-                 json_out: JsonOpt = False) -> None:
+                 quiet: QuietOpt = False, json_out: JsonOpt = False) -> None:
     """Stop a window: restore production and record decision REJECT."""
-    _execute(window, site, json_out, abort=True)
+    _execute(window, site, json_out, quiet=quiet, abort=True)
 
 
 def window_report(

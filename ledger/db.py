@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 DEFAULT_DB = "tally.db"
-HEAD_REVISION = "0001_ledger"  # the newest Alembic revision; tests check it is head
+HEAD_REVISION = "0002_witness"  # the newest Alembic revision; tests check it is head
 APPEND_LOCK_KEY = 0x7A11E9  # pg_advisory_xact_lock key for appends
 BUSY_TIMEOUT_MS = 60_000
 TALLY_TABLES = ("events", "merkle_nodes", "blobs", "keys", "checkpoints")  # what migration 0001 creates

@@ -10,7 +10,8 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "BlobRow", "CheckpointRow", "EventRow", "KeyRow", "MerkleNodeRow"]
+__all__ = ["Base", "BlobRow", "CheckpointRow", "EventRow", "KeyRow", "MerkleNodeRow", "WitnessCosignedRow",
+           "WitnessEvidenceRow"]
 
 
 SEQ_TYPE = BigInteger().with_variant(Integer(), "sqlite")
@@ -89,3 +90,37 @@ class KeyRow(Base):
     roles: Mapped[str] = mapped_column(Text)  # comma-separated
     added_seq: Mapped[int] = mapped_column(BigInteger)
     revoked_at_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class WitnessCosignedRow(Base):
+    """A checkpoint the HTTP witness cosigned: the log-signed note with its cosignature, kept whole.
+
+    Append-only: step ``n + 1`` of an origin is written only in the transaction that read
+    step ``n`` as the latest (the primary key makes a second writer from the same state
+    fail), which is the compare-and-swap the tlog-witness spec asks for.
+    """
+
+    __tablename__ = "witness_cosigned"
+
+    origin_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    origin: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    root: Mapped[bytes] = mapped_column(LargeBinary(32))
+    note: Mapped[str] = mapped_column(Text)
+    time: Mapped[int] = mapped_column(BigInteger)
+
+
+class WitnessEvidenceRow(Base):
+    """A log-signed submission the HTTP witness refused as inconsistent, with what it had cosigned."""
+
+    __tablename__ = "witness_evidence"
+
+    id: Mapped[int] = mapped_column(SEQ_TYPE, primary_key=True, autoincrement=True)
+    origin: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(32))
+    old_size: Mapped[int] = mapped_column(BigInteger)
+    proof: Mapped[str] = mapped_column(Text)
+    cosigned_note: Mapped[str] = mapped_column(Text)
+    submitted_note: Mapped[str] = mapped_column(Text)
+    time: Mapped[int] = mapped_column(BigInteger)

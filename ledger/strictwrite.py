@@ -119,11 +119,12 @@ def stamp_pid(fd: int) -> None:
 
 
 def write_whole(path: Path | str, data: bytes, what: str, *, mode: int = 0o600, dir_fd: int | None = None,
-                shown: Path | str | None = None) -> None:
+                shown: Path | str | None = None, sync: bool = True) -> None:
     """Write ``path`` whole (see the module); ``FormatError`` for a symlink or a non-file there, or a failed write.
 
     With ``dir_fd``, ``path`` is a plain name inside that directory; ``shown`` is how
-    refusals name it.
+    refusals name it. ``sync=False`` skips the two fsyncs (the caller syncs many files at
+    once before it writes what depends on them).
     """
     where = _shown(path, shown)
     if dir_fd is not None:
@@ -150,11 +151,13 @@ def write_whole(path: Path | str, data: bytes, what: str, *, mode: int = 0o600, 
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-            os.fsync(parent_fd)
+            if sync:
+                os.fsync(parent_fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=parent_fd)

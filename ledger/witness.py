@@ -29,13 +29,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import merkle
 from . import note as notes
-from .checkpoint import Checkpoint, ConsistencyProof, _reason, as_verifier, open_checkpoint, parse_checkpoint
+from .checkpoint import Checkpoint, ConsistencyProof, as_verifier, open_checkpoint, parse_checkpoint
 from .errors import FormatError, PolicyError, StorageError, VerificationError
 from .keys import Signer
 from .strictfile import read_optional
 from .strictwrite import open_dir, open_lock, write_whole
+from .witness_rules import INCONSISTENT, judge
 
 __all__ = ["CosignResult", "Witness", "WitnessState", "state_dir_name"]
 
@@ -183,46 +183,35 @@ class Witness:
         return CosignResult(new, cosigned, line, old_size, now)
 
     def _check_step(self, state: WitnessState | None, new: Checkpoint, proof: ConsistencyProof | None) -> None:
+        """The step from ``state`` to ``new`` by the rules every tally witness shares (``witness_rules.judge``)."""
         hashes: tuple[bytes, ...] = proof.hashes if proof is not None else ()
         if proof is not None and proof.new is not None and proof.new != new.size:
             raise FormatError(f"the consistency proof is to size {proof.new}, the checkpoint is size {new.size}")
-        if state is None:
-            if hashes or (proof is not None and proof.old != 0):
-                raise PolicyError(
-                    f"this witness has no state for {new.origin!r}: it starts from 'old 0' with an empty proof"
-                )
-            return
-        old = state.checkpoint
-        if new.size < old.size:
+        if state is None and (hashes or (proof is not None and proof.old != 0)):
+            raise PolicyError(f"this witness has no state for {new.origin!r}: it starts from 'old 0' with an "
+                              "empty proof")
+        known = None if state is None else state.checkpoint
+        if known is not None and new.size < known.size:
             raise VerificationError(
-                f"rollback: checkpoint size {new.size} is smaller than size {old.size} this witness cosigned",
+                f"rollback: checkpoint size {new.size} is smaller than size {known.size} this witness cosigned",
                 rule="witness",
             )
-        if new.size == old.size:
-            if new.root != old.root:
-                raise VerificationError(
-                    f"fork: size {new.size} has another root than the checkpoint this witness cosigned",
-                    rule="witness",
-                )
-            if hashes:
-                raise PolicyError("equal sizes take an empty consistency proof")
+        old = proof.old if proof is not None else (0 if known is None else known.size)
+        if known is not None and proof is None and new.size > known.size:
+            raise PolicyError(f"a consistency proof from size {known.size} is needed "
+                              f"(tally prove consistency {known.size} {new.size})")
+        refusal = judge(known, old, new, hashes)
+        if refusal is None:
             return
-        if proof is None:
+        if refusal.kind in ("stale", "old_too_large"):
             raise PolicyError(
-                f"a consistency proof from size {old.size} is needed (tally prove consistency {old.size} {new.size})"
+                f"the consistency proof starts at size {old}, this witness is at size {refusal.known_size}"
             )
-        if proof.old != old.size:
-            raise PolicyError(
-                f"the consistency proof starts at size {proof.old}, this witness is at size {old.size}"
-            )
-        try:
-            merkle.verify_consistency(old.size, new.size, old.root, new.root, hashes)
-        except VerificationError as exc:
-            raise VerificationError(
-                f"fork: checkpoint size {new.size} is not consistent with size {old.size} this witness cosigned "
-                f"({_reason(exc)})",
-                rule="witness",
-            ) from None
+        if refusal.kind == "bad_proof" and known is not None and new.size == known.size:
+            raise PolicyError("equal sizes take an empty consistency proof")
+        if refusal.kind in INCONSISTENT:
+            raise VerificationError(f"fork: {refusal.message}", rule="witness")
+        raise VerificationError(refusal.message, rule="witness")
 
 
 def _origin_of(message: str) -> str:

@@ -89,8 +89,7 @@ def test_tally_demo_default_window(tmp_path: Path) -> None:
     assert_same_shapes("window", directory / "tally.db")
     html = Path(only["report"]).read_text()
     assert only["decision"] in html and "data:image/svg+xml;base64," in html
-    again = subprocess.run([TALLY, "demo", "--dir", str(directory)], capture_output=True, text=True)
-    assert again.returncode == 2 and "not empty" in again.stderr
+    assert (directory / ".tally-demo").is_file()  # the marker that lets the next demo refresh it
     audit = subprocess.run([TALLY, "audit", str(directory / "bundle")], capture_output=True, text=True)
     assert audit.returncode == 0 and "every invariant holds" in audit.stdout
 
@@ -111,6 +110,22 @@ def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decis
         assert "thermal dial-back inside the HOLD" in reasons and "wave not counted" in reasons
 
 
+def test_demo_looks_scenario_refuses_the_best_no_effect_window_and_promotes_a_real_effect(tmp_path: Path) -> None:
+    """Equal arms in three chained windows, then another candidate with a real effect: the promotion gate counts
+    the chain's three looks (not the other candidate's) and refuses its best; the effect is look 1 of 1, promoted."""
+    summary = run_demo(tmp_path / "looks", "looks", quiet=True, time_scale=0.01)
+    assert_same_shapes("looks", tmp_path / "looks" / "tally.db")
+    assert [w["ending"] for w in summary["windows"]] == ["chained", "chained", "restored", "restored"]
+    no_effect, effect = summary["promotion"]
+    chain = [e for e in summary["windows"] if e["window"].startswith("looks-aa-")]
+    assert no_effect["window"] in {e["window"] for e in chain} and no_effect["verdict"] == "NOT_PROMOTABLE"
+    assert no_effect["looks"] == 3 and len(no_effect["seqs"]) == 3 and "looks.budget" in no_effect["failing"]
+    assert effect["window"] == "looks-effect" and effect["looks"] == 1 and effect["index"] == 1
+    assert effect["verdict"] == "PROMOTABLE", effect
+    assert summary["ok"], summary
+    assert (tmp_path / "looks" / "looks" / "bundle" / "events.jsonl").exists()
+
+
 def test_tally_demo_ledger_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
                           capture_output=True, text=True)
@@ -129,3 +144,115 @@ def test_demo_power_scenario_refuses_three_repeats_and_passes_with_the_repeats_i
     assert (few["repeats"], few["power"], few["admitted"]) == (3, "FAIL", False)
     assert few["figures"]["power"] < 0.8 and few["figures"]["needed"]["repeats"] == enough["repeats"] > 3
     assert enough["power"] == "PASS" and enough["admitted"] and enough["figures"]["power"] >= 0.8
+
+
+def test_make_demo_twice_refreshes_the_demo_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "d"
+    for _ in range(2):  # the second run replaces the first one's directory instead of asking for --force
+        proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(directory)], capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        (directory / "left-by-the-first-run").write_text("x")
+    assert (directory / "tally.db").exists() and (directory / "left-by-the-first-run").exists()
+    proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(directory), "-q"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and not (directory / "left-by-the-first-run").exists()
+    assert "1. init" not in proc.stdout  # -q: no step lines
+
+
+def test_demo_refuses_a_directory_no_demo_made(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(tmp_path / "mine")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "was not made by tally demo" in proc.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_readme_scenarios_line_lists_every_scenario() -> None:
+    from runner.app import DEMO_SCENARIOS
+
+    readme = (REPO / "README.md").read_text()
+    others = re.search(r"`tally demo --scenario ([\w|]+)` runs the other", readme)
+    synopsis = re.search(r"^tally demo \[--dir DIR\] \[--scenario ([\w|]+)\]", readme, flags=re.M)
+    assert others and synopsis
+    assert set(others.group(1).split("|")) == set(DEMO_SCENARIOS) - {"window"}
+    assert synopsis.group(1).split("|") == list(DEMO_SCENARIOS)
+
+
+def test_readme_links_the_glossary_and_it_explains_the_readme_terms() -> None:
+    readme = (REPO / "README.md").read_text()
+    glossary = (REPO / "docs" / "glossary.md").read_text()
+    assert "docs/glossary.md" in readme
+    terms = [line.split("|")[1].strip() for line in glossary.splitlines() if line.startswith("| ") and "---" not in line]
+    for word in ("PP4", "WIN2", "HOLD", "s1-P / s2-B / s3-P", "checklist_literal", "pair reserve", "MDE", "bar",
+                 "guard", "reported only", "Q, HEAD", "ending", "MATCH"):
+        assert any(word in term for term in terms), word
+
+
+# --------------------------------------------------------------------------- the "Running a window" recipe
+
+
+def recipe() -> str:
+    """The README's "Running a window" shell block, verbatim."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Running a window"):]
+    match = re.search(r"^```sh\n(.*?)^```$", section, flags=re.M | re.S)
+    assert match, "no ```sh block under Running a window"
+    return match.group(1)
+
+
+def test_readme_recipe_defines_every_variable_it_uses() -> None:
+    text = recipe()
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text))
+    defined = set(re.findall(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", text, flags=re.M))
+    defined |= set(re.findall(r"for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in", text))
+    assert used - defined - {"PWD", "PATH"} == set()
+    for created in ("admission-receipt.json", "rng-receipt.json", "site.toml"):
+        assert f"> {created}" in text  # made by a command the reader sees
+    assert "--pair-reserve-s" in text and "PAIR_RESERVE_S=" in text
+
+
+def test_sim_seed000_example_serves_the_plans_arms() -> None:
+    """examples/sim-seed000.toml is what the demo's pair builder makes of seed 000's plans (no drift)."""
+    import tomllib
+
+    from runner.demo.scenarios import sim_config_for
+    from runner.plan import read_plan_file
+
+    plans = [read_plan_file(REPO / "examples" / f"{name}.toml").plan
+             for name in ("seed000-production-policy", "seed000-controlled")]
+    shipped = tomllib.loads((REPO / "examples" / "sim-seed000.toml").read_text())
+    assert shipped == sim_config_for(plans, time_scale=shipped["time_scale"])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_readme_recipe_runs_verbatim_and_replay_verdict_matches(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    script = tmp_path / "recipe.sh"
+    script.write_text(recipe())
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PORT": str(_free_port()),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen(["bash", str(script)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:  # the recipe's own trap stops its simulator; a stuck run is stopped whole
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    assert re.search(r"^MATCH\b", out, flags=re.M) or "replay verdict my-first-window: MATCH" in out, out[-3000:]
+    assert "ending restored" in out
+    (work,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (work / "report" / "report.html").is_file()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from .archive import import_archive, list_archive
 from .checks import audit_ledger, export_ledger, verify_stored
+from .demo import SCENARIOS as DEMO_SCENARIOS
 from .demo import DemoOutcome, demo_result_lines, run_demo_in
 from .gates import (
     RehearsalRun,
@@ -52,7 +53,7 @@ from .keys import add_key, key_vkey, list_keys, new_key, revoke_key, witness_vke
 from .ledgers import append_event, get_blob, init_ledger, upgrade_ledger
 from .measure import Measured, WaveProgress, dump_report, measure_server
 from .outdir import OutDir, write_out_file
-from .promotion import promotion_check
+from .promotion import promotion_check, promotion_register
 from .proofs import (
     Inclusion,
     checkpoint_json,
@@ -65,7 +66,8 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import calibrate_sim, default_sim_config, serve_sim, write_families
+from .sim import calibrate_sim, default_sim_config, plan_sim_config, serve_sim, write_families
+from .tiles import audit_from_tiles, publish_tiles, receipt_in_served_tiles
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
     Decision,
@@ -80,8 +82,18 @@ from .windows import (
     window_power,
     write_window_report,
 )
+from .witnessing import (
+    WitnessedCheckpoint,
+    WitnessRun,
+    check_fork_proof,
+    cosign_by_policy,
+    export_fork_proof,
+    list_evidence,
+    serve_witness,
+)
 
 __all__ = [
+    "DEMO_SCENARIOS",
     "Decision",
     "DemoOutcome",
     "ExportedReceipt",
@@ -91,23 +103,29 @@ __all__ = [
     "RehearsalRun",
     "Session",
     "WaveProgress",
+    "WitnessRun",
+    "WitnessedCheckpoint",
     "add_key",
     "admit_window",
     "append_event",
+    "audit_from_tiles",
     "audit_ledger",
     "calibrate_sim",
     "chain_preflight_report",
     "check_chain_prev_ok",
+    "check_fork_proof",
     "check_power_gate",
     "checkpoint_json",
     "compute_verdict",
     "consistency",
+    "cosign_by_policy",
     "cosign_checkpoint",
     "default_sim_config",
     "demo_result_lines",
     "describe_power",
     "dry_run_window",
     "dump_report",
+    "export_fork_proof",
     "export_ledger",
     "export_receipt",
     "get_blob",
@@ -116,13 +134,18 @@ __all__ = [
     "init_ledger",
     "key_vkey",
     "list_archive",
+    "list_evidence",
     "list_keys",
     "measure_server",
     "new_checkpoint",
     "new_key",
     "owner_name",
+    "plan_sim_config",
     "power_spread_lines",
     "promotion_check",
+    "promotion_register",
+    "publish_tiles",
+    "receipt_in_served_tiles",
     "record_budget",
     "record_chain_prev_ok",
     "record_power",
@@ -139,6 +162,7 @@ __all__ = [
     "run_demo_in",
     "run_window",
     "serve_sim",
+    "serve_witness",
     "show_checkpoint",
     "upgrade_ledger",
     "verify_receipt_files",

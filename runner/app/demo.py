@@ -21,9 +21,16 @@ if TYPE_CHECKING:
     from ..demo import TourResult
     from .windows import Decision
 
-__all__ = ["SCENARIOS", "DemoOutcome", "demo_result_lines", "run_demo_in"]
+__all__ = ["MARKER", "SCENARIOS", "DemoOutcome", "demo_result_lines", "run_demo_in"]
 
-SCENARIOS = ("window", "chain", "pp3", "faults", "power", "ledger")
+SCENARIOS = ("window", "chain", "pp3", "faults", "power", "looks", "ledger")
+MARKER = ".tally-demo"
+"""The file a demo leaves at the top of its directory: the next demo there refreshes it instead of refusing."""
+
+
+def _made_by_a_demo(directory: Path) -> bool:
+    marker = directory / MARKER
+    return not marker.is_symlink() and marker.is_file()
 
 
 @dataclass(frozen=True)
@@ -37,11 +44,14 @@ class DemoOutcome:
 
 def run_demo_in(directory: Path, scenario: str | None = None, *, plan_file: Path | None = None,
                 sim_file: Path | None = None, force: bool = False, quiet: bool = False,
-                verdicts: bool = True) -> DemoOutcome:
+                verdicts: bool = True, verbosity: int = 0, progress: bool = False) -> DemoOutcome:
     """Run ``scenario`` (default ``window``), or ``plan_file`` on the simulated pair its arms describe
-    (``sim_file`` laid over it), in ``directory`` (``force``: a non-empty one is emptied first). Every input
-    is checked before anything is made; ``verdicts``: read each decided window's recorded decision back."""
-    from ..demo import DEMO_TIME_SCALE, ledger_tour, prepare_plan_demo, run_demo
+    (``sim_file`` laid over it), in ``directory``. A previous demo's directory is replaced; another non-empty
+    one only with ``force``. Every input is checked before anything is made; ``verdicts``: read each decided
+    window's recorded decision back. ``quiet``: no lines at all (``--json``); ``verbosity``: -1 (``-q``) none
+    while running, 0 each distinct line once, 1 (``-v``) every line; ``progress``: a bar over the waves (a
+    terminal)."""
+    from ..demo import DEMO_TIME_SCALE, DemoDisplay, ledger_tour, prepare_plan_demo, run_demo
 
     if plan_file is not None and scenario is not None:
         raise FormatError("give --plan or --scenario, not both")
@@ -58,12 +68,18 @@ def run_demo_in(directory: Path, scenario: str | None = None, *, plan_file: Path
     if directory.exists() and not directory.is_dir():
         raise FormatError(f"--dir {directory} exists and is not a directory")
     if directory.exists() and any(directory.iterdir()):
-        if not force:
-            raise FormatError(f"{directory} is not empty; pass --force to replace it, or --dir elsewhere")
-        shutil.rmtree(directory)
+        if not (force or _made_by_a_demo(directory)):
+            raise FormatError(f"{directory} is not empty and was not made by tally demo; pass --force to replace "
+                              "it, or --dir elsewhere")
+        shutil.rmtree(directory)  # a previous demo's directory is refreshed (`make demo` twice)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("made by tally demo: the next tally demo with this --dir replaces it\n")
     if scenario == "ledger":
-        return DemoOutcome(tour=ledger_tour(directory))
-    summary: dict[str, Any] = run_demo(directory, scenario, quiet=quiet, plan=prepared)
+        return DemoOutcome(tour=ledger_tour(directory) if verbosity >= 0 else ledger_tour(directory, lambda _t: None))
+    display = DemoDisplay(verbosity=-1 if quiet else verbosity, bar=progress and not quiet)
+    with display:
+        summary: dict[str, Any] = run_demo(directory, scenario, say=display.say, plan=prepared, on_wave=display.wave)
+        display.close()
     if not verdicts:
         return DemoOutcome(summary=summary)
     from ledger.store import Ledger

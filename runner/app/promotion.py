@@ -4,8 +4,10 @@
 
     from runner.app import promotion_check
 
-    result, policy = promotion_check(Path("receipt"), Path("policy.toml"))
+    promotion_register(session, Path("policy.toml"))     # the budget over looks, before the first look
+    result, policy = promotion_check(Path("receipt"), Path("policy.toml"), ledger=Path("bundle"))
     result.verdict            # PROMOTABLE or NOT_PROMOTABLE; promotes nothing
+    result.looks["count"]     # the candidate's looks in the presented ledger (a full `tally export`)
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ledger.errors import FormatError
+from ledger.errors import FormatError, PolicyError, VerificationError
 
 from .files import read_bounded
 
 if TYPE_CHECKING:
     from ..promotion import PromotionPolicy, PromotionResult, ReceiptFiles
+    from .session import Session
 
-__all__ = ["promotion_check", "read_receipt_dir"]
+__all__ = ["promotion_check", "promotion_register", "read_receipt_dir"]
 
 _RECEIPT = re.compile(r"([1-9][0-9]{0,18})\.dsse\.json")
 MAX_ENTRIES = 10_000      # entries of RECEIPT_DIR looked at
@@ -96,12 +99,51 @@ def read_receipt_dir(directory: Path, seq: int | None) -> ReceiptFiles:
     return ReceiptFiles(seq, envelope, proof, event, texts["context"], texts["context_proofs"])
 
 
-def promotion_check(receipt_dir: Path, policy_file: Path, seq: int | None = None
+def _policy(policy_file: Path) -> PromotionPolicy:
+    from ..promotion import MAX_POLICY_BYTES, read_policy
+
+    return read_policy(read_bounded(policy_file, "--policy", limit=MAX_POLICY_BYTES), f"policy {policy_file}")
+
+
+def promotion_check(receipt_dir: Path, policy_file: Path, seq: int | None = None, *, ledger: Path | None = None
                     ) -> tuple[PromotionResult, PromotionPolicy]:
     """Check the decision receipt in ``receipt_dir`` (``seq``: when it holds several) offline against the
-    promotion policy in ``policy_file``: the receipt verified, then every condition of the policy."""
-    from ..promotion import MAX_POLICY_BYTES, check_promotion, read_policy
+    promotion policy in ``policy_file``: the receipt verified, then every condition of the policy; the
+    candidate's looks counted in ``ledger`` (a full export bundle, verified under the policy's log keys)."""
+    from ledger.bundle import verify_bundle
 
-    policy = read_policy(read_bounded(policy_file, "--policy", limit=MAX_POLICY_BYTES), f"policy {policy_file}")
+    from ..promotion import check_promotion
+
+    policy = _policy(policy_file)
     files = read_receipt_dir(receipt_dir, seq)
-    return check_promotion(files, policy), policy
+    verified: Any = None
+    error = None
+    if ledger is not None:
+        if not ledger.is_dir() or ledger.is_symlink():
+            raise FormatError(f"--ledger {ledger} is not a bundle directory (`tally export DIR`)")
+        try:
+            verified = verify_bundle(ledger, vkeys=[k.vkey() for k in policy.log_keys])
+        except VerificationError as exc:
+            error = f"the ledger presented does not verify under the policy's log key: {exc.args[0]}"
+    return check_promotion(files, policy, verified, error), policy
+
+
+def promotion_register(session: Session, policy_file: Path) -> dict[str, Any]:
+    """Register the policy's error budget over looks: one ``promotion.registered`` event (stream ``promotion``).
+
+    Register it before the first look of any candidate it will judge (``tally promote check`` refuses a look
+    before it). A policy without ``[looks]`` has nothing to register; a name registered already is refused
+    (naming its seq), whatever its budget: a budget is registered once."""
+    from ..promotion import POLICY_EVENT, POLICY_STREAM, registration_payload
+
+    policy = _policy(policy_file)
+    if policy.looks is None:
+        raise FormatError(f"policy {policy.name} has no [looks] table: no error budget to register")
+    book, signer = session.ledger_and_signer()
+    for event in book.events(stream=POLICY_STREAM, types=[POLICY_EVENT]):
+        if event.payload.get("policy") == policy.name:
+            raise PolicyError(f"policy {policy.name} was registered already at seq {event.seq} "
+                              f"(budget {event.payload.get('looks')})")
+    stored = book.append(POLICY_STREAM, POLICY_EVENT, registration_payload(policy.name, policy.sha256, policy.looks),
+                         signer)
+    return {"seq": stored.seq, "policy": policy.name, "policy_sha256": policy.sha256, "looks": policy.looks.to_json()}

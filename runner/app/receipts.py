@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ledger.errors import VerificationError
+from ledger.errors import FormatError, VerificationError
 
 from .files import read_optional_text, read_text
 from .outdir import OutDir, check_out
@@ -42,11 +42,11 @@ class ExportedReceipt:
     context: tuple[Path, ...]          # <seq>.context.jsonl and <seq>.context-proofs.jsonl, when asked for
 
 
-def _cosigned_checkpoint(book: Ledger, path: Path, seq: int) -> SignedCheckpoint:
-    """A checkpoint file (e.g. with witness cosignatures) checked against this ledger."""
+def _cosigned_checkpoint(book: Ledger, path: Path | str, seq: int) -> SignedCheckpoint:
+    """A checkpoint file (e.g. with witness cosignatures; or the note itself) checked against this ledger."""
     from ledger.checkpoint import SignedCheckpoint, log_verifiers, open_checkpoint
 
-    message = read_text(path, "checkpoint")
+    message = read_text(path, "checkpoint") if isinstance(path, Path) else path
     origin = book.info.origin
     verified = open_checkpoint(message, log_verifiers(origin, book.key_ring()), threshold=0, origin=origin)
     if not seq <= verified.size <= book.size() or book.root(verified.size) != verified.root:
@@ -62,12 +62,15 @@ def _proof_size(message: str) -> int:
 
 
 def export_receipt(session: Session, seq: int, out: Path, *, checkpoint_file: Path | None = None,
-                   window_context: bool = False) -> ExportedReceipt:
+                   window_context: bool = False, witnesses: Path | None = None,
+                   witness_timeout: float = 10.0) -> ExportedReceipt:
     """Write a receipt into ``out``: a DSSE-signed in-toto Statement, its tlog-proof, the event, and with
     ``window_context`` the window's events up to ``seq``, each proven against the receipt's checkpoint.
 
     The files are written whole (temporary file, fsync, rename) into ``out``, which must not be
     a symlink; a symlink planted at one of the file names is refused before anything is read.
+    With ``witnesses`` (a tlog-policy file) a checkpoint at the current size is signed and cosigned
+    by the policy's quorum over HTTP (``cosign_by_policy``, fail closed) and the receipt proven against it.
     """
     from ledger.receipt import build_receipt, receipt_paths
 
@@ -77,7 +80,14 @@ def export_receipt(session: Session, seq: int, out: Path, *, checkpoint_file: Pa
     check_out(out, *(p.name for p in receipt_paths(out, seq)), *context_names)
     book = session.ledger()
     signer = session.signer(book.url)
+    if witnesses is not None and checkpoint_file is not None:
+        raise FormatError("give --checkpoint or --witnesses, not both")
     chosen = _cosigned_checkpoint(book, checkpoint_file, seq) if checkpoint_file is not None else None
+    if witnesses is not None:
+        from .witnessing import cosign_by_policy
+
+        cosigned = cosign_by_policy(session, witnesses, timeout=witness_timeout, fail_open=False)
+        chosen = _cosigned_checkpoint(book, cosigned.note, seq)
     receipt = build_receipt(book, seq, signer, WINDOW_RECEIPTS, chosen)
     envelope, proof, event = receipt_paths(out, seq)
     context = receipt_context(book, receipt.event, _proof_size(receipt.proof.checkpoint)) if window_context else None

@@ -21,7 +21,7 @@ from .outdir import OutDir
 if TYPE_CHECKING:
     from ..sim import SimConfig
 
-__all__ = ["calibrate_sim", "default_sim_config", "read_sim_config", "serve_sim", "write_families"]
+__all__ = ["calibrate_sim", "default_sim_config", "plan_sim_config", "read_sim_config", "serve_sim", "write_families"]
 
 
 def read_sim_config(path: Path) -> SimConfig:
@@ -75,6 +75,25 @@ def default_sim_config() -> str:
     from importlib.resources import files
 
     return files("runner.sim").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+def plan_sim_config(plan: Path, *, time_scale: float = 1.0, seed: int = 7) -> dict[str, Any]:
+    """A simulator config serving exactly the arms of a plan file (named as the plan names them).
+
+    What ``tally sim config --plan`` prints (JSON, which ``tally sim serve --config`` reads as it reads
+    TOML): an arm's ``sim`` table where the plan gives one, otherwise an engine derived from what the
+    arm declares, and a production arm; hosts are the simulator's own.
+    """
+    from ..demo import sim_config_for
+    from ..plan import read_plan_file
+    from ..sim import config_from_dict
+
+    if not time_scale > 0:
+        raise FormatError("--time-scale must be positive")
+    derived: list[str] = []
+    config = sim_config_for([read_plan_file(plan).plan], time_scale=time_scale, seed=seed, derived=derived)
+    config_from_dict(config)   # the simulator accepts it (a FormatError otherwise: one line)
+    return config
 
 
 def write_families(out: Path, *, seed: int, short: int, long: int, long_words: int) -> list[dict[str, Any]]:

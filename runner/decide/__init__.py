@@ -37,10 +37,12 @@ from .noise import ControlPair, Pp3Noise, Win2Noise, estimate_win2_noise
 from .pilot import parse_pilot_noise
 from .power import MODEL as POWER_MODEL
 from .power import correlation_label, design_of, power_figures, spread_lines, thin_reason
+from .power_looks import ChainStudy, chain_study
 from .power_sim import Pp3Design, Win2Design
 from .power_v1 import power_figures_v1
 from .rules import DEFAULT_PARAMS, RULES, compute, validate
 from .smoke import smoke_tally
+from .spending import SPENDINGS, LookBudget, LookTest, look_test
 from .spread import MIN_WINDOWS, Spread, estimate_spread, parse_pilot
 from .win2 import pooled_values
 
@@ -52,8 +54,12 @@ __all__ = [
     "NOISE_PRIMARY",
     "POWER_MODEL",
     "RULES",
+    "SPENDINGS",
+    "ChainStudy",
     "ControlPair",
     "Difference",
+    "LookBudget",
+    "LookTest",
     "Pp3Design",
     "Pp3Noise",
     "ReplayResult",
@@ -62,6 +68,7 @@ __all__ = [
     "Win2Noise",
     "build_input",
     "cap_reasons",
+    "chain_study",
     "compute",
     "correlation_label",
     "decision_for",
@@ -71,6 +78,7 @@ __all__ = [
     "estimate_spread",
     "estimate_win2_noise",
     "inputs_digest",
+    "look_test",
     "parse_pilot",
     "parse_pilot_noise",
     "pooled_values",

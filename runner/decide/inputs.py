@@ -19,7 +19,10 @@ gave win2-v1 no ``repeats`` param (the rule assumed 3) and kept one pp3-v1 reque
 (block, family, context); builder 2 passes the registered repeats and keeps every request;
 builder 3 takes win2-v1's archive rows by their comparability key
 (``runner.state.archive.comparability_key``: cell, control config digest, production
-commit, clock cap, max_tokens), imported rows included, dialled-back starts left out.
+commit, clock cap, max_tokens), imported rows included, dialled-back starts left out;
+builder 4 gives win2-v1 a wave's delivered accepted drafts (``accepted_delivered``,
+``docs/measure.md``) as ``accepted``, the server's raw count beside it as
+``accepted_counted``, and says so (``accepted_basis``).
 """
 
 from __future__ import annotations
@@ -51,14 +54,20 @@ __all__ = [
 # dial-back: the window cannot show its clocks held, so it counts as one (fail closed)
 _DIAL_BACKS = ("dial_back", "malformed")
 
-INPUT_BUILDER = 3
+INPUT_BUILDER = 4
 """The builder new decisions use (recorded as ``decision.recorded.input_builder``).
 
 1: the first; 2: pp3 keeps each prompt of a frozen order, win2 carries ``repeats``;
 3: pp3 carries ``clocks`` (the blocks' clock caps, dial-backs inside the HOLD) and
 ``incomplete`` (priming that did not verify), as win2 reads clocks; win2 takes archive
-entries by their comparability key (``runner.state.archive``)."""
-INPUT_BUILDERS = (1, 2, 3)
+entries by their comparability key (``runner.state.archive``); 4: win2's ``accepted`` is
+the delivered figure (``counters.accepted_delivered``: vLLM counts drafts accepted past
+max_tokens, which the request discards), the raw counter kept as ``accepted_counted``."""
+INPUT_BUILDERS = (1, 2, 3, 4)
+ACCEPTED_BASIS = ("delivered: each wave's accepted is counters.accepted_delivered (the server's accepted drafts "
+                  "capped at generation tokens - first tokens - rounds: drafts accepted past max_tokens, EOS or a "
+                  "stop token are counted and discarded); accepted_counted is the raw counter; a wave recorded "
+                  "without accepted_delivered keeps its raw count")
 
 
 def recorded_builder(decision: Event) -> int:
@@ -228,14 +237,19 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
                 incomplete.append(f"{p['start']}/{p['cell']}/wave {p['wave']}: {why}")
                 continue
             counters, client = p["counters"], p["client"]
-            waves.append({
+            row = {
                 "start": p["start"], "cell": p["cell"], "repeat": p["repeat"], "family": p["family"],
                 "wave": p["wave"], "seed": p["seed"],
                 "rounds": counters.get("rounds"), "accepted": counters.get("accepted"),
                 "decode_s": counters.get("decode_s"), "ttft_s": list(client.get("ttft_s") or []),
                 "client_tokens_after_first": client.get("tokens_after_first"),
                 "client_decode_s": client.get("decode_s"),
-            })
+            }
+            if builder >= 4:
+                row["accepted_counted"] = row["accepted"]
+                if counters.get("accepted_delivered") is not None:
+                    row["accepted"] = counters["accepted_delivered"]
+            waves.append(row)
     thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") in _DIAL_BACKS]
     used.extend(thermal)
     for start in plan.starts:  # a start that never began still appears, with no clock cap
@@ -257,6 +271,8 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
         "waves": waves,
         "archive": entries,
     }
+    if builder >= 4:
+        data["accepted_basis"] = ACCEPTED_BASIS
     if incomplete:
         data["excluded_waves"] = incomplete
     if plan.smoke is not None and plan.smoke.win2_effect == "inconclusive" and _smoke_counts(plan, events):

@@ -136,6 +136,7 @@ def parse(data: Any) -> Win2Input:
     archive = tuple(_archive_entry(e, production_cap) for e in f.tables("archive", required=False))
     excluded = f.strings("excluded_waves", (), nonempty=True, unique=False)
     smoke = f.strings("smoke_failures", (), nonempty=True, unique=False)
+    f.string("accepted_basis", None, nonempty=True)   # input builder 4: what each wave's accepted is
     f.done()
     return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, tuple(excluded),
                      tuple(smoke))
@@ -173,6 +174,8 @@ def _wave(f: Fields, index: int, params: Win2Params) -> Wave:
     family = f.string("family", nonempty=True)
     rounds = f.integer("rounds", low=0, nullable=True)
     accepted = f.integer("accepted", low=0, nullable=True)
+    if f.has("accepted_counted"):  # input builder 4: the server's raw count beside the delivered one (not read)
+        f.integer("accepted_counted", low=0, nullable=True)
     decode_s = f.number("decode_s", low=0, nullable=True)
     ttft = f.numbers("ttft_s", low=0)
     tokens = f.integer("client_tokens_after_first", low=0)

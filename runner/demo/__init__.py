@@ -10,13 +10,16 @@
 - ``scenarios``: the scenarios (window, chain, pp3, faults, power) and the simulated world
   they run in (also what benches and tests build on);
 - ``pair``: the simulated pair ``tally demo --plan`` derives from a plan's arms;
-- ``ledger_tour``: the ledger alone, signed, verified and caught when edited.
+- ``ledger_tour``: the ledger alone, signed, verified and caught when edited;
+- ``progress``: what the demo shows while it runs (a bar over the waves, repeated lines folded);
+- ``data/``: the example plans and families the scenarios run, shipped in the package.
 """
 
 from __future__ import annotations
 
 from .ledger_tour import TourResult, ledger_tour
-from .pair import PlanDemo, prepare_plan_demo
+from .pair import PlanDemo, prepare_plan_demo, sim_config_for
+from .progress import DemoDisplay
 from .scenarios import (
     DEMO_TIME_SCALE,
     DemoWindow,
@@ -30,6 +33,7 @@ from .scenarios import (
 
 __all__ = [
     "DEMO_TIME_SCALE",
+    "DemoDisplay",
     "DemoWindow",
     "PlanDemo",
     "TourResult",
@@ -41,4 +45,5 @@ __all__ = [
     "prepare_plan_demo",
     "result_lines",
     "run_demo",
+    "sim_config_for",
 ]

@@ -11,7 +11,10 @@ Scenarios: ``window`` (seed 000's production-policy window), ``chain`` (two chai
 windows, then a restoring one), ``pp3`` (seed 003's ABBA window), ``faults`` (a stall, a
 5xx burst and a thermal dial-back: the verdict turns INCONCLUSIVE with reasons), ``power``
 (a plan requiring power for a +3.5 % effect: its power gate refuses three repeats, and a
-plan with the repeats the gate names passes; neither is executed).
+plan with the repeats the gate names passes; neither is executed), ``looks`` (a promotion
+budget registered, a candidate with no effect measured in three chained windows and one with
+a real effect once; the promotion gate refuses the best no-effect window, its looks counted,
+and promotes the other: ``runner.demo.looks``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_TIME_SCALE", "DemoWindow", "World", "build_world", "pass_chain_gate", "pass_gates", "result_lines",
            "run_demo", "sim_config_for"]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DATA = Path(__file__).resolve().parent / "data"
+"""The example plans and families the scenarios run, shipped inside the package (so an installed ``tally demo``
+has them): byte-for-byte copies of ``examples/`` (the source; ``tests/test_packaging.py`` fails if they drift)."""
+DATA_FILES = ("seed000-production-policy.toml", "seed000-controlled.toml", "seed003-abba.toml", "families",
+              "promotion/pp4-promote-gate-v2.toml")
 DEMO_TIME_SCALE = 0.02
 
 
@@ -186,6 +193,10 @@ reaches its 30 s bound (the plan keeps ``ignore_eos = false``; the smoke stage's
 
 
 def _windows(scenario: str) -> list[DemoWindow]:
+    if scenario == "looks":
+        from .looks import looks_windows
+
+        return looks_windows(DemoWindow)
     if scenario == "power":
         return [DemoWindow("seed000-production-policy.toml", "power-3-repeats", _power_overrides(3))]
     if scenario == "pp3":
@@ -247,8 +258,8 @@ def _plan_file(directory: Path, window: DemoWindow) -> Path:
         return window.source
     target = directory / "plans"
     if not (target / "families").exists():
-        shutil.copytree(EXAMPLES / "families", target / "families")
-    text = (EXAMPLES / window.plan_file).read_text()
+        shutil.copytree(DATA / "families", target / "families")
+    text = (DATA / window.plan_file).read_text()
     if window.edit is not None:
         text = window.edit(text)
     path = target / f"{window.window_id}.toml"
@@ -295,8 +306,12 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
 
 def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
              say: Callable[[str], None] | None = None, time_scale: float = DEMO_TIME_SCALE,
-             plan: PlanDemo | None = None) -> dict[str, Any]:
+             plan: PlanDemo | None = None,
+             on_wave: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """Run a scenario in ``directory`` (created); returns a summary with ``ok``.
+
+    ``say`` gets every line (default: printed unless ``quiet``); ``on_wave`` is called after each
+    measured wave (done, total, label), for a progress display.
 
     With ``plan`` (``tally demo --plan``): the operator's own plan, on the simulated pair
     ``runner.demo.pair`` built from its arms, instead of a scenario.
@@ -336,8 +351,13 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             emit(f"  {note}")
     try:
         registrations = []
+        policy_file = None
         if scenario == "power":
             _power_scenario(world, summary, emit)
+        if scenario == "looks":
+            from .looks import register_budget
+
+            policy_file = register_budget(world, emit)
         plans = world.plans if scenario != "power" else []
         if plans:
             emit("\nstage gates: register, then every gate the plan requires, before any host contact")
@@ -361,9 +381,9 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
                 admit(book, root, reg.window)
             planned = _dry_run(book, reg.window, world.driver, time_scale, emit) if plan is not None else None
             emit(f"\nstage execute: window {reg.window} (preflight, snapshot, drain, HOLD, the starts and their waves)")
-            on_wave = _fault_injector(world.sim, emit) if scenario == "faults" else None
+            waves = _on_waves(_fault_injector(world.sim, emit) if scenario == "faults" else None, on_wave)
             runner = WindowRunner(book, root, reg.window, world.driver, time_scale=time_scale, say=emit,
-                                  on_wave=on_wave)
+                                  on_wave=waves)
             try:
                 result = runner.run()
             except TallyError as error:  # refused before any host action (the site does not fit), or stopped
@@ -391,10 +411,27 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
             emit(f"decision {result.decision}; replay verdict {entry['replay']}; report {report['html']}")
             if result.blocked or not replayed.match:
                 summary["ok"] = False
+        if policy_file is not None:
+            from .looks import check_looks
+
+            check_looks(world, policy_file, summary, emit)
         world.driver.close()
     finally:
         world.sim.stop()
     return _finish(world, summary, emit, began)
+
+
+def _on_waves(*callbacks: Callable[[int, int, str], None] | None) -> Callable[[int, int, str], None] | None:
+    """One wave callback calling each of ``callbacks`` given, in order."""
+    given = [c for c in callbacks if c is not None]
+    if not given:
+        return None
+
+    def on_wave(count: int, total: int, label: str) -> None:
+        for callback in given:
+            callback(count, total, label)
+
+    return on_wave
 
 
 def _power_scenario(world: World, summary: dict[str, Any], emit: Callable[[str], None]) -> None:

@@ -146,6 +146,11 @@ class HostDriver(Protocol):
         """The actions this site can run (a command site may lack :data:`CHAIN_ACTIONS`)."""
         ...
 
+    def served_arms(self) -> tuple[str, ...] | None:
+        """The arm names ``start_arm`` can start on this site, when the site can say (``None``: it cannot;
+        a simulator lists its configured arms). Read before the drain, to refuse a plan it cannot run."""
+        ...
+
     def timeout_s(self, action: str) -> float:
         """How long ``action`` may run before it is cut off."""
         ...

@@ -375,6 +375,10 @@ class CommandsDriver:
     def clocks(self) -> bool:
         return self._cap is not None
 
+    def served_arms(self) -> tuple[str, ...] | None:
+        """A command site's ``start_arm`` is the operator's script: which arms it starts, it does not say."""
+        return None
+
     @property
     def actions(self) -> frozenset[str]:
         return frozenset(self._commands)

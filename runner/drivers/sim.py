@@ -61,6 +61,7 @@ class SimDriver:
         self._cap = production_clock_cap_mhz
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
+        self._arms: tuple[str, ...] | None = None
 
     @classmethod
     def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None,
@@ -82,8 +83,12 @@ class SimDriver:
         if status != 200 or not isinstance(body, dict):
             raise ExternalError(f"simulator at {self.url} did not give its config (HTTP {status})")
         self._hosts = self._hosts or tuple(body["hosts"])
+        arms = body.get("arms")
+        if not isinstance(arms, dict) or not all(isinstance(name, str) for name in arms):
+            raise ExternalError(f"simulator at {self.url} gave a config without its arms")
+        self._arms = tuple(name[:200] for name in list(arms)[:1000])
         if self._cap is None:
-            self._cap = int(body["arms"][body["production_arm"]]["clock_cap_mhz"])
+            self._cap = int(arms[body["production_arm"]]["clock_cap_mhz"])
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -120,6 +125,12 @@ class SimDriver:
     @property
     def clocks(self) -> bool:
         return self._clocks
+
+    def served_arms(self) -> tuple[str, ...] | None:
+        """The arms the simulator is configured with (``GET /_sim/config``; the production arm among them)."""
+        if self._arms is None:
+            self._config()
+        return self._arms
 
     @property
     def actions(self) -> frozenset[str]:

@@ -271,6 +271,7 @@ class Counters:
     decode_s: float | None
     generation_tokens: int | None
     drafts: int | None = None   # draft-verification steps (vLLM: = rounds; llama.cpp: fewer than its decode steps)
+    accepted_delivered: int | None = None   # accepted capped at the drafts delivered (docs/measure.md)
 
 
 @payload

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ..plan.model import Plan
 
 __all__ = [
-    "PROBE_TIMEOUT_S", "context_refusals", "probe_refusals", "recorded_fields", "refuse_unfit", "site_refusals",
-    "unfit",
+    "PROBE_TIMEOUT_S", "arm_refusals", "context_refusals", "probe_refusals", "recorded_fields", "refuse_unfit",
+    "site_refusals", "unfit",
 ]
 
 PROBE_TIMEOUT_S = 10.0
@@ -135,7 +135,29 @@ def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
     from ..rehearsal.capability import smoke_refusals
 
     static = site_refusals(plan, driver) + smoke_refusals(plan, fields)
-    return static or (probe_refusals(plan, driver) if production_serves else [])
+    if static:
+        return static
+    arms = arm_refusals(plan, driver)   # asked of the site, not of production: also under a chain marker
+    return arms or (probe_refusals(plan, driver) if production_serves else [])
+
+
+def arm_refusals(plan: Plan, driver: HostDriver) -> list[str]:
+    """The plan's arms the site says it cannot start (nothing when the site cannot say).
+
+    A start of an arm the site does not serve fails only after the drain and the HOLD (the
+    simulator answers ``unknown arm``): the window would be used up restoring. The simulator
+    lists its arms; ``tally sim config --plan PLAN`` writes one serving exactly a plan's.
+    """
+    served = driver.served_arms()
+    if served is None:
+        return []
+    missing = [arm.name for arm in plan.arms if arm.name not in served]
+    if not missing:
+        return []
+    return [f"the {driver.kind} site serves no arm named {', '.join(repr(m) for m in missing)} (it serves "
+            f"{', '.join(repr(s) for s in served[:20])}): a start of {'it' if len(missing) == 1 else 'them'} would "
+            f"fail after the drain; `tally sim config --plan PLAN.toml` writes a simulator config serving the "
+            f"plan's arms"]
 
 
 def refuse_unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,

@@ -123,7 +123,10 @@ class CounterDeltas:
 
     The first six are the ``counters`` of ``wave.measured`` since its first version;
     ``drafts`` (draft-verification steps) was added when sources other than vLLM came,
-    whose decode steps (``rounds``) and drafts differ. ``derived`` says how each counter
+    whose decode steps (``rounds``) and drafts differ; ``accepted_delivered`` (the accepted
+    drafts the requests delivered: ``accepted`` capped at generation tokens - first tokens
+    - rounds, since vLLM counts drafts accepted past ``max_tokens``, EOS or a stop token
+    that the request then discards) when real vLLM showed ``accepted`` counting them. ``derived`` says how each counter
     was obtained from which series, ``resolution`` how coarse a delta may be (a server
     printing few significant digits), ``absent`` why no server counters were read at all.
     """
@@ -141,6 +144,7 @@ class CounterDeltas:
     resolution: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     absent: str | None = None
+    accepted_delivered: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +155,7 @@ class CounterDeltas:
             "decode_s": self.decode_s,
             "generation_tokens": self.generation_tokens,
             "drafts": self.drafts,
+            "accepted_delivered": self.accepted_delivered,
         }
 
     @classmethod

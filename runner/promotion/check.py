@@ -13,7 +13,10 @@
    decision cell, the recorded fields, the gates that admitted the window and the
    carried-qualification binding (the admission receipt's commit is the carried commit,
    carried to the plan's commit; the RNG gate read the same admission receipt), the
-   clock conditions and the archive conditions.
+   clock conditions and the archive conditions;
+4. the looks (``looks``): with the ledger presented (a full export bundle covering the
+   receipt's checkpoint), every window decided for the candidate is counted and the
+   decision must pass the level the policy's registered budget gives its look.
 
 Every check is reported with its detail; PROMOTABLE only when every one holds. It
 promotes nothing: it is what a promotion pipeline calls.
@@ -68,6 +71,7 @@ class PromotionResult:
     seq: int
     window: str | None = None
     receipt: dict[str, Any] = field(default_factory=dict)
+    looks: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> PromotionVerdict:
@@ -80,7 +84,7 @@ class PromotionResult:
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "policy": self.policy.name, "policy_sha256": self.policy.sha256,
                 "seq": self.seq, "window": self.window, "receipt": self.receipt,
-                "checks": [c.to_json() for c in self.checks], "reasons": list(self.reasons)}
+                "checks": [c.to_json() for c in self.checks], "reasons": list(self.reasons), "looks": self.looks}
 
 
 class _Checks:
@@ -364,8 +368,31 @@ def _starts(events: Sequence[Event], data_input: dict[str, Any], checks: _Checks
                else f"the decision input's cap differs from start.began for {', '.join(wrong)}")
 
 
-def check_promotion(files: ReceiptFiles, policy: PromotionPolicy) -> PromotionResult:
-    """Every check of the promotion gate, in order; PROMOTABLE only if every one holds."""
+def _looks(events: Sequence[Event] | None, digest: str, payload: dict[str, Any], verified: VerifiedReceipt,
+           event: Event, policy: PromotionPolicy, ledger: Any, ledger_error: str | None,
+           checks: _Checks) -> dict[str, Any]:
+    from ..decide.rules import compute
+    from .looks import looks_checks
+
+    plan_json = next((e.payload.get("plan") for e in events or () if e.type == "window.registered"
+                      and e.payload.get("plan_sha256") == digest), None)
+    data_input = payload.get("input")
+    try:
+        recomputed = compute(data_input) if isinstance(data_input, dict) else None
+    except FormatError:
+        recomputed = None
+    outcome = looks_checks(policy.looks, policy.name, ledger, ledger_error, verified, event, plan_json, recomputed)
+    for name, ok, detail in outcome.checks:
+        checks.add(name, ok, detail)
+    return outcome.summary
+
+
+def check_promotion(files: ReceiptFiles, policy: PromotionPolicy, ledger: Any = None,
+                    ledger_error: str | None = None) -> PromotionResult:
+    """Every check of the promotion gate, in order; PROMOTABLE only if every one holds.
+
+    ``ledger``: the presented ledger, a verified full bundle (``ledger.bundle.verify_bundle``) the looks are
+    counted in; ``ledger_error``: why the bundle presented did not verify."""
     checks = _Checks()
     verified = _verify(files, policy, checks)
     if verified is None or verified.event is None:
@@ -388,4 +415,5 @@ def check_promotion(files: ReceiptFiles, policy: PromotionPolicy) -> PromotionRe
         _admission(events, plan, digest, policy, checks)
         data_input = payload.get("input")
         _starts(events, data_input if isinstance(data_input, dict) else {}, checks)
-    return PromotionResult(policy, tuple(checks.items), files.seq, window, receipt)
+    looks = _looks(events, digest, payload, verified, event, policy, ledger, ledger_error, checks)
+    return PromotionResult(policy, tuple(checks.items), files.seq, window, receipt, looks)

@@ -4,7 +4,8 @@ A TOML file read as hostile input (``ledger.stricttoml``, bounded) through the o
 reader, every refusal naming the member. Tables: ``[trust]`` (the log's vkeys, the
 witnesses and how many must cosign), ``[measurement]`` (rule, modes, metric set, the
 decision cells, recorded fields), ``[qualification]`` (the gates that must have admitted
-the window, the RNG test set), ``[clocks]`` and ``[archive]``.
+the window, the RNG test set), ``[clocks]``, ``[archive]`` and ``[looks]`` (the error budget
+over a candidate's looks: ``runner.decide.spending``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ledger.errors import FieldError, FormatError
 from ledger.note import Verifier, parse_vkey
 from ledger.stricttoml import read_toml
 
+from ..decide.spending import SPENDINGS, LookBudget
 from ..fields import Fields
 from ..plan.model import MODES
 from ..vocabulary import GATES
@@ -29,6 +31,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _METRIC = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _FIELD_PATH = re.compile(r"(input|result|params)(\.[A-Za-z0-9_-]{1,64}){0,8}")
 _TEST_ID = re.compile(r"[!-~]{1,300}")
+MAX_LOOKS = 1000
 _RULES = ("win2-v1",)  # the checks read win2-v1 results (per-cell metrics with roles, spreads)
 
 
@@ -55,6 +58,7 @@ class PromotionPolicy:
     no_thermal_dialback: bool
     require_day_to_day: bool
     max_day_to_day: float | None
+    looks: LookBudget | None = None   # the error budget over looks ([looks]); None: the policy registers none
 
     @property
     def metric_roles(self) -> dict[str, str]:
@@ -76,6 +80,7 @@ class PromotionPolicy:
             "clocks": {"same_cap": self.same_cap, "production_cap": self.production_cap,
                        "no_thermal_dialback": self.no_thermal_dialback},
             "archive": {"require_day_to_day": self.require_day_to_day, "max_day_to_day": self.max_day_to_day},
+            "looks": None if self.looks is None else self.looks.to_json(),
         }
 
 
@@ -149,6 +154,7 @@ def read_policy(raw: bytes, source: str) -> PromotionPolicy:
     require_day = bool(a.boolean("require_day_to_day", False))
     max_day = a.number("max_day_to_day", None, low=0.0)
     a.done()
+    looks = _looks(f)
     f.done()
     return PromotionPolicy(
         name=name, sha256=hashlib.sha256(raw).hexdigest(), description=description, log_keys=log_keys,
@@ -156,5 +162,18 @@ def read_policy(raw: bytes, source: str) -> PromotionPolicy:
         guards=guards, reported=reported, cells=tuple(cells), recorded_fields=tuple(fields), recompute=recompute,
         gates=tuple(gates), rng_tests=tuple(rng_tests), same_cap=same_cap, production_cap=production_cap,
         no_thermal_dialback=no_thermal, require_day_to_day=require_day,
-        max_day_to_day=None if max_day is None else float(max_day),
+        max_day_to_day=None if max_day is None else float(max_day), looks=looks,
     )
+
+
+def _looks(f: Fields) -> LookBudget | None:
+    """``[looks]``: the total false-promotion rate ``alpha``, the most looks ``max_looks``, the ``spending`` rule."""
+    if not f.has("looks"):
+        f.raw("looks")
+        return None
+    t = f.table("looks")
+    alpha = t.number("alpha", low=0.0, high=0.5, low_open=True, high_open=True)
+    max_looks = t.integer("max_looks", low=1, high=MAX_LOOKS)
+    spending = t.string("spending", "bonferroni", choices=SPENDINGS)
+    t.done()
+    return LookBudget(float(alpha), int(max_looks), str(spending))

@@ -24,7 +24,9 @@ field                             honoured when                                 
                                   stops
 ``return_token_ids``              ``token-ids`` carries ``token_ids``                  behaviour
 ``stream_options.include_usage``  ``usage`` (a stream) carries usage                   behaviour
-``priority``                      ``priority-type`` (a JSON object) is refused         type check
+``priority``                      read (``priority-type``, a JSON object, is refused)  server report
+                                  and scheduled by: ``/server_info``'s policy, else    or behaviour
+                                  ``priority-order`` (:mod:`.priority`)
 ``cache_salt``                    ``cache-salt-type`` (a JSON object) is refused       type check
 ``min_tokens``                    ``min-tokens`` (EOS forced, ``min_tokens`` 3) runs   behaviour
                                   on for 3 tokens
@@ -45,8 +47,11 @@ with ``logit_bias`` when ``bias-eos`` did; with neither they are not sent and th
 are ``unclear`` (``min-tokens`` likewise). The structured-output schema admits one value,
 the string ``"tally"``: a server that honours the field can answer nothing else, one that
 drops it goes on counting. A *type check* shows the server reads the field, not that it acts on it
-(vLLM V1 reads ``priority`` and, without ``--scheduling-policy priority``, schedules
-first come first served; a prefix-cache hit is not observable in a tiny probe).
+(a prefix-cache hit is not observable in a tiny probe). ``priority`` starts with one: a
+server that does not read it ignores it; one that does (vLLM reads it under either
+scheduling policy, and without ``--scheduling-policy priority`` schedules first come
+first served) is asked what it schedules by (:mod:`.priority`: the policy the server
+reports, else whether a high-priority request overtakes waiting ones).
 
 Statuses: ``honoured``, ``ignored``, ``refused`` (a valid value answered 4xx while the
 ``baseline``, which carries none of these fields, answered 200), ``unclear`` (the probe
@@ -81,6 +86,7 @@ __all__ = [
     "forced_probes",
     "judge_answered",
     "plan_needs",
+    "priority_read",
     "smoke_needs",
     "smoke_refusals",
     "stop_word",
@@ -95,7 +101,7 @@ FIELDS: tuple[str, ...] = (
 )
 Status = Literal["honoured", "ignored", "refused", "unclear", "no_answer"]
 Want = Literal["honoured", "refused", "accepted"]
-Basis = Literal["behaviour", "type check"]
+Basis = Literal["behaviour", "type check", "server report"]
 
 BASELINE_TOKENS = 4
 SEED, OTHER_SEED = 4242, 4243
@@ -565,6 +571,29 @@ def _type_checked(r: Mapping[str, ProbeResult], valid: str, wrong: str, field: s
     return "ignored", f"{wrong}: {field} as an object answered HTTP {probe.status}: the server does not read it"
 
 
+def priority_read(results: Mapping[str, ProbeResult]) -> bool:
+    """The type check shows the server reads ``priority`` (then :mod:`.priority` asks whether it schedules by it)."""
+    return _type_checked(results, "plain", "priority-type", "priority")[0] == "honoured"
+
+
+def _priority(r: Mapping[str, ProbeResult]) -> tuple[_Reading, Basis, tuple[str, ...]]:
+    """Read (the type check), then scheduled by (the reported policy, else ``priority-order``)."""
+    from .priority import PROBE_NAME, priority_reading
+
+    typed = _type_checked(r, "plain", "priority-type", "priority")
+    probes = ("plain", "priority-type", "baseline", PROBE_NAME)
+    if typed[0] != "honoured":
+        return typed, "type check", probes
+    scheduled = priority_reading(r.get(PROBE_NAME))
+    if scheduled is None:
+        return ("unclear", f"{typed[1]}; whether it schedules by it was not probed ({PROBE_NAME} not sent)"), \
+            "type check", probes
+    status, detail, basis = scheduled
+    if basis == "type check":
+        detail = f"{typed[1]}; {detail}"
+    return (status, detail), basis, probes  # type: ignore[return-value]
+
+
 def _token_ids(r: Mapping[str, ProbeResult]) -> _Reading:
     missing = _missing(r, ["token-ids"]) or _refused(r, "token-ids")
     if missing:
@@ -668,8 +697,7 @@ def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
         "seed": (_seed(results), "behaviour", ("seed-a", "seed-b", "seed-c")),
         "ignore_eos": (_ignore_eos(results), "behaviour", ("allowed-eos", "bias-eos", "ignore-eos")),
         "max_tokens": (_max_tokens(results), "behaviour", ("baseline",)),
-        "priority": (_type_checked(results, "plain", "priority-type", "priority"), "type check",
-                     ("plain", "priority-type", "baseline")),
+        "priority": _priority(results),
         "cache_salt": (_type_checked(results, "cache-salt", "cache-salt-type", "cache_salt"), "type check",
                        ("cache-salt", "cache-salt-type", "baseline")),
         "allowed_token_ids": (_forcing(results, "allowed-eos", "allowed_token_ids"), "behaviour",

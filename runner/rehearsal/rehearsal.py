@@ -69,8 +69,11 @@ from .capability import (
     capability_probes,
     forced_probes,
     judge_answered,
+    priority_read,
     vllm_needs,
 )
+from .priority import PROBE_NAME as PRIORITY_PROBE
+from .priority import probe_priority
 from .probe import (
     MAX_TOKENS,
     PRIORITY,
@@ -97,7 +100,7 @@ VLLM_PROBES = ("terminator", "control")
 """The probes that hold only on vLLM (``allowed_token_ids``; ``logit_bias`` refused under speculation)."""
 RESERVED_NAMES = ("plain", "chat", "seeded", "terminator", "control", "allowed-eos", "baseline", "bias-eos",
                   "cache-salt", "cache-salt-type", "ignore-eos", "priority-type", "seed-a", "seed-b", "seed-c",
-                  "stop-token-ids", "token-ids", "usage")
+                  "stop-token-ids", "token-ids", "usage", PRIORITY_PROBE)
 """Names the fixed and capability probes use: a listed probe may not take one."""
 
 
@@ -278,6 +281,9 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
                            for probe in capability_probes(eos, model, {r.name: r for r in results}))
         seen = {r.name: r for r in results + capability}
         capability += tuple(sender(probe, judge_answered) for probe in forced_probes(eos, model, seen))
+        if sender.stalled is None and priority_read({r.name: r for r in results + capability}):
+            wanted = any(n.field == "priority" and n.want == "honoured" for n in needs)
+            capability += (probe_priority(client, url, model, timeout, behaviour=wanted),)
     probed = {r.name: r for r in results + capability}
     results = tuple(_learnt_control(r, probed) if r.name == "control" else r for r in results)
     control = next((r for r in results if r.name == "control"), None)

@@ -19,6 +19,7 @@ from .document import Document
 from .html import render_html
 from .markdown import render_markdown
 from .sections import build_document
+from .units import fixed, metric_label, metric_value
 from .window import window_report
 from .write import ReportPaths, write_report
 
@@ -26,6 +27,9 @@ __all__ = [
     "Document",
     "ReportPaths",
     "build_document",
+    "fixed",
+    "metric_label",
+    "metric_value",
     "render_html",
     "render_markdown",
     "window_report",

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Block", "Bullets", "Document", "Figure", "Para", "Section", "Table"]
+__all__ = ["Block", "Bullets", "Document", "Figure", "Para", "Section", "Table", "Tone"]
 
 
 @dataclass(frozen=True)
 class Para:
     text: str
-    kind: Literal["text", "note", "decision"] = "text"
+    kind: Literal["text", "note", "decision", "power", "ending"] = "text"
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Figure:
     name: str
     svg: bytes
     caption: str
+    inline: bool = False  # drawn inside the HTML page (its text readable there), not as an image
 
 
 Block = Para | Bullets | Table | Figure
@@ -48,12 +49,20 @@ class Section:
     blocks: tuple[Block, ...]
 
 
+Tone = Literal["promote", "keep", "none", ""]
+
+
 @dataclass(frozen=True)
 class Document:
+    """``headline``: the decision in plain words (the page's first heading, coloured by ``tone``: promote,
+    keep production, or no decision); empty: the title is the first heading."""
+
     title: str
     rule: str
     decision: str
     sections: tuple[Section, ...] = field(default=())
+    headline: str = ""
+    tone: Tone = ""
 
     def figures(self) -> list[Figure]:
         return [b for s in self.sections for b in s.blocks if isinstance(b, Figure)]

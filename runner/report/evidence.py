@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..decide.smoke import smoke_tally
 from .document import Bullets, Para, Section, Table
+from .units import fixed
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -33,11 +34,19 @@ class WindowEvidence:
     phases: tuple[tuple[str, ...], ...] = ()      # per start: cold start, prefill (priming) and decode, apart
     smoke: tuple[tuple[str, ...], ...] = ()  # start, probe, outcome, kind, position, margin, seq, summary
 
+    requests: tuple[tuple[str, ...], ...] = ()  # per arm: arm, starts, ok, bounded, incomplete, failed
+
     def head_sections(self) -> list[Section]:
-        """Banners, shown right under the decision."""
-        if not self.banners:
-            return []
-        return [Section("Attention", (Bullets(self.banners),))]
+        """Banners, shown right under the decision, then the request counts per arm."""
+        out = [Section("Attention", (Bullets(self.banners),))] if self.banners else []
+        if self.requests:
+            out.append(Section("Requests per arm", (
+                Table(("arm", "starts", "ok", "bounded", "incomplete", "failed"), self.requests),
+                Para("Every measured request of the window's waves: ok and bounded (cut by the plan's decode bound, "
+                     "an observation) are counted; incomplete (censored by a deadline, timed out, cancelled, lost) "
+                     "and failed requests are not.", "note"),
+            )))
+        return out
 
     def sections(self) -> list[Section]:
         out = [Section("Gates (every result recorded for the window)", (
@@ -55,8 +64,8 @@ class WindowEvidence:
             )))
         if self.phases:
             out.append(Section("Cold start, prefill and decode (per start)", (
-                Table(("start", "warm-up TTFT cold / warm s", "priming prefill cold / primed s", "priming",
-                       "decode runs", "run TTFT s (mean)", "run decode s (mean)"), self.phases),
+                Table(("start", "warm-up TTFT cold / warm ms", "priming prefill cold / primed ms", "priming",
+                       "decode runs", "run TTFT ms (mean)", "run decode s (mean)"), self.phases),
                 Para("Reported apart: the engine's cold start (warm-up), the prefill of each context (the block's "
                      "priming requests: the first cold, the repeats from the prefix cache), and the decode runs "
                      "(their TTFT, then their decode time, which a decode bound counts from the first token).",
@@ -75,13 +84,20 @@ class WindowEvidence:
 
 
 def _gate_rows(plan: Plan, events: Iterable[Event]) -> tuple[tuple[str, ...], ...]:
+    """Every gate result of the window; a FAIL that a later PASS of the same gate (and start) superseded
+    says so, and is not called to attention (a gate tried again and passed is not a problem)."""
     required = set(plan.required_gates)
+    results = [e for e in events if e.type == "gate.result"]
     rows = []
-    for event in events:
-        if event.type != "gate.result":
-            continue
+    for index, event in enumerate(results):
         p = event.payload
-        rows.append((str(p.get("gate")), str(p.get("start") or "-"), str(p.get("verdict")),
+        verdict = str(p.get("verdict"))
+        if verdict == "FAIL":
+            later = next((e for e in results[index + 1:] if e.payload.get("gate") == p.get("gate")
+                          and e.payload.get("start") == p.get("start") and e.payload.get("verdict") == "PASS"), None)
+            if later is not None:
+                verdict = f"FAIL, superseded by PASS at seq {later.seq}"
+        rows.append((str(p.get("gate")), str(p.get("start") or "-"), verdict,
                      "yes" if p.get("gate") in required else "no", str(event.seq), _clip(str(p.get("summary") or ""))))
     return tuple(rows)
 
@@ -161,8 +177,14 @@ def _contention(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[st
     return rows, banners
 
 
-def _mean(values: Sequence[float]) -> str:
-    return f"{sum(values) / len(values):.3g}" if values else "-"
+def _mean(values: Sequence[float], factor: float = 1.0) -> str:
+    return fixed(factor * sum(values) / len(values), 3) if values else "-"
+
+
+def _ms(seconds: object) -> str:
+    """Seconds as milliseconds (fixed notation), ``-`` when not a number."""
+    return fixed(float(seconds) * 1000, 3) if isinstance(seconds, int | float) and not isinstance(seconds, bool) \
+        else "-"
 
 
 @dataclass
@@ -177,8 +199,8 @@ class _Phase:
 
     def row(self, start: str) -> tuple[str, ...]:
         counts = ", ".join(f"{self.statuses.count(s)} {s}" for s in sorted(set(self.statuses)))
-        prefill = f"{_mean(self.cold)} / {_mean(self.primed)}" if self.cold else "-"
-        return (start, self.warmup, prefill, self.priming, counts or "-", _mean(self.ttft), _mean(self.decode))
+        prefill = f"{_mean(self.cold, 1000)} / {_mean(self.primed, 1000)}" if self.cold else "-"
+        return (start, self.warmup, prefill, self.priming, counts or "-", _mean(self.ttft, 1000), _mean(self.decode))
 
 
 def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -191,7 +213,7 @@ def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
         p = event.payload
         phase = starts.setdefault(str(p.get("start")), _Phase())
         if event.type == "warmup.done":
-            phase.warmup = f"{p.get('cold_ttft_s')} / {p.get('warm_ttft_s')}"
+            phase.warmup = f"{_ms(p.get('cold_ttft_s'))} / {_ms(p.get('warm_ttft_s'))}"
             continue
         requests = [r for r in p.get("requests") or [] if isinstance(r, Mapping)]
         if event.type == "priming.done":
@@ -225,6 +247,35 @@ def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], 
     return rows, banners
 
 
+_COUNTED = ("ok", "bounded", "incomplete", "failed")
+
+
+def _request_counts(plan: Plan, events: Sequence[Event]) -> tuple[tuple[str, ...], ...]:
+    """Per arm (in the plan's order): its starts and its wave requests by outcome."""
+    role_of = {start.id: start.role for start in plan.starts}
+    counts: dict[str, dict[str, int]] = {}
+    starts: dict[str, list[str]] = {}
+    for event in events:
+        if event.type != "wave.measured":
+            continue
+        start = str(event.payload.get("start"))
+        role = role_of.get(start)
+        if role is None:
+            continue
+        tally = counts.setdefault(role, dict.fromkeys(_COUNTED, 0))
+        if start not in starts.setdefault(role, []):
+            starts[role].append(start)
+        for request in event.payload.get("requests") or []:
+            status = str(request.get("status")) if isinstance(request, Mapping) else "failed"
+            tally[status if status in ("ok", "bounded", "failed") else "incomplete"] += 1
+    rows = []
+    for arm in plan.arms:
+        if arm.role in counts:
+            c = counts[arm.role]
+            rows.append((f"{arm.role} {arm.name}", ", ".join(starts[arm.role]), *(str(c[k]) for k in _COUNTED)))
+    return tuple(rows)
+
+
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     """The evidence section of ``plan``'s window from its events (``events``: the window's stream)."""
     gates = _gate_rows(plan, events)
@@ -246,5 +297,6 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
                                  f"tokens within {plan.priming.tolerance_tokens} of the declared size"))
     smoke, smoke_banners = _smoke(plan, events)
     return WindowEvidence(gates, tuple(_gate_banners(gates) + smoke_banners + _counter_banners(events) + busy
-                                       + unprimed), tuple(facts), tuple(contention), tuple(phases), tuple(smoke))
+                                       + unprimed), tuple(facts), tuple(contention), tuple(phases), tuple(smoke),
+                          _request_counts(plan, events))
 

@@ -73,13 +73,14 @@ def _cell(value: str) -> str:
 
 def _block(block: object) -> str:
     if isinstance(block, Para):
-        if block.kind == "decision":  # no blank inside the delimiters, or they would not make emphasis
+        if block.kind in ("decision", "ending", "power"):  # no blank inside the delimiters, or no emphasis
             return f"**{text(block.text).strip()}**"
         return f"_{text(block.text).strip()}_" if block.kind == "note" else _line(block.text)
     if isinstance(block, Bullets):
         return "\n".join(f"- {_line(item)}" for item in block.items)
     if isinstance(block, Table):
-        lines = ["| " + " | ".join(_cell(h) for h in block.header) + " |",
+        lines = [f"_{text(block.caption).strip()}_", ""] if block.caption else []
+        lines += ["| " + " | ".join(_cell(h) for h in block.header) + " |",
                  "|" + "---|" * len(block.header)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in block.rows]
         return "\n".join(lines)
@@ -89,7 +90,7 @@ def _block(block: object) -> str:
 
 
 def render_markdown(doc: Document) -> str:
-    parts = [f"# {text(doc.title)}"]
+    parts = [f"# {text(doc.headline)}", f"_{text(doc.title).strip()}_"] if doc.headline else [f"# {text(doc.title)}"]
     for section in doc.sections:
         parts.append(f"## {text(section.title)}")
         parts.extend(_block(b) for b in section.blocks)

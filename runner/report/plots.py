@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
 
-__all__ = ["pp3_figure", "win2_cell_figure"]
+__all__ = ["fitted_range", "pp3_figure", "primary_figure", "win2_cell_figure"]
 
 START_STYLE = {"s1": ("o", "#1f77b4", "s1 control"), "s2": ("^", "#d62728", "s2 candidate"),
                "s3": ("s", "#2ca02c", "s3 control")}
@@ -93,24 +93,61 @@ def _differences_panel(ax: Axes, name: str, metric: Mapping[str, Any], bar: floa
     ax.legend(fontsize=7, loc="best")
 
 
-def _forest_panel(ax: Axes, metrics: Mapping[str, Mapping[str, Any]], bar: float) -> None:
-    names = list(metrics)
-    for i, name in enumerate(names):
-        m = metrics[name]
-        y = len(names) - i
-        if m["point"] is None:
-            continue
-        colour = VERDICT_COLOUR.get(m["verdict"], "#7f7f7f")
-        ax.plot([m["low"] * 100, m["high"] * 100], [y, y], color=colour, linewidth=2)
-        ax.plot([m["point"] * 100], [y], marker="o", color=colour)
+def fitted_range(low: float, high: float, bar: float) -> tuple[float, float]:
+    """An axis range (in %) holding the interval [low, high] and the bar +/-bar, with a margin: scaled to them."""
+    lo, hi = min(low, -bar) * 100, max(high, bar) * 100
+    pad = max((hi - lo) * 0.12, 0.1)
+    return lo - pad, hi + pad
+
+
+def _interval_axis(ax: Axes, name: str, metric: Mapping[str, Any], bar: float, *, label: str) -> None:
+    """One metric's point and interval on its own scale, with the bar and zero."""
+    colour = VERDICT_COLOUR.get(metric["verdict"], "#7f7f7f")
+    lo, hi = fitted_range(metric["low"], metric["high"], bar)
+    ax.plot([metric["low"] * 100, metric["high"] * 100], [0, 0], color=colour, linewidth=6, solid_capstyle="butt")
+    ax.plot([metric["point"] * 100], [0], marker="o", markersize=9, color="black")
     ax.axvline(0, color="black", linewidth=0.8)
     for sign in (1, -1):
-        ax.axvline(sign * bar * 100, color="#ff7f0e", linestyle="--", linewidth=1)
-    ax.set_yticks([len(names) - i for i in range(len(names))])
-    ax.set_yticklabels([f"{n} ({metrics[n]['direction']})" for n in names], fontsize=7, **LITERAL)
-    ax.set_xlabel("mean relative difference (%)")
-    ax.set_title("every metric: point and interval", fontsize=9, **LITERAL)
-    ax.grid(alpha=0.3)
+        ax.axvline(sign * bar * 100, color="#ff7f0e", linestyle="--", linewidth=1.5)
+    ax.set_xlim(lo, hi)
+    ax.set_xticks([round(lo + (hi - lo) * i / 4, 2) for i in range(5)])
+    ax.set_yticks([])
+    ax.set_ylim(-1, 1)
+    ax.set_title(label, fontsize=9, loc="left", **LITERAL)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def _forest_panel(ax: Axes, metrics: Mapping[str, Mapping[str, Any]], bar: float) -> None:
+    """Every metric's point and interval, each on its own scale (a wide one never squashes the primary)."""
+    names = [n for n, m in metrics.items() if m["point"] is not None]
+    if not names:
+        ax.set_title("every metric: not computed", fontsize=9, **LITERAL)
+        return
+    spec = ax.get_subplotspec()
+    if spec is None:
+        raise ValueError("the forest panel must be a subplot")
+    grid = spec.subgridspec(len(names), 1)
+    figure = ax.get_figure()
+    ax.remove()
+    for i, name in enumerate(names):
+        sub = figure.add_subplot(grid[i, 0])  # type: ignore[union-attr]
+        m = metrics[name]
+        _interval_axis(sub, name, m, bar, label=f"{name} ({m['role']}, {m['direction']} is better): "
+                                                f"{m['point']:+.2%} {m['verdict'] or '-'}")
+        sub.tick_params(axis="x", labelsize=7)
+    sub.set_xlabel("mean relative difference (%), each metric on its own scale")
+
+
+def primary_figure(cell: str, name: str, metric: Mapping[str, Any], params: Mapping[str, Any]) -> bytes:
+    """The primary metric's interval against its bar, on an axis fitted to them (its ticks span the axis)."""
+    fig, axes = _new_figure(8, 1.9, 1, 1)
+    ax = axes[0][0]
+    _interval_axis(ax, name, metric, params["bar"],
+                   label=f"{cell}: {name} {metric['point']:+.2%}, {params['confidence']:.0%} interval "
+                         f"[{metric['low']:+.2%}, {metric['high']:+.2%}], bar +/-{params['bar']:.2%}: "
+                         f"{metric['verdict'] or '-'}")
+    ax.set_xlabel("candidate / control - 1 (%)")
+    return _svg(fig)
 
 
 def _spread_panel(ax: Axes, spread: Mapping[str, Any]) -> None:

@@ -136,13 +136,12 @@ def _detect(mde: float | None, target: float) -> str:
 def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any],
                events: Iterable[Event] = ()) -> list[Section]:
     """The section beside the decision: the MDE this window had (and what its power gate said before)."""
-    decision = result.get("decision")
     figures = in_window_mde(plan, data, result)
     before = _before(events)
     if figures is None:
         return [Section("Power this window had", (Para(
-            f"{decision}; the window's own control spread cannot be estimated (its control starts lack matched "
-            "repeats or pairs), so no MDE is stated.", "note"), *before))]
+            "The window's own control spread cannot be estimated (its control starts lack matched "
+            "repeats or pairs), so no MDE is stated.", "power"), *before))]
     mde = figures["mde"]
     target = figures["target_power"]
     spreads = figures["spread"].values() if plan.protocol == "win2-v1" else [figures["spread"]]
@@ -164,5 +163,5 @@ def power_head(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any],
     if rates.get("rates"):
         notes.append(Para("Per-context base rates (A1 and A2): " + ", ".join(
             f"{c} {v:.1f} tok/s" for c, v in rates["rates"].items()) + ".", "note"))
-    return [Section("Power this window had", (Para(f"{decision}; {_detect(mde, target)}", "decision"), *notes,
-                                              *before))]
+    detect = _detect(mde, target)
+    return [Section("Power this window had", (Para(detect[0].upper() + detect[1:], "power"), *notes, *before))]

@@ -15,7 +15,8 @@ from typing import Any
 
 from ledger.canonical import canonical
 
-from .document import Block, Bullets, Document, Figure, Para, Section, Table
+from .document import Block, Bullets, Document, Figure, Para, Section, Table, Tone
+from .units import fixed, metric_label, metric_value
 
 __all__ = ["build_document", "fmt_number", "fmt_pct"]
 
@@ -23,7 +24,7 @@ DASH = "-"
 
 
 def fmt_number(value: float | None) -> str:
-    return DASH if value is None else f"{value:.4g}"
+    return DASH if value is None else fixed(value)
 
 
 def fmt_pct(value: float | None) -> str:
@@ -41,13 +42,17 @@ def input_sha256(data: Mapping[str, Any]) -> str:
 
 def build_document(data: Mapping[str, Any], result: Mapping[str, Any], *, title: str,
                    context: Mapping[str, Any] | None = None, plots: bool = True,
-                   banners: Sequence[Section] = (), appendix: Sequence[Section] = ()) -> Document:
+                   banners: Sequence[Section] = (), appendix: Sequence[Section] = (),
+                   ending: Sequence[str] = ()) -> Document:
     """The report of ``result`` (from ``runner.decide.compute(data)``).
 
-    ``banners`` follow the decision (what a reader must see first); ``appendix`` follows
-    the rule's sections (a window's gate results and plan facts).
+    The page opens with the decision in plain words (``headline``), then ``ending`` (how the
+    window ended and why, one line each, right under it), the formal decision and its reasons;
+    ``banners`` follow (what a reader must see first); ``appendix`` follows the rule's sections
+    (a window's gate results and plan facts).
     """
-    head = [_decision_section(result), *banners]
+    headline, tone = decision_headline(result)
+    head = [_decision_section(result, ending), *banners]
     if context:
         rows = tuple((str(k), _text(v)) for k, v in context.items())
         head.append(Section("Context", (Table(("field", "value"), rows),)))
@@ -57,16 +62,69 @@ def build_document(data: Mapping[str, Any], result: Mapping[str, Any], *, title:
         body = _pp3_sections(data, result, plots)
     else:
         raise ValueError(f"no report for rule {result['rule']!r}")
-    return Document(title, result["rule"], result["decision"], (*head, *body, *appendix))
+    return Document(title, result["rule"], result["decision"], (*head, *body, *appendix), headline, tone)
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def _decision_section(result: Mapping[str, Any]) -> Section:
-    return Section("Decision", (Para(f"Decision: {result['decision']} (rule {result['rule']})", "decision"),
-                                Bullets(tuple(result["reasons"]))))
+PLAIN: Mapping[str, tuple[str, Tone]] = {
+    "WIN": ("Promote the candidate", "promote"),
+    "CANDIDATE": ("Promote the candidate to promotion review", "promote"),
+    "LOSS": ("Keep production: the candidate is worse", "keep"),
+    "NO_CHANGE": ("Keep production: no difference beyond the bar", "keep"),
+    "NO_PROMOTION": ("Keep production: no promotion", "keep"),
+    "INCONCLUSIVE": ("No decision: the window could not decide", "none"),
+    "REJECT": ("No decision: the window was rejected", "none"),
+}
+"""Each decision in plain words, and its tone (the colour of the page's first heading)."""
+
+
+def decision_headline(result: Mapping[str, Any]) -> tuple[str, Tone]:
+    """The decision in plain words and why, in one sentence: the report's first heading."""
+    decision = str(result.get("decision"))
+    words, tone = PLAIN.get(decision, (f"Decision {decision}", "none"))
+    why = _why(result)
+    return (f"{words} ({why})" if why else words), tone
+
+
+def _why(result: Mapping[str, Any]) -> str:
+    decision = result.get("decision")
+    reasons = [str(r) for r in result.get("reasons") or []]
+    if decision in ("INCONCLUSIVE", "REJECT"):
+        return "; ".join(reasons[:1]) + (f"; and {len(reasons) - 1} more reason(s) below" if len(reasons) > 1 else "")
+    if result.get("rule") == "win2-v1":
+        bar = (result.get("params") or {}).get("bar")
+        cells = []
+        for cell, cell_result in (result.get("cells") or {}).items():
+            primary = next(((n, m) for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
+            if primary is None or primary[1]["low"] is None:
+                continue
+            name, m = primary
+            cells.append(f"{cell} {name} {fmt_pct(m['point'])} in [{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]")
+        if not cells:
+            return "; ".join(reasons[:1])
+        return "; ".join(cells) + (f" against the +/-{bar:.2%} bar" if isinstance(bar, int | float) else "")
+    if result.get("rule") == "pp3-v1" and result.get("point_gain") is not None:
+        params = result.get("params") or {}
+        return (f"gain {fmt_pct(result['point_gain'])}, {params.get('interval', 0.9):.0%} lower bound "
+                f"{fmt_pct(result.get('lower_bound'))}, minimum gain {params.get('min_gain', 0):+.2%}")
+    return "; ".join(reasons[:1])
+
+
+def _decision_section(result: Mapping[str, Any], ending: Sequence[str] = ()) -> Section:
+    blocks: list[Block] = [Para(line, "ending") for line in ending]
+    blocks += [Para(f"Decision: {result['decision']} (rule {result['rule']})", "decision"),
+               Bullets(tuple(result["reasons"]))]
+    literal = (result.get("checklist_literal") or {}).get("decision")
+    if literal is not None:
+        blocks.append(Para(f"checklist_literal: {literal}: what the decision would have been with ms_per_round "
+                           "as the primary (the operator's checklist read literally). Recorded beside the decision, "
+                           f"never deciding: the decision is {result['decision']}.", "note"))
+    blocks.append(Para("The words used here (HOLD, s1-P / s2-B, guard, bar, MDE, checklist_literal, ...) are "
+                       "explained in tally's docs/glossary.md.", "note"))
+    return Section("Decision", tuple(blocks))
 
 
 # --------------------------------------------------------------------------- win2-v1
@@ -84,6 +142,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
           for s in ("s1", "s2", "s3")),
         ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
         ("decision cells", ", ".join(data["decision_cells"])),
+        ("metrics", _metric_roles(result)),
         ("waves counted", _waves_counted(data)),
         ("repeats (registered)", str(params["repeats"])),
         ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
@@ -102,15 +161,31 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
                                  f"{cell}: primary and guards per repeat for s1/s2/s3 with the control spread; "
                                  "per-repeat relative differences of the primary with its interval and the +/- bar; "
                                  "every metric's interval; the in-window OFF/OFF and archive spreads."))
-        rows = []
+        if plots:
+            primary = next((n for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
+            if primary is not None and cell_result["metrics"][primary]["point"] is not None:
+                from .plots import primary_figure
+
+                m = cell_result["metrics"][primary]
+                blocks.insert(0, Figure(f"primary-{stems[cell]}", primary_figure(cell, primary, m, params),
+                                        f"{cell}: the primary metric {primary}: its {params['confidence']:.0%} "
+                                        f"interval against the +/-{params['bar']:.2%} bar, on a scale fitted to "
+                                        "them.", inline=True))
+        deciding, reported = [], []
         for name, m in cell_result["metrics"].items():
             interval = DASH if m["low"] is None else f"[{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]"
-            rows.append((name, m["role"], m["direction"], _series(m["per_repeat"]["s1"]),
-                         _series(m["per_repeat"]["s2"]), _series(m["per_repeat"]["s3"]), _series(m["d"], fmt_pct),
-                         fmt_pct(m["point"]), interval, m["verdict"] or DASH))
-        blocks.append(Table(("metric", "role", "better", "s1 per repeat", "s2 per repeat", "s3 per repeat",
-                             "d per repeat", "point", f"{params['confidence']:.0%} interval", "verdict"),
-                            tuple(rows)))
+            row = (metric_label(name), m["role"], m["direction"],
+                   *(" / ".join(metric_value(name, v) for v in m["per_repeat"][s]) for s in ("s1", "s2", "s3")),
+                   _series(m["d"], fmt_pct), fmt_pct(m["point"]), interval)
+            if m["role"] == "reported":
+                reported.append(row)
+            else:
+                deciding.append((*row, m["verdict"] or DASH))
+        header = ("metric (unit)", "role", "better", "s1 per repeat", "s2 per repeat", "s3 per repeat",
+                  "d per repeat", "point", f"{params['confidence']:.0%} interval")
+        blocks.append(Table((*header, "verdict"), tuple(deciding), "Deciding: the primary and its guards"))
+        if reported:
+            blocks.append(Table(header, tuple(reported), "Reported only: shown for reading, never deciding"))
         verdict = cell_result["verdict"] or "not computed (incomplete data)"
         sections.append(Section(f"Cell {cell}: {verdict}", tuple(blocks)))
 
@@ -120,7 +195,8 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
              "same guards and the same window conditions. Recorded, never deciding.", "note"),
         Table(("cell", "verdict (pooled_rate_tps primary)", "checklist_literal (ms_per_round primary)"),
               tuple((c, result["cells"][c]["verdict"] or DASH, v or DASH) for c, v in literal["cells"].items())),
-        Para(f"checklist_literal decision: {literal['decision']} (decision: {result['decision']})"),
+        Para(f"checklist_literal decision: {literal['decision']}, had ms_per_round been the primary; the decision "
+             f"stands: {result['decision']}."),
     )))
     archive = data.get("archive", [])
     spread_rows = []
@@ -135,6 +211,17 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
              "its spread is null with fewer than two entries.", "note"),
     )))
     return sections
+
+
+def _metric_roles(result: Mapping[str, Any]) -> str:
+    """Which metrics decide (the primary, the guards) and which are reported only, by their recorded roles."""
+    roles: dict[str, list[str]] = {"primary": [], "guard": [], "reported": []}
+    for cell in result["cells"].values():
+        for name, m in cell["metrics"].items():
+            if name not in roles.setdefault(m["role"], []):
+                roles[m["role"]].append(name)
+    decide = ", ".join(roles["primary"]) + (f" (primary); guards {', '.join(roles['guard'])}" if roles["guard"] else "")
+    return f"decide: {decide or DASH}; reported only: {', '.join(roles['reported']) or 'none'}"
 
 
 def _waves_counted(data: Mapping[str, Any]) -> str:
@@ -225,11 +312,11 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
               tuple((f, str(v["pairs"]), fmt_pct(v["gain"])) for f, v in result["per_family"].items())),)))
     request_rows = tuple(
         (r["block"], f"{r['family']}/{r['context']}", r["status"], _opt(r["delivered_tokens"]),
-         fmt_number(r["decode_s"]), fmt_number(r["ttft_s"]), fmt_number(r["round_ms_p95"]))
+         fmt_number(r["decode_s"]), metric_value("ttft_s", r["ttft_s"]), fmt_number(r["round_ms_p95"]))
         for r in sorted(data["requests"], key=lambda r: (("A1", "B1", "B2", "A2").index(r["block"]), r["family"],
                                                          r["context"])))
     sections.append(Section("Requests (every request, including failed ones)", (
-        Table(("block", "pair", "status", "delivered tokens", "decode s", "TTFT s", "p95 round ms"), request_rows),
+        Table(("block", "pair", "status", "delivered tokens", "decode s", "TTFT ms", "p95 round ms"), request_rows),
         Para(f"admitted (every required gate passed before the window ran): {'yes' if data['gates_passed'] else 'no'}; "
              f"failures: {', '.join(data['failures']) if data['failures'] else 'none'}"),
     )))

@@ -12,7 +12,17 @@ from ..plan.register import registered_plan
 if TYPE_CHECKING:
     from ledger.store import Ledger
 
-__all__ = ["window_report"]
+__all__ = ["ending_lines", "window_report"]
+
+
+def ending_lines(ending: str | None) -> list[str]:
+    """How the window ended, said first under the decision: the place for its cause (a failed step, an
+    interrupt) as the window's events record it."""
+    if ending is None:
+        return ["Ending: the window is not closed yet"]
+    meaning = {"restored": "production restored and watched", "chained": "production left down for the next "
+               "chained window", "aborted": "aborted: production restored, decision REJECT"}
+    return [f"Ending: {ending} ({meaning.get(ending, ending)})"]
 
 
 def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
@@ -51,6 +61,6 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
     events = list(ledger.events(stream=f"window/{window}"))
     evidence = window_evidence(reg.plan, events)
     paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context,
-                         banners=[*power_head(reg.plan, payload["input"], result, events), *evidence.head_sections()],
-                         appendix=evidence.sections())
+                         banners=[*evidence.head_sections(), *power_head(reg.plan, payload["input"], result, events)],
+                         appendix=evidence.sections(), ending=ending_lines(context["ending"]))
     return {**paths.to_json(), "decision": payload["result"].get("decision")}

@@ -37,7 +37,7 @@ def _write(directory: int, shown: Path, name: str, data: bytes) -> None:
 def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Path | str, *,
                  title: str | None = None, context: Mapping[str, Any] | None = None,
                  plots: bool = True, banners: Sequence[Section] = (),
-                 appendix: Sequence[Section] = ()) -> ReportPaths:
+                 appendix: Sequence[Section] = (), ending: Sequence[str] = ()) -> ReportPaths:
     """Render the report of ``result`` (= ``runner.decide.compute(data)``) into ``out_dir``.
 
     ``context`` (e.g. window id, plan digest, ledger seqs, inputs_digest) is shown as a table
@@ -45,7 +45,7 @@ def write_report(data: Mapping[str, Any], result: Mapping[str, Any], out_dir: Pa
     """
     out = Path(out_dir)
     doc = build_document(data, result, title=title or f"tally verdict report: {result['rule']}",
-                         context=context, plots=plots, banners=banners, appendix=appendix)
+                         context=context, plots=plots, banners=banners, appendix=appendix, ending=ending)
     try:
         directory = open_dir(out, "report directory")  # a symlink at out or plots/ is refused
     except FormatError as exc:

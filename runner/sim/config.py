@@ -31,6 +31,7 @@ __all__ = [
     "IGNORABLE_FIELDS",
     "METRICS_FORMATS",
     "REFUSABLE_FIELDS",
+    "SCHEDULING_POLICIES",
     "SPEC_SERIES",
     "STEP_MODELS",
     "STREAM_MODES",
@@ -57,6 +58,8 @@ STREAM_MODES = ("step", "token")
 STEP_MODELS = ("request", "batch")
 # What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
 METRICS_FORMATS = ("vllm", "llamacpp", "none")
+# vLLM's --scheduling-policy values (runner/sim/scheduler.py)
+SCHEDULING_POLICIES = ("fcfs", "priority")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
                "clock_cap_mismatch", "greedy_diverge", "ignore_schema", "ignore_stop", "hang_after_cancel",
                "ignore_min_tokens")
@@ -202,6 +205,9 @@ class SimConfig:
     token_burst_ms: float = 0.5        # "token" mode: model ms between the tokens of one engine step
     metrics_format: str = "vllm"       # METRICS_FORMATS
     step_model: str = "request"        # STEP_MODELS
+    scheduling_policy: str = "priority"  # the waiting queue's order: "fcfs" (vLLM's default) or "priority"
+    max_num_batched_tokens: int = 0      # the prefill budget beside which a waiting request must fit (0: none)
+    dev_mode: bool = True              # serve vLLM's development-mode /server_info (VLLM_SERVER_DEV_MODE=1)
 
     def arm(self, name: str) -> ArmConfig:
         for arm in self.arms:
@@ -324,6 +330,12 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         kw["metrics_format"] = f.string("metrics_format", choices=METRICS_FORMATS)
     if f.has("step_model"):
         kw["step_model"] = f.string("step_model", choices=STEP_MODELS)
+    if f.has("scheduling_policy"):
+        kw["scheduling_policy"] = f.string("scheduling_policy", choices=SCHEDULING_POLICIES)
+    if f.has("max_num_batched_tokens"):
+        kw["max_num_batched_tokens"] = f.integer("max_num_batched_tokens", low=0)
+    if f.has("dev_mode"):
+        kw["dev_mode"] = f.boolean("dev_mode")
     if f.has("faults"):
         from .faults import validate_faults
 

@@ -28,6 +28,7 @@ from .exposition import SimMetrics, engine_metrics
 from .faults import FaultState
 from .load import BatchLoad
 from .prefix import PrefixCache
+from .scheduler import PrefillQueue
 from .truth import TruthLog
 
 __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
@@ -82,6 +83,7 @@ class EngineSession:
     rotor: int = 0
     session: str = ""  # "<boot id>:<start number>": which engine this is, across host reboots
     prefix: PrefixCache = field(default_factory=PrefixCache, repr=False)  # vLLM's prefix cache, per session
+    queue: PrefillQueue = field(default_factory=lambda: PrefillQueue("fcfs", 0), repr=False)  # the waiting queue
     host_caps: dict[str, int] = field(default_factory=dict)   # host -> the cap it logged (fault host_clock_cap)
     load: BatchLoad | None = field(default=None, repr=False)  # step_model "batch": the batch it serves
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -171,7 +173,8 @@ class Host:
                                  self.config.max_model_len, self.config.metrics_format)
         session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
-                                start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}")
+                                start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}",
+                                queue=PrefillQueue(self.config.scheduling_policy, self.config.max_num_batched_tokens))
         if self.config.step_model == "batch":
             session.load = BatchLoad(arm)
         self.engine = session

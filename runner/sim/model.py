@@ -87,7 +87,7 @@ class Step:
     """One engine step of one request: what it emits and what it cost (model ms)."""
 
     index: int                      # 0 = prefill (the first token)
-    tokens: tuple[int, ...]         # emitted token ids (1 + accepted, truncated at a stop)
+    tokens: tuple[int, ...]         # emitted token ids (1 + accepted, truncated at a stop or max_tokens)
     drafts: int                     # draft tokens scheduled in this step (0 = no draft counted)
     accepted: int                   # accepted draft tokens (before stop truncation)
     duration_ms: float              # model ms from the previous step's output to this one's
@@ -112,6 +112,7 @@ class Generation:
     cached_tokens: int = 0          # prompt tokens found in the prefix cache: their prefill is skipped
     greedy_key: str = ""            # T=0: the key of the token stream (the prompt's), the same on every arm
     diverge: tuple[int, bool] | None = None  # T=0 fault: (position, near tie) where this arm takes the runner-up
+    draft_past_end: bool = True     # vLLM drafts full depth to the end; llama.cpp's server stops at max_tokens
     generated: int = 0
     finish_reason: str | None = None
     steps: int = 0
@@ -159,8 +160,13 @@ class Generation:
             duration = base * clock_factor * self.start_factor * jitter + self.ttft_extra_ms
             drafts, accepted = 0, 0
         else:
+            # Full-depth drafts to the end, as vLLM schedules them (never a partial draft): the
+            # step's accepted count includes drafts past max_tokens (or past EOS or a stop
+            # token) that the emission below then discards, as vLLM's counters do.
+            # (llama.cpp's server caps a draft at the tokens left: no accepted token is ever discarded there)
             remaining = self.params.max_tokens - self.generated
-            drafts = min(self.arm.k, remaining - 1) if self.arm.speculative else 0
+            depth = self.arm.k if self.draft_past_end else min(self.arm.k, remaining - 1)
+            drafts = depth if self.arm.speculative else 0
             accepted = 0
             for position in range(drafts):
                 chance = self.arm.acceptance[position] if self.rate is None else self.rate

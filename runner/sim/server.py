@@ -168,6 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "/health": self._health, "/v1/models": self._models, "/version": self._version,
                 "/metrics": self._metrics, "/_sim/state": self._state, "/_sim/faults": self._faults_get,
                 "/_sim/truth": self._truth, "/_sim/config": self._config,
+                **({"/server_info": self._server_info} if self.server.config.dev_mode else {}),
             }.get(path)
         elif method == "POST":
             if path == "/v1/completions":
@@ -216,6 +217,17 @@ class _Handler(BaseHTTPRequestHandler):
             "id": config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
             "root": config.model, "parent": None, "max_model_len": config.max_model_len, "permission": [],
         }]})
+
+    def _server_info(self, query: dict[str, list[str]]) -> None:
+        """vLLM's development-mode ``/server_info`` (``VLLM_SERVER_DEV_MODE=1``): the parts of its config
+        the simulator has (``?config_format=json``: a JSON object; else vLLM's text form)."""
+        config = self.server.config
+        vllm_config = {"model_config": {"model": config.model, "max_model_len": config.max_model_len},
+                       "scheduler_config": {"policy": config.scheduling_policy,
+                                            "max_num_batched_tokens": config.max_num_batched_tokens}}
+        text = query.get("config_format", ["text"])[-1] != "json"
+        self._json(200, {"vllm_config": json.dumps(vllm_config) if text else vllm_config,
+                         "vllm_env": {"VLLM_SERVER_DEV_MODE": True}, "system_env": {}})
 
     def _version(self, _query: dict[str, list[str]]) -> None:
         self._json(200, {"version": "0.32.0+tally.sim"})   # the vLLM it is held to (docs/sim.md)
@@ -398,6 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
             cached_tokens=cached,
             greedy_key=f"{config.seed}|greedy|{fingerprint}", diverge=diverge,
+            draft_past_end=config.metrics_format != "llamacpp",
         )
         return generation, cold
 
@@ -441,12 +454,21 @@ class _Handler(BaseHTTPRequestHandler):
         finish_reason: str | None = None
         stop_reason: int | str | None = None
         outcome = "finished"
-        if request.stream:
-            self._stream_headers()
         key = id(truth)
+        # the waiting queue (docs/sim.md): its place taken before the reply begins (a client that saw the
+        # headers knows the request is in), the prefill started when the policy and the budget let it
+        queued = engine.queue.enqueue(generation.prompt_tokens - generation.cached_tokens, request.priority)
+        ticket = None
         try:
+            if request.stream:
+                self._stream_headers()
             if load is not None and not seated:
                 raise _Aborted
+            ticket = engine.queue.wait(queued, lambda: server.stopping.is_set() or engine.stopped)
+            if ticket is None:
+                raise _Aborted
+            if ticket.waited:   # its prefill starts now, not on arrival
+                planned = max(planned, time.perf_counter())
             while True:
                 context = len(request.prompt_ids) + generation.generated
                 step = generation.next_step(server.host.clock_factor())
@@ -480,8 +502,12 @@ class _Handler(BaseHTTPRequestHandler):
                     delay += stall["seconds"]
                 previous = planned
                 planned += delay
+                if step.index == 0 and ticket is not None:   # one step's outputs come together
+                    planned = engine.queue.prefill_end(ticket, planned)
                 if not server.sleep_until(planned, engine):
                     raise _Aborted
+                if step.index == 0:   # the prefill is done: its tokens return to the budget
+                    engine.queue.release(ticket)
                 if drop and chunk_index == drop["after_chunks"]:
                     outcome = "dropped"
                     break
@@ -521,6 +547,7 @@ class _Handler(BaseHTTPRequestHandler):
             if hang is not None:
                 server.hung_until = time.perf_counter() + hang["seconds"]
         finally:
+            engine.queue.leave(queued)   # its tokens back to the budget, or out of the queue
             if load is not None:
                 load.leave(key)
                 if seated:

@@ -60,6 +60,9 @@ class RequestTruth:
             "drafts": sum(1 for d in self.drafts if d > 0),   # the steps that drafted (vLLM's num_drafts)
             "draft_tokens": sum(self.drafts),
             "accepted": sum(a for a, d in zip(self.accepted, self.drafts, strict=True) if d > 0),
+            # of those, the accepted drafts emitted (vLLM counts drafts accepted past max_tokens, EOS
+            # or a stop token, which the request then discards): every decode step's tokens but one
+            "accepted_delivered": sum(n - 1 for n, d in zip(self.tokens, self.drafts, strict=True) if d > 0),
             "accepted_per_pos": per_pos,
             "generation_tokens": sum(self.tokens),
             "decode_s": self.decode_s,
@@ -107,13 +110,14 @@ class TruthLog:
     def totals(self, after: int = 0) -> dict[str, Any]:
         """Summed counter contributions of the requests after ``after``."""
         total: dict[str, Any] = {"requests": 0, "rounds": 0, "drafts": 0, "draft_tokens": 0, "accepted": 0,
-                                 "generation_tokens": 0, "decode_s": 0.0, "requests_finished": 0}
+                                 "accepted_delivered": 0, "generation_tokens": 0, "decode_s": 0.0,
+                                 "requests_finished": 0}
         per_pos: dict[int, int] = {}
         for record in self.since(after):
             total["requests"] += 1
             counts = record.counters()
-            for key in ("rounds", "drafts", "draft_tokens", "accepted", "generation_tokens", "decode_s",
-                        "requests_finished"):
+            for key in ("rounds", "drafts", "draft_tokens", "accepted", "accepted_delivered", "generation_tokens",
+                        "decode_s", "requests_finished"):
                 total[key] += counts[key]
             for position, n in counts["accepted_per_pos"].items():
                 per_pos[position] = per_pos.get(position, 0) + n

@@ -38,6 +38,8 @@ class Exported:
     cosigned: Path        # the cosigned checkpoint file
     seqs: dict[str, int]  # window id -> decision seq
     receipts: dict[str, Path]
+    bundle: Path | None = None   # the whole ledger (`tally export`), where the looks are counted
+    registered: int = 0          # the seq of the policy's promotion.registered
 
 
 def cli(*args: str | Path) -> tuple[int, str, str]:
@@ -51,8 +53,16 @@ def export(e: Exported, seq: int, out: Path, *extra: str | Path) -> Path:
     return out
 
 
-def policy(tmp: Path, e: Exported, *, witnesses: int = 3, threshold: int = 2, edit: str = "") -> Path:
+def policy_text() -> str:
+    """The example policy with a budget of two looks: alpha 0.05 spent 0.025 a look, the rule's own one-sided
+    level, so each look's WIN at 95 % passes its spent level (the example's 28 looks need far more repeats)."""
     text = POLICY.read_text()
+    assert "max_looks = 28" in text
+    return text.replace("max_looks = 28", "max_looks = 2")
+
+
+def policy(tmp: Path, e: Exported, *, witnesses: int = 3, threshold: int = 2, edit: str = "") -> Path:
+    text = policy_text()
     trust = (f'[trust]\nlog_vkeys = ["{e.log_vkey}"]\nwitness_vkeys = {json.dumps(e.witnesses[:witnesses])}\n'
              f"witness_threshold = {threshold}\n")
     text = re.sub(r"\[trust\]\n(?:(?!\[).*\n)*", trust + "\n", text)
@@ -65,9 +75,15 @@ def policy(tmp: Path, e: Exported, *, witnesses: int = 3, threshold: int = 2, ed
     return path
 
 
-def check(receipt: Path, policy_file: Path, *extra: str) -> tuple[int, dict, str]:
-    code, out, err = cli("promote", "check", receipt, "--policy", policy_file, "--json", *extra)
+def check(receipt: Path, policy_file: Path, *extra: str | Path, ledger: Path | None = None) -> tuple[int, dict, str]:
+    """``promote check --json``, the looks counted in ``ledger`` (default: the fixture's whole-ledger bundle)."""
+    bundle = ledger if ledger is not None else LEDGER.get("bundle")
+    more = ("--ledger", bundle) if bundle is not None else ()
+    code, out, err = cli("promote", "check", receipt, "--policy", policy_file, "--json", *more, *extra)
     return code, json.loads(out) if out.strip() else {}, err
+
+
+LEDGER: dict[str, Path] = {}
 
 
 def failing(out: dict) -> list[str]:
@@ -90,6 +106,15 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
                                window("seed000-controlled.toml", "promo-ctl", edit=controlled, chain="none")],
               sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.02)
     try:
+        origin = w.book.info.origin
+        log_vkey = note.vkey(origin, w.root.public_raw)
+        # the policy's error budget over looks, registered before the first look
+        trust = f'[trust]\nlog_vkeys = ["{log_vkey}"]\n'
+        (root / "registered.toml").write_text(re.sub(r"\[trust\]\n(?:(?!\[).*\n)*", trust + "\n", policy_text()))
+        code, out, err = cli("--db", w.directory / "tally.db", "--key", w.directory / ".tally" / "root.pem",
+                             "promote", "register", "--policy", root / "registered.toml", "--json")
+        assert code == 0, err
+        registered = json.loads(out)["seq"]
         gate_all(w)
         decisions = {wid: run(w, wid).decision for wid in ("promo-pp", "promo-ctl")}
         assert decisions == {"promo-pp": "WIN", "promo-ctl": "WIN"}, decisions
@@ -102,14 +127,17 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
             text = witness.cosign(text, [w.root.public_raw], None, now=1_700_000_000).note
         cosigned = root / "cosigned.txt"
         cosigned.write_text(SignedCheckpoint(signed.checkpoint, text).note)
-        origin = w.book.info.origin
         e = Exported(root, w.directory / "tally.db", w.directory / ".tally" / "root.pem",
-                     note.vkey(origin, w.root.public_raw), [x.vkey() for x in witnesses], cosigned, seqs, {})
+                     log_vkey, [x.vkey() for x in witnesses], cosigned, seqs, {}, registered=registered)
     finally:
         close(w)
     for wid, seq in seqs.items():
         e.receipts[wid] = export(e, seq, root / f"r-{wid}", "--checkpoint", cosigned, "--window-context")
+    code, _, err = cli("--db", e.db, "--key", e.key, "export", root / "bundle")
+    assert code == 0, err
+    e.bundle = LEDGER["bundle"] = root / "bundle"
     yield e
+    LEDGER.clear()
 
 
 def test_promote_check_passes_a_seed_000_production_policy_win(exported: Exported, tmp_path: Path) -> None:
@@ -128,7 +156,8 @@ def test_promote_check_passes_a_seed_000_production_policy_win(exported: Exporte
     assert "all 10 policy tests passed" in checks["rng_binding"]["detail"]
     assert out["receipt"]["seq"] == exported.seqs["promo-pp"] and out["receipt"]["type"] == "decision.recorded"
     # the text form says it in one word, and it read nothing but the files
-    code, text, _ = cli("promote", "check", exported.receipts["promo-pp"], "--policy", policy(tmp_path, exported))
+    code, text, _ = cli("promote", "check", exported.receipts["promo-pp"], "--policy", policy(tmp_path, exported),
+                        "--ledger", exported.bundle or "")
     assert code == 0 and text.startswith("PROMOTABLE: decision receipt seq"), text
     print(text)
 
@@ -139,7 +168,8 @@ def test_promote_refuses_controlled_mode(exported: Exported, tmp_path: Path) -> 
     assert code == 1 and out["verdict"] == "NOT_PROMOTABLE"
     assert failing(out) == ["mode"]
     assert "mode controlled" in out["reasons"][0] and "accepts production-policy" in out["reasons"][0]
-    code, text, _ = cli("promote", "check", exported.receipts["promo-ctl"], "--policy", policy(tmp_path, exported))
+    code, text, _ = cli("promote", "check", exported.receipts["promo-ctl"], "--policy", policy(tmp_path, exported),
+                        "--ledger", exported.bundle or "")
     assert code == 1 and text.startswith("NOT PROMOTABLE") and "FAIL mode" in text
 
 
@@ -263,6 +293,9 @@ def test_promote_bad_input_is_exit_2(exported: Exported, tmp_path: Path) -> None
     os.mkfifo(context)
     code, _, err = cli("promote", "check", fifo_dir, "--policy", policy(tmp_path, exported))
     assert code == 2 and "not a regular file" in err
+    code, _, err = cli("promote", "check", receipt, "--policy", policy(tmp_path, exported), "--ledger",
+                       tmp_path / "absent")
+    assert code == 2 and "not a bundle directory" in err and len(err.strip().splitlines()) == 1
 
 
 def _context_events(e: Exported) -> list:
@@ -322,3 +355,97 @@ def test_receipt_export_window_context_leaves_the_plain_receipt_unchanged(export
         assert (plain / name).read_bytes() == (with_context / name).read_bytes()
     code, _, err = cli("receipt", "verify", with_context / f"{seq}.dsse.json", "--vkey", exported.log_vkey)
     assert code == 0, err
+
+
+# ---------------------------------------------------------------------- looks
+
+
+def test_promote_check_counts_looks_across_separate_windows_of_the_candidate(exported: Exported,
+                                                                             tmp_path: Path) -> None:
+    """promo-pp and promo-ctl measure one candidate (arm B's declared digest, the experiment commit): two looks,
+    both decisions' seqs in the output, and the count covers the receipt's checkpoint of this ledger."""
+    code, out, err = check(exported.receipts["promo-pp"], policy(tmp_path, exported))
+    assert code == 0, (err, out.get("reasons"))
+    looks = out["looks"]
+    seqs = sorted(exported.seqs.values())
+    assert looks["count"] == 2 and looks["seqs"] == seqs
+    assert looks["index"] == seqs.index(exported.seqs["promo-pp"]) + 1
+    assert looks["candidate"]["config_digest"] == "1f3d1794386b1163334c6a363cd5fa7e3d2f904bd984538eecef139d9257f9b4"
+    assert looks["registered_seq"] == exported.registered < seqs[0]
+    assert looks["ledger"]["origin"] == out["receipt"]["origin"]
+    assert looks["ledger"]["checkpoint_size"] == out["receipt"]["checkpoint"]["size"]
+    assert looks["test"]["confidence"] == pytest.approx(0.95) and looks["test"]["passes"]
+    checks = {c["check"]: c for c in out["checks"]}
+    assert checks["looks.ledger"]["ok"] and checks["looks.registered"]["ok"] and checks["looks.budget"]["ok"]
+    assert f"look {looks['index']} of 2" in checks["looks.budget"]["detail"]
+
+
+def test_promote_refuses_a_win_past_the_budget_spent(exported: Exported, tmp_path: Path) -> None:
+    """The same WIN under the example's budget (28 looks, alpha / 28 each): its 99.64 % interval includes 0."""
+    rules = policy(tmp_path, exported, edit="max_looks = 2 => max_looks = 28")
+    code, out, _ = check(exported.receipts["promo-pp"], rules)
+    assert code == 1 and "looks.budget" in failing(out)
+    assert "looks.registered" in failing(out)   # and it is not the budget registered before the first look
+    assert out["looks"]["test"]["confidence"] == pytest.approx(1 - 2 * 0.05 / 28)
+
+
+def test_promote_check_without_the_ledger_cannot_count_looks(exported: Exported, tmp_path: Path) -> None:
+    code, out, _ = cli("promote", "check", exported.receipts["promo-pp"], "--policy", policy(tmp_path, exported),
+                       "--json")
+    result = json.loads(out)
+    assert code == 1 and failing(result) == ["looks.ledger"] and "no ledger presented" in result["reasons"][0]
+    # a partial export of the window's stream cannot show every look
+    partial = tmp_path / "partial"
+    assert cli("--db", exported.db, "--key", exported.key, "export", partial, "--stream", "window/promo-pp")[0] == 0
+    code, result, _ = check(exported.receipts["promo-pp"], policy(tmp_path, exported), ledger=partial)
+    assert code == 1 and failing(result) == ["looks.ledger"] and "partial" in result["reasons"][0]
+
+
+def test_promote_check_refuses_a_ledger_that_does_not_verify(exported: Exported, tmp_path: Path) -> None:
+    import shutil
+
+    assert exported.bundle is not None
+    bad = tmp_path / "bundle"
+    shutil.copytree(exported.bundle, bad)
+    events = bad / "events.jsonl"
+    lines = events.read_text().splitlines()
+    (index,) = [i for i, line in enumerate(lines) if f'"seq":{exported.seqs["promo-ctl"]},' in line]
+    lines[index] = lines[index].replace('"decision":"WIN"', '"decision":"NO_CHANGE"', 1)
+    events.write_text("\n".join(lines) + "\n")
+    code, out, _ = check(exported.receipts["promo-pp"], policy(tmp_path, exported), ledger=bad)
+    assert code == 1 and failing(out) == ["looks.ledger"] and "does not verify" in out["reasons"][0]
+
+
+def test_promote_refuses_a_budget_not_registered_before_the_first_look(exported: Exported, tmp_path: Path) -> None:
+    # another name: never registered
+    code, out, _ = check(exported.receipts["promo-pp"], policy(
+        tmp_path, exported, edit='name = "PP4-PROMOTE-GATE-V2" => name = "PP4-PROMOTE-GATE-V3"'))
+    assert code == 1 and failing(out) == ["looks.registered"] and "holds no promotion.registered" in out["reasons"][0]
+    # the registered name with another budget
+    code, out, _ = check(exported.receipts["promo-pp"], policy(tmp_path, exported, edit="alpha = 0.05 => alpha = 0.2"))
+    assert code == 1 and "looks.registered" in failing(out) and "is not the policy's" in " ".join(out["reasons"])
+    # registered again: refused, naming the seq it was registered at
+    code, _, err = cli("--db", exported.db, "--key", exported.key, "promote", "register", "--policy",
+                       policy(tmp_path, exported))
+    assert code == 1 and f"registered already at seq {exported.registered}" in err
+    # a policy without [looks] registers no budget: refused
+    bare = policy(tmp_path, exported)
+    bare.write_text(bare.read_text().split("\n[looks]")[0] + "\n")
+    code, out, _ = check(exported.receipts["promo-pp"], bare)
+    assert code == 1 and failing(out) == ["looks"] and "registers no error budget" in out["reasons"][0]
+
+
+def test_a_budget_registered_after_the_first_look_is_refused(exported: Exported, tmp_path: Path) -> None:
+    """A policy registered after the candidate's looks: its budget did not exist when they were looked at."""
+    late = policy(tmp_path, exported, threshold=0, edit='name = "PP4-PROMOTE-GATE-V2" => name = "PP4-LATE"')
+    code, _, err = cli("--db", exported.db, "--key", exported.key, "promote", "register", "--policy", late)
+    assert code == 0, err
+    code, note_text, err = cli("--db", exported.db, "--key", exported.key, "checkpoint")   # covers the registration
+    assert code == 0, err
+    (tmp_path / "cp.txt").write_text(note_text)
+    receipt = export(exported, exported.seqs["promo-pp"], tmp_path / "receipt", "--window-context", "--checkpoint",
+                     tmp_path / "cp.txt")
+    assert cli("--db", exported.db, "--key", exported.key, "export", tmp_path / "bundle")[0] == 0
+    code, out, _ = check(receipt, late, ledger=tmp_path / "bundle")
+    assert code == 1 and failing(out) == ["looks.registered"], out["reasons"]
+    assert f"after the candidate's first look at seq {min(exported.seqs.values())}" in out["reasons"][0]

@@ -53,7 +53,7 @@ def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) 
         result = run(w, "reps")
         assert result.ending == "restored"
         decision = _decision(w, "reps")
-        assert decision["input_builder"] == INPUT_BUILDER == 3
+        assert decision["input_builder"] == INPUT_BUILDER == 4
         assert decision["params"]["repeats"] == repeats == decision["input"]["params"]["repeats"]
         measured = _waves(w, "reps")
         # 3 starts x 1 cell x repeats x 2 families, each one wave, every one in the input
@@ -66,6 +66,7 @@ def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) 
         assert len(cell["metrics"]["pooled_rate_tps"]["d"]) == repeats
         assert not any("missing" in reason for reason in decision["result"].get("reasons", []))
         assert replay_window(w.book, "reps").match
+        _accepted_is_delivered(decision, measured, w, "reps")
         if repeats == 2:  # what builder 1 made of the same events: the rule waited for a third repeat
             events = list(w.book.events(stream="window/reps"))
             _, old = decision_for(registered_plan(w.book, "reps").plan, events, builder=1)
@@ -73,6 +74,25 @@ def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) 
             assert any("repeat 3" in reason for reason in old["reasons"]), old["reasons"]
     finally:
         close(w)
+
+
+def _accepted_is_delivered(decision: dict[str, Any], measured: list[dict[str, Any]], w: Any, window_id: str) -> None:
+    """Input builder 4: a wave's accepted is the drafts its requests delivered, the server's count beside it
+    (the simulator counts drafts accepted past max_tokens, as vLLM does); builder 3 rebuilds the raw count."""
+    rows = decision["input"]["waves"]
+    assert decision["input"]["accepted_basis"].startswith("delivered")
+    cut = 0
+    for row, wave in zip(rows, measured, strict=True):
+        counters = wave["counters"]
+        assert row["accepted"] == counters["accepted_delivered"] <= counters["accepted"] == row["accepted_counted"]
+        # every decode step delivers one token plus its accepted drafts: the client's tokens agree
+        assert row["rounds"] + row["accepted"] == wave["client"]["tokens_after_first"]
+        cut += counters["accepted"] - counters["accepted_delivered"]
+    assert cut > 0   # drafts accepted past max_tokens were counted, and left out of the rule's input
+    events = list(w.book.events(stream=f"window/{window_id}"))
+    old = build_input(registered_plan(w.book, window_id).plan, events, builder=3).input
+    assert "accepted_basis" not in old
+    assert [r["accepted"] for r in old["waves"]] == [m["counters"]["accepted"] for m in measured]
 
 
 def _two_prompts(text: str) -> str:

@@ -24,13 +24,16 @@ def test_the_report_shows_every_gate_and_a_banner_for_missing_counters(tmp_path:
         failed = record_gate(w.book, w.root, "shown", "rehearsal", "FAIL", {"probes": []},
                              commit=reg.plan.commit, summary="FAIL: control (probe wrong for this server)")
         gate_all(w)  # the rehearsal passes on its second try
+        passed = next(e for e in w.book.events(stream="window/shown", types=["gate.result"])
+                      if e.payload["gate"] == "rehearsal" and e.payload["verdict"] == "PASS")
         assert run(w, "shown").ending == "restored"
         waves = sum(1 for _ in w.book.events(stream="window/shown", types=["wave.measured"]))
         paths = window_report(w.book, "shown", tmp_path / "report")
         text = Path(paths["markdown"]).read_text()
         assert "Gates (every result recorded for the window)" in text
-        assert f"| rehearsal | - | FAIL | yes | {failed.event.seq} |" in text
-        assert f"1 gate result(s) FAILed: rehearsal (seq {failed.event.seq})" in text
+        # the FAIL a later PASS superseded is shown as such, and not called to attention
+        assert f"| rehearsal | - | FAIL, superseded by PASS at seq {passed.seq} | yes | {failed.event.seq} |" in text
+        assert "FAILed" not in text
         assert f"server counters unavailable for {waves} of {waves} waves" in text
         starts = {e.payload["start"] for e in w.book.events(stream="window/shown", types=["gate.result"])
                   if e.payload["gate"] == "start_config"}
@@ -39,7 +42,7 @@ def test_the_report_shows_every_gate_and_a_banner_for_missing_counters(tmp_path:
         assert "Contention and exclusivity (per start, over its waves)" in text
         assert "## Power this window had" in text  # the MDE beside the verdict, from its A1 and A2
         html = Path(paths["html"]).read_text()
-        assert "FAILed: rehearsal" in html  # both renderings say the same
+        assert "superseded by PASS" in html and "FAILed" not in html  # both renderings say the same
     finally:
         close(w)
 
@@ -74,3 +77,23 @@ def test_contention_evidence_is_shown_and_flagged(tmp_path: Path) -> None:
     assert "the server had 3 request(s) running before a wave of start B1: the drained host was not exclusive " \
            "to the window" in busy.banners
     assert not any("start A1" in b for b in busy.banners)
+
+
+def test_a_fail_no_later_pass_superseded_is_called_to_attention() -> None:
+    from runner.plan import load_plan
+    from runner.report.evidence import window_evidence
+    from tests.runner.script import EXAMPLES
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+
+    def gate(seq: int, name: str, verdict: str, start: str | None = None) -> _Event:
+        return _Event(seq, "gate.result", {"gate": name, "verdict": verdict, "start": start, "summary": verdict})
+
+    events = [gate(3, "power", "FAIL"), gate(4, "power", "PASS"), gate(5, "rng", "FAIL"),
+              gate(6, "start_config", "FAIL", "A1"), gate(7, "start_config", "PASS", "B1"), _wave("A1", 0.4, 0.0)]
+    found = window_evidence(plan, events)
+    verdicts = {(row[0], row[1], row[4]): row[2] for row in found.gates}
+    assert verdicts[("power", "-", "3")] == "FAIL, superseded by PASS at seq 4"
+    assert verdicts[("rng", "-", "5")] == "FAIL"                 # never passed afterwards
+    assert verdicts[("start_config", "A1", "6")] == "FAIL"       # another start's PASS supersedes nothing
+    assert "2 gate result(s) FAILed: rng (seq 5), start_config A1 (seq 6)" in found.banners

@@ -84,7 +84,7 @@ def test_summary_shape_matches_contract(server: SimHandle) -> None:
                              "counters_missing", "complete", "incomplete_reasons", "client", "requests",
                              "counter_source", "gauges", "host_load"]
     assert set(summary["counters"]) == {"rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s",
-                                        "generation_tokens", "drafts"}
+                                        "generation_tokens", "drafts", "accepted_delivered"}
     assert set(summary["client"]) == {"requests", "ok", "failed", "timed_out", "cancelled", "censored",
                                       "delivered_tokens", "tokens_after_first", "decode_s", "decode_tps", "ttft_s",
                                       "chunk_interval_ms", "tokens_per_chunk", "token_itl_ms", "tpot_ms",

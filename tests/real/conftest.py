@@ -55,9 +55,21 @@ def vllm_pair(vllm_site: vllmpair.VllmSite) -> vllmpair.VllmSite:
 
 
 
+@pytest.fixture(scope="session")
+def vllm_priority(vllm_site: vllmpair.VllmSite) -> vllmpair.VllmSite:
+    """The plain engine (vLLM's default fcfs) and a third, ``prio``, the same under ``--scheduling-policy
+    priority``: the n-gram engine is stopped for it (never more than two up), so these tests run last."""
+    vllm_site.ensure("plain", "prio")
+    return vllm_site
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Note the last test that uses the vLLM engines: they stop after it (about 10 GB), not at the session's end."""
-    users = [item.nodeid for item in items if {"vllm_site", "vllm_pair"} & set(getattr(item, "fixturenames", ()))]
+    """The tests of the third engine run after the pair's; note the last test that uses the vLLM engines:
+    they stop after it (about 10 GB), not at the session's end."""
+    third = [item for item in items if "vllm_priority" in getattr(item, "fixturenames", ())]
+    items[:] = [item for item in items if item not in third] + third
+    users = [item.nodeid for item in items
+             if {"vllm_site", "vllm_pair", "vllm_priority"} & set(getattr(item, "fixturenames", ()))]
     _LAST_VLLM_TEST[:] = users[-1:]
 
 

@@ -68,11 +68,27 @@ def test_every_series_tally_reads_is_on_the_real_server(vllm_pair: VllmSite) -> 
             assert check.reasons[0].endswith("missing"), check.reasons
 
 
-def _wave(site: VllmSite, arm: str, speculative: bool) -> WaveResult:
+def _wave(site: VllmSite, arm: str, speculative: bool, max_tokens: int = 16) -> WaveResult:
     url = site.url(arm)
     prompts = (Prompt("rgb-1", REPEAT), Prompt("rgb-2", REPEAT.replace("red", "cyan")))
-    return measure_wave(url, url + "/metrics", prompts, model=MODEL_NAME, max_tokens=16, seed=7, temperature=0.0,
-                        speculative=speculative, wave_deadline_s=300.0)
+    return measure_wave(url, url + "/metrics", prompts, model=MODEL_NAME, max_tokens=max_tokens, seed=7,
+                        temperature=0.0, speculative=speculative, wave_deadline_s=300.0)
+
+
+def test_accepted_past_max_tokens_is_counted_and_capped_on_the_real_pair(vllm_pair: VllmSite) -> None:
+    """vLLM counts every draft a step accepted, also those past max_tokens that the request discards
+    (17 counted against 13 delivered seen here): ``accepted_delivered`` caps it at what was delivered."""
+    discarded = 0
+    for max_tokens in (7, 8, 9):   # a 4-deep step past the first token lands beyond these lengths
+        wave = _wave(vllm_pair, "ngram", True, max_tokens)
+        assert wave.complete, wave.incomplete_reasons
+        c = wave.counters
+        assert c.generation_tokens == 2 * max_tokens and c.rounds is not None and c.accepted is not None
+        # every decode step delivers one token plus its accepted drafts, the first token comes from the prefill
+        assert c.accepted_delivered == c.generation_tokens - 2 - c.rounds <= c.accepted, c
+        assert wave.summary()["counters"]["accepted_delivered"] == c.accepted_delivered
+        discarded += c.accepted - c.accepted_delivered
+    assert discarded > 0   # some accepted drafts ran past max_tokens: counted by vLLM, not delivered
 
 
 def test_the_counter_deltas_agree_with_the_client_on_the_real_pair(vllm_pair: VllmSite) -> None:

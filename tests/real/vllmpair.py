@@ -163,7 +163,7 @@ def make_site(directory: Path) -> VllmSite:
     """Copy the example site, point it at this machine's install, make it resident (nothing started yet)."""
     shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("state", "__pycache__"))
     port = free_port()
-    ports = {"plain": free_port(), "ngram": free_port()}
+    ports = {"plain": free_port(), "ngram": free_port(), "prio": free_port()}
     config = directory / "vllmsite.toml"
     text = config.read_text()
     text = text.replace('"../../.venv-vllm/bin/python"', json.dumps(str(venv() / "bin" / "python")))
@@ -171,6 +171,10 @@ def make_site(directory: Path) -> VllmSite:
     text = text.replace('mode = "restart"', 'mode = "resident"\nresident_arms = ["plain", "ngram"]')
     text = text.replace("port = 8100", f"port = {port}").replace("port = 8101", f"port = {ports['plain']}")
     text = text.replace("port = 8102", f"port = {ports['ngram']}")
+    # a third engine for the priority tests only: the plain one under --scheduling-policy priority (the pair's
+    # two keep vLLM's default fcfs and the example plans' config digests)
+    text += (f'\n[arms.prio]\nport = {ports["prio"]}\nargs = ["--scheduling-policy", "priority"]\n'
+             'env = { VLLM_CPU_OMP_THREADS_BIND = "1" }\n')
     config.write_text(text)
     site = directory / "site.toml"
     text = site.read_text().replace("127.0.0.1:8100", f"127.0.0.1:{port}")

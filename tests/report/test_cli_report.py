@@ -26,7 +26,9 @@ def test_verdict_report_writes_html_and_markdown(tmp_path: Path) -> None:
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Decision: NO_PROMOTION (rule pp3-v1)" in html
     assert html.count('src="data:image/svg+xml;base64,') == 1
-    assert (out / "report.md").read_text(encoding="utf-8").startswith("# tally verdict report: pp3-v1")
+    head = (out / "report.md").read_text(encoding="utf-8").splitlines()
+    assert head[0].startswith("# Keep production: no promotion (gain ")  # the decision in plain words first
+    assert head[2] == "_tally verdict report: pp3-v1_"
     assert [Path(p).name for p in summary["figures"]] == ["pp3-bootstrap.svg"]
 
 

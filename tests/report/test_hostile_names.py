@@ -185,7 +185,7 @@ def test_verdict_compute_prints_names_that_look_like_console_markup(tmp_path: Pa
         names[0], names[1] = "[bold]b", "[red on white]r"  # opening tags only: no "/" in a pp3 name
     source = tmp_path / "input.json"
     source.write_text(json.dumps(build(names)))
-    result = CliRunner().invoke(app, ["verdict", "compute", str(source)])
+    result = CliRunner().invoke(app, ["verdict", "compute", str(source)], env={"COLUMNS": "200"})  # names unwrapped
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     if build is _pp3:  # the table's pair labels: family/context

@@ -100,6 +100,9 @@ def test_report_renders_for_every_outcome(name: str, rendered: Callable[[str], R
             assert f"Cell {cell}: {cell_result['verdict'] or 'not computed'}" in markdown
         assert "checklist_literal decision:" in markdown
         assert "archive day-to-day" in markdown
+        # several metrics, one decision: which decide and which are reported only
+        assert ("| metrics | decide: pooled_rate_tps (primary); guards accepted_per_round, decode_tps; reported only: "
+                "ms_per_round, ttft_s |") in markdown
     else:
         assert "Small-family limit" in markdown
         for pair in result["per_pair"]:
@@ -107,8 +110,16 @@ def test_report_renders_for_every_outcome(name: str, rendered: Callable[[str], R
     if plots:
         expected = len(result["cells"]) if result["rule"] == "win2-v1" else 1
         assert len(page.images) == expected
-        assert len(paths.figures) == expected
-        for src, figure in zip(page.images, paths.figures, strict=True):
+        inline = [f for f in paths.figures if f.name.startswith("primary-")]  # drawn inside the page
+        assert len(inline) == (sum(1 for c in result["cells"].values()
+                                   if any(m["role"] == "primary" and m["point"] is not None
+                                          for m in c["metrics"].values()))
+                               if result["rule"] == "win2-v1" else 0)
+        imaged = [f for f in paths.figures if f not in inline]
+        assert len(imaged) == expected
+        for figure in inline:
+            assert f"]({figure.relative_to(paths.markdown.parent)})" in markdown
+        for src, figure in zip(page.images, imaged, strict=True):
             assert src.startswith("data:image/svg+xml;base64,")
             svg = base64.b64decode(src.split(",", 1)[1], validate=True)
             assert svg == figure.read_bytes()  # report.md links the same figure

@@ -35,6 +35,9 @@ def test_example_policy_is_seed_000s_production_policy_gate() -> None:
                                    "ms_per_round": "reported", "ttft_s": "reported"}
     assert policy.gates == ("qualification", "rng", "budget", "rehearsal") and len(policy.rng_tests) == 10
     assert policy.witness_threshold == 1 and len(policy.sha256) == 64
+    assert policy.looks is not None and policy.looks.to_json() == {"alpha": 0.05, "max_looks": 28,
+                                                                   "spending": "bonferroni"}
+    assert policy.looks.at(1) == pytest.approx(0.05 / 28) and policy.looks.at(29) == 0.0
 
 
 def test_example_policy_ships_with_a_placeholder_log_key_that_is_refused() -> None:
@@ -57,6 +60,11 @@ def test_example_policy_ships_with_a_placeholder_log_key_that_is_refused() -> No
     (None, ('"input.archive",', '"archive",'), "dotted path"),
     (None, ("same_cap = true", "same_cap = 1"), "true or false"),
     (None, ("require_day_to_day = false", "require_day_to_day = false\nsurprise = 1"), "surprise"),
+    (None, ("alpha = 0.05", "alpha = 0"), "looks.alpha"),
+    (None, ("alpha = 0.05", "alpha = 0.5"), "looks.alpha"),
+    (None, ("max_looks = 28", "max_looks = 0"), "looks.max_looks"),
+    (None, ('spending = "bonferroni"', 'spending = "peeking"'), "looks.spending"),
+    (None, ('spending = "bonferroni"', 'spending = "bonferroni"\nlooks_seen = 3'), "looks_seen"),
 ])
 def test_policy_refusals_name_the_member(trust: str | None, edit: tuple[str, str] | None, message: str) -> None:
     with pytest.raises(FormatError, match=re.escape(message)):

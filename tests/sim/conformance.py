@@ -271,9 +271,29 @@ def probe_streams(c: Conn) -> Iterator[tuple[str, Any]]:
     yield "chat.usage_chunk_keys", [keys(f) for f in frames if isinstance(f, dict) and not f.get("choices")]
 
 
+def _counter(text: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, flags=re.M))
+
+
+def probe_counters(c: Conn) -> Iterator[tuple[str, Any]]:
+    """Drafts accepted past max_tokens: vLLM counts every draft a step accepted, also those the request
+    then discards, so Δaccepted exceeds the delivered drafts (Δgeneration - first tokens - Δdecode steps)."""
+    names = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:generation_tokens_total",
+             "vllm:inter_token_latency_seconds_count")
+    before = c.client.get(c.urls["spec"] + "/metrics").text
+    lengths = (7, 8, 9, 16)   # a 4-deep step after the first token lands beyond some of these
+    for n in lengths:
+        c.completion("spec", prompt=REPEAT, max_tokens=n, temperature=0, ignore_eos=True)
+    after = c.client.get(c.urls["spec"] + "/metrics").text
+    accepted, generated, steps = (_counter(after, name) - _counter(before, name) for name in names)
+    delivered = generated - len(lengths) - steps
+    yield "spec.generated_is_delivered", generated == sum(lengths)
+    yield "spec.accepted_counted_past_max_tokens", accepted > delivered >= 0
+
+
 PROBES: dict[str, Callable[[Conn], Iterator[tuple[str, Any]]]] = {
     "endpoints": probe_endpoints, "metrics": probe_metrics, "errors": probe_errors, "finish": probe_finish,
-    "fields": probe_fields, "streams": probe_streams,
+    "fields": probe_fields, "streams": probe_streams, "counters": probe_counters,
 }
 
 
@@ -322,9 +342,12 @@ def documented_deviations(text: str | None = None) -> dict[str, str]:
 
 
 def sim_configs() -> tuple[SimConfig, SimConfig]:
-    """The simulator set up as the real pair is: SmolLM2's name, EOS, vocabulary and context; k = 0 and 4."""
+    """The simulator set up as the real pair is: SmolLM2's name, EOS, vocabulary and context; vLLM's default
+    scheduling (fcfs, no development-mode /server_info) and the CPU server's 2048-token prefill budget; k = 0
+    and 4."""
     base = SimConfig().with_(model=MODEL, eos_token_id=EOS, vocab_size=VOCAB, max_model_len=MAX_MODEL_LEN,
-                             time_scale=0.01)
+                             time_scale=0.01, scheduling_policy="fcfs", dev_mode=False,
+                             max_num_batched_tokens=2048)
     plain = base.with_arm(base.production_arm, k=0, acceptance=())
     spec = base.with_arm(base.production_arm, k=K, acceptance=(0.9, 0.8, 0.7, 0.6))
     return plain, spec

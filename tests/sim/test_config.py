@@ -35,6 +35,9 @@ def test_round_trip_through_json(tmp_path: Path) -> None:
     ("ignore_fields = ['temperature']\n", "ignore_fields[0]: expected one of"),
     ("[arms.A]\nstep_base_ms = 'fast'\n", "arms.A.step_base_ms: expected a number, got a string"),
     ("model = \n", "simulator config"),
+    ("scheduling_policy = 'lifo'\n", "scheduling_policy: expected one of"),
+    ("max_num_batched_tokens = -1\n", "max_num_batched_tokens: must be >= 0"),
+    ("dev_mode = 'yes'\n", "dev_mode: expected"),
 ])
 def test_bad_config_names_the_field(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "c.toml"

@@ -35,11 +35,22 @@ def test_token_accounting(max_tokens: int, k: int, seed: str) -> None:
     assert sum(len(s.tokens) for s in steps) == max_tokens
     assert steps[0].drafts == 0 and len(steps[0].tokens) == 1
     for s in steps[1:]:
-        assert 0 <= s.accepted <= s.drafts <= k
+        assert 0 <= s.accepted <= s.drafts == k   # full-depth drafts to the end, as vLLM schedules them
+    for s in steps[1:-1]:
         assert len(s.tokens) == 1 + s.accepted
     assert steps[-1].finish_reason == "length"
-    # drafts never run past the length: at most remaining - 1, so no step is truncated by it
-    assert len(steps) + sum(s.accepted for s in steps) == max_tokens
+    # the last step's accepted drafts past max_tokens are counted, as vLLM counts them, and not emitted
+    last = steps[-1]
+    assert 1 <= len(last.tokens) <= 1 + last.accepted
+    discarded = 1 + last.accepted - len(last.tokens) if last.index > 0 else 0
+    assert len(steps) + sum(s.accepted for s in steps) == max_tokens + discarded
+
+
+def test_accepted_past_max_tokens_is_counted_not_emitted() -> None:
+    # every draft accepted: a 5-deep step with 2 tokens left emits 2 and counts 5 accepted (vLLM does)
+    steps = run(ArmConfig("x", k=5, acceptance=(1.0,) * 5), 8, ignore_eos=True)
+    assert [len(s.tokens) for s in steps] == [1, 6, 1]
+    assert [s.accepted for s in steps] == [0, 5, 5]
 
 
 def test_step_time_grows_with_depth_and_clock_dial_back() -> None:

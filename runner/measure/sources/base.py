@@ -109,7 +109,7 @@ class CounterSource(ABC):
             if spec and not any(before.has(n) or after.has(n) for n in spec):
                 deltas = replace(deltas, notes=(*deltas.notes, "the server's /metrics has no speculative-decoding "
                                                 f"series ({spec[0]}, ...): client-side figures only"))
-        return self._with_resolution(deltas, before, after)
+        return self._with_resolution(_delivered(deltas, first_tokens), before, after)
 
     def gauges(self, snapshot: MetricsSnapshot) -> GaugeReading:
         values: dict[str, float | None] = {}
@@ -213,3 +213,23 @@ class CounterSource(ABC):
         if not resolution:
             return deltas
         return replace(deltas, resolution=resolution, notes=tuple(notes))
+
+
+def _delivered(deltas: CounterDeltas, first_tokens: int) -> CounterDeltas:
+    """``accepted_delivered``: the accepted drafts the wave's requests delivered.
+
+    vLLM counts every draft token a step accepted, also those past ``max_tokens`` (or an
+    EOS or stop token) that the request then discards: 17 accepted against 13 delivered
+    on a real pair. Every decode step delivers one token plus its accepted drafts, so the
+    delivered drafts are generation tokens - first tokens - rounds; ``accepted`` is
+    capped there (never raised: the raw counter stays beside it). ``None`` when a term is
+    missing.
+    """
+    generated, rounds, accepted = deltas.generation_tokens, deltas.rounds, deltas.accepted
+    if generated is None or rounds is None or accepted is None:
+        return deltas
+    capped = max(0, min(accepted, generated - first_tokens - rounds))
+    derived = {**deltas.derived, "accepted_delivered": (
+        f"min(accepted, generation_tokens - {first_tokens} first tokens - rounds): the accepted drafts delivered "
+        "(drafts accepted past max_tokens, EOS or a stop token are counted by the server and discarded)")}
+    return replace(deltas, accepted_delivered=capped, derived=derived)
