@@ -27,7 +27,7 @@ FACES: dict[str, list[str]] = {
     "runner.app": [
         "DEMO_SCENARIOS", "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
         "WaveProgress", "WitnessRun", "WitnessedCheckpoint", "add_key", "admit_window", "append_event",
-        "audit_from_tiles", "audit_ledger", "chain_preflight_report", "check_chain_prev_ok", "check_fork_proof",
+        "audit_from_tiles", "audit_ledger", "calibrate_sim", "chain_preflight_report", "check_chain_prev_ok", "check_fork_proof",
         "check_power_gate", "checkpoint_json", "compute_verdict", "consistency", "cosign_by_policy",
         "cosign_checkpoint", "default_sim_config", "demo_result_lines", "describe_power", "dry_run_window",
         "dump_report", "export_fork_proof", "export_ledger", "export_receipt", "get_blob", "import_archive",
@@ -109,8 +109,10 @@ FACES: dict[str, list[str]] = {
         "render_markdown", "window_report", "write_report",
     ],
     "runner.sim": [
-        "ACTIONS", "ArmConfig", "SimConfig", "SimHandle", "SimProcess", "config_from_dict", "default_config",
-        "load_config", "read_config_table", "serve", "spawn", "start",
+        "ACTIONS", "Acceptance", "ArmConfig", "Budgets", "Calibration", "Job", "Run", "SimConfig", "SimHandle",
+        "SimProcess", "SimResult", "StepCosts", "arm_model", "calibrate", "compare", "config_from_dict", "config_toml",
+        "default_config", "load_config", "observed_figures", "predict", "read_config_table", "read_run", "serve",
+        "simulate", "spawn", "speculation_breakeven", "start",
     ],
     "runner.smoke": [
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",

@@ -118,9 +118,14 @@ class Generation:
     steps: int = 0
     _rng: random.Random = field(init=False, repr=False)
     _tokens: random.Random = field(init=False, repr=False)
+    rate: float | None = field(init=False, default=None)   # this request's acceptance rate (acceptance_rate arms)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed_key)
+        if self.arm.acceptance_rate is not None:   # drawn per request (docs/sim.md "The batch step model")
+            mean, conc = self.arm.acceptance_rate, self.arm.acceptance_concentration
+            spread = conc > 0 and 0 < mean < 1
+            self.rate = self._rng.betavariate(mean * conc, (1 - mean) * conc) if spread else mean
         # At T=0 the tokens come from their own stream, so that drafts and acceptance (which
         # differ by arm) never change what is emitted: every arm emits the same tokens.
         self._tokens = random.Random(self.greedy_key) if self.params.greedy else self._rng
@@ -164,7 +169,8 @@ class Generation:
             drafts = depth if self.arm.speculative else 0
             accepted = 0
             for position in range(drafts):
-                if self._rng.random() < self.arm.acceptance[position]:
+                chance = self.arm.acceptance[position] if self.rate is None else self.rate
+                if self._rng.random() < chance:
                     accepted += 1
                 else:
                     break
