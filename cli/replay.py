@@ -55,16 +55,15 @@ def verdict_command(window: Annotated[str, typer.Argument(help="Window id.")], j
 def power_command(window: Annotated[str, typer.Argument(help="Window id.")], json_out: JsonOpt = False) -> None:
     """Recompute every power gate result of the window from the ledger; MATCH exit 0, MISMATCH exit 1."""
     results = replay_power(session, window)
-    match = all(not differences for _, differences in results)
+    match = all(not r.differences for r in results)
     if json_out:
         print_json({"window": window, "verdict": "MATCH" if match else "MISMATCH",
-                    "results": [{"seq": e.seq, "verdict": e.payload.get("verdict"), "differences": d}
-                                for e, d in results]})
+                    "results": [{"seq": r.seq, "verdict": r.verdict, "differences": r.differences} for r in results]})
     else:
-        for e, differences in results:
-            print(f"{'MATCH' if not differences else 'MISMATCH'}: window {window}, power gate seq {e.seq} "
-                  f"({e.payload.get('verdict')})")
-            for difference in differences:
+        for r in results:
+            print(f"{'MATCH' if not r.differences else 'MISMATCH'}: window {window}, power gate seq {r.seq} "
+                  f"({r.verdict})")
+            for difference in r.differences:
                 print(f"  {difference}")
     if not match:
         raise typer.Exit(EXIT_FAILED)

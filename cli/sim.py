@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runner.app import default_sim_config, plan_sim_config, serve_sim, write_families
+from runner.app import calibrate_sim, default_sim_config, plan_sim_config, serve_sim, write_families
 
 from .common import command, print_json
 
@@ -58,6 +58,36 @@ def sim_families(
         print(f"{item['sha256']}  {item['path']}  ({item['prompts']} prompts)")
 
 
+def sim_calibrate(
+    run: Annotated[list[str], typer.Option("--run", help="ARM=DIR: a tally measure --out directory measured "
+                                                         "on that arm (repeat: each arm, a few concurrency levels; the "
+                                                         "first arm given is also the twin's production).")],
+    out: Annotated[Path, typer.Option(help="Where to write the calibrated simulator config (TOML).")],
+    seed: Annotated[int, typer.Option(help="Seed of the twin's predictions (the residuals).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fit and its residuals as JSON.")] = False,
+) -> None:
+    """Fit the simulator's step model and acceptance to measured runs; write the twin's config (docs/sim.md)."""
+    report = calibrate_sim(run, out, seed=seed)
+    if as_json:
+        print_json(report)
+        return
+    print(f"tally sim: calibrated twin written to {report['config']}")
+    for name, arm in report["arms"].items():
+        print(f"arm {name}: k {arm['k']}, step {arm['fixed_ms']:.3f} ms + {arm['per_token_ms']:.4f} ms/token "
+              f"+ {arm['per_kv_token_us']:.4f} us/KV token (residual {arm['step_residual']:.1%}), prefill "
+              f"{arm['prefill_fixed_ms']:.3f} ms + {arm['per_prefill_token_ms']:.4f} ms/token "
+              f"(residual {arm['ttft_residual']:.1%}), max_num_seqs {arm['max_num_seqs']}")
+        for family, acc in arm["families"].items():
+            print(f"  family {family}: acceptance rate {acc['rate']:.3f}, concentration {acc['concentration']:.1f}")
+        for note in arm["notes"]:
+            print(f"  note: {note}")
+    for row in report["residuals"]:
+        parts = [f"{name} {err['p50']:+.1%}/{err['p95']:+.1%}" for name, err in row["error"].items()
+                 if err is not None and err["p50"] is not None and err["p95"] is not None]
+        print(f"residual {row['arm']} c={row['concurrency']} {row['family']}: " + ", ".join(parts)
+              + "  (p50/p95, twin vs measured)")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     sim = typer.Typer(help="The vLLM simulator: serve it, print its config, write demo prompt families.",
@@ -65,4 +95,5 @@ def register(app: typer.Typer) -> None:
     command(sim, "serve")(sim_serve)
     command(sim, "config")(sim_config)
     command(sim, "families")(sim_families)
+    command(sim, "calibrate")(sim_calibrate)
     app.add_typer(sim, name="sim")

@@ -188,11 +188,12 @@ def window_report(
 def power_command(
     window: WindowArg,
     effect: Annotated[float | None, typer.Option(help="The true effect (default: the plan's [power] effect, else the registered bar).")] = None,
-    spread_from: Annotated[str, typer.Option("--spread-from", help="archive (other windows' control starts) or pilot (--pilot FILE).")] = "archive",
+    spread_from: Annotated[str, typer.Option("--spread-from", help="archive (other windows' control starts), pilot (--pilot FILE) or twin (--twin TWIN.toml).")] = "archive",
     pilot: Annotated[Path | None, typer.Option(help="Pilot file (JSON, docs/power.md) with --spread-from pilot.")] = None,
     target: Annotated[float | None, typer.Option(help="The power the MDE is taken at (default: the plan's min_power, else 0.8).")] = None,
     windows: Annotated[int | None, typer.Option(help="Simulated windows (default: the plan's, else 10000).")] = None,
     seed: Annotated[int | None, typer.Option(help="Their seed (default: the plan's, else 1).")] = None,
+    twin: Annotated[Path | None, typer.Option(help="A calibrated twin (tally sim calibrate) with --spread-from twin.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """What the registered rule and design can detect: outcome probabilities, MDE, repeats or pairs needed.
@@ -200,8 +201,10 @@ def power_command(
     Appends nothing. Exit 1 when the spread cannot be estimated (too few comparable archive entries).
     """
     result = window_power(session, window, effect=effect, spread_from=spread_from, pilot=pilot, target=target,
-                          windows=windows, seed=seed)
+                          windows=windows, seed=seed, twin=twin)
     figures = result.evidence.get("figures")
+    if not json_out and "noise_source" in result.evidence:
+        print(result.evidence["noise_source"])
     if json_out:
         print_json({"window": window, "verdict": result.verdict, "summary": result.summary, **result.evidence})
     elif figures is None:

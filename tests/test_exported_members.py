@@ -27,7 +27,7 @@ FACES: dict[str, list[str]] = {
     "runner.app": [
         "DEMO_SCENARIOS", "Decision", "DemoOutcome", "ExportedReceipt", "Inclusion", "Measured", "OutDir", "RehearsalRun", "Session",
         "WaveProgress", "WitnessRun", "WitnessedCheckpoint", "add_key", "admit_window", "append_event",
-        "audit_from_tiles", "audit_ledger", "chain_preflight_report", "check_chain_prev_ok", "check_fork_proof",
+        "audit_from_tiles", "audit_ledger", "calibrate_sim", "chain_preflight_report", "check_chain_prev_ok", "check_fork_proof",
         "check_power_gate", "checkpoint_json", "compute_verdict", "consistency", "cosign_by_policy",
         "cosign_checkpoint", "default_sim_config", "demo_result_lines", "describe_power", "dry_run_window",
         "dump_report", "export_fork_proof", "export_ledger", "export_receipt", "get_blob", "import_archive",
@@ -65,8 +65,8 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.events": [
         "ARCHIVE_STREAM", "CATALOGUE", "WINDOW_RECEIPTS", "WINDOW_STREAM_PREFIX", "WindowLog", "append_window_event",
-        "bundle_companions", "from_wire", "parse_payload", "payloads", "receipt_context", "to_wire", "validate_payload",
-        "window_event",
+        "bundle_companions", "from_wire", "parse_payload", "payloads", "read_payload", "receipt_context", "to_wire",
+        "validate_payload", "window_event",
     ],
     "runner.execution": [
         "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name", "window_lock",
@@ -109,17 +109,22 @@ FACES: dict[str, list[str]] = {
         "render_markdown", "window_report", "write_report",
     ],
     "runner.sim": [
-        "ACTIONS", "ArmConfig", "SimConfig", "SimHandle", "SimProcess", "config_from_dict", "default_config",
-        "load_config", "read_config_table", "serve", "spawn", "start",
+        "ACTIONS", "Acceptance", "ArmConfig", "Budgets", "Calibration", "Job", "Run", "SimConfig", "SimHandle",
+        "SimProcess", "SimResult", "StepCosts", "arm_model", "calibrate", "compare", "config_from_dict", "config_toml",
+        "default_config", "load_config", "observed_figures", "predict", "read_config_table", "read_run", "serve",
+        "simulate", "spawn", "speculation_breakeven", "start",
     ],
     "runner.smoke": [
         "Emitted", "GreedyComparison", "ProbeVerdict", "SmokeSession", "compare_greedy",
     ],
     "runner.state": [
         "ARCHIVE_TYPES", "ENGINE_REPORTS", "IMPORT_ROW_FIELDS", "MAX_IMPORT_ROWS", "ArchiveKey", "ArchiveMapping",
-        "ArchiveRow", "State", "UnmappedCell", "WaveKeys", "WindowState", "admission_blockers", "archive_rows",
-        "comparability_key", "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay",
-        "touched", "typed_payload", "validate_import_row",
+        "ArchiveRow", "BudgetEntry", "ChainAbort", "Clock", "DecisionView", "EngineView", "FinishedAction", "Folding",
+        "GateView", "Hold", "Interruption", "JSONValue", "Marker", "MeasurementEnd", "OpenAction", "PlaceholderUp",
+        "Priming", "RestoreView", "StartView", "State", "ThermalEntry", "TypedPayload", "UnmappedCell", "Warmup",
+        "WatchView", "WaveKeys", "WindowState", "admission_blockers", "archive_rows", "comparability_key",
+        "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay", "touched", "typed_payload",
+        "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

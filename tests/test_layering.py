@@ -14,8 +14,12 @@ never one above. No module graph may have a cycle. Every package has a face (its
 exports may be imported (from the face, from the module that defines them, or from a
 submodule the face exports whole), and no ``_private`` name or module of another
 package at all; the CLI imports package faces only (``ledger``, ``runner.app``, and a
-face's types for annotations). The checks run on the repository and on planted sources
-that break each rule.
+face's types for annotations). Outside ``runner/events`` and ``runner/state`` nothing reads
+a stored event's payload as a dict (``event.payload[...]``): readers read typed events
+(``runner.events.payloads`` through the catalogue, or the folded state); the dict reads
+not yet converted (``.payload.get(...)``, a payload bound to a name or collected by a
+comprehension to be read later) are counted per module, and the count may only go down. The checks run on the repository and on planted sources that break each
+rule.
 """
 
 from __future__ import annotations
@@ -275,7 +279,60 @@ def test_no_update_or_delete_of_events_outside_migrations() -> None:
     assert offenders == []
 
 
+PAYLOAD_HOMES = ("runner/events/", "runner/state/")
+# The dict reads of payloads left, per module (to be converted to typed events; never more).
+PAYLOAD_GETS_LEFT: dict[str, int] = {
+    "runner/execution/recorder.py": 2,   # appended NewEvents' payloads, and the snapshots a restore is given
+    "runner/gates/power.py": 13,         # waves and archive rows handed to the power figures as dicts
+    "runner/promotion/check.py": 19,     # a presented receipt's and bundle's events: hostile input, checked member
+    "runner/promotion/looks.py": 2,      # by member (a typed read would turn a failed check into exit 2);
+    "runner/app/promotion.py": 2,        # promotion.registered is not a window event (no payload class)
+}
+
+
+def _is_payload(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "payload"
+
+
+def payload_reads(sources: Mapping[str, str]) -> tuple[list[str], dict[str, int]]:
+    """``<x>.payload[...]`` outside the payloads' homes (``path:line`` each), and per module the other dict reads:
+    ``<x>.payload.get(...)``, ``name = <x>.payload``, ``[<x>.payload for ...]``."""
+    subscripts: list[str] = []
+    gets: dict[str, int] = {}
+    for rel, text in sorted(sources.items()):
+        if rel.startswith(PAYLOAD_HOMES) or not rel.startswith(("runner/", "cli/")):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "payload":
+                subscripts.append(f"{rel}:{node.lineno}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and _is_payload(node.func.value)) \
+                    or (isinstance(node, ast.Assign | ast.AnnAssign) and _is_payload(node.value)) \
+                    or (isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp) and _is_payload(node.elt)):
+                gets[rel] = gets.get(rel, 0) + 1
+    return subscripts, gets
+
+
+def test_no_payload_is_read_as_a_dict_outside_events_and_state() -> None:
+    subscripts, gets = payload_reads(sources_of(REPO))
+    assert subscripts == []
+    grown = {rel: n for rel, n in gets.items() if n > PAYLOAD_GETS_LEFT.get(rel, 0)}
+    assert grown == {}, "read the typed payload (runner.events.payloads) instead"
+    assert gets == PAYLOAD_GETS_LEFT, "a module converted to typed reads: lower its count in PAYLOAD_GETS_LEFT"
+
+
 # ---------------------------------------------------------------------- planted breaches
+
+
+def test_a_planted_payload_read_is_found() -> None:
+    planted = {"runner/report/x.py": "def f(event):\n    return event.payload['seq']\n",
+               "cli/y.py": "def g(e):\n    p = e.payload\n    return e.payload.get('start'), [x.payload for x in e]\n",
+               "runner/state/z.py": "def h(e):\n    return e.payload['start'], e.payload.get('cell')\n",
+               "ledger/w.py": "def k(e):\n    return e.payload['origin']\n"}
+    subscripts, gets = payload_reads(planted)
+    assert subscripts == ["runner/report/x.py:2"]   # the fold's home and the ledger may read payloads
+    assert gets == {"cli/y.py": 3}
 
 
 BASE = {"runner/__init__.py": "", "runner/events/__init__.py": "", "runner/plan/__init__.py": "",

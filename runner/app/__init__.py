@@ -66,7 +66,7 @@ from .proofs import (
 from .receipts import ExportedReceipt, export_receipt, verify_receipt_files
 from .replay import replay_power, replay_state, replay_verdict
 from .session import Session
-from .sim import default_sim_config, plan_sim_config, serve_sim, write_families
+from .sim import calibrate_sim, default_sim_config, plan_sim_config, serve_sim, write_families
 from .tiles import audit_from_tiles, publish_tiles, receipt_in_served_tiles
 from .verdicts import compute_verdict, write_verdict_report
 from .windows import (
@@ -110,6 +110,7 @@ __all__ = [
     "append_event",
     "audit_from_tiles",
     "audit_ledger",
+    "calibrate_sim",
     "chain_preflight_report",
     "check_chain_prev_ok",
     "check_fork_proof",

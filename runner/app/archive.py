@@ -46,7 +46,7 @@ def import_archive(session: Session, source: Path, *, mapping: Path | None = Non
     from ledger.store import Blob
     from ledger.strictjson import read_json
 
-    from ..events import ARCHIVE_STREAM, window_event
+    from ..events import ARCHIVE_STREAM, read_payload, window_event
     from ..events import payloads as p
     from ..state import MAX_IMPORT_ROWS, validate_import_row
 
@@ -78,7 +78,7 @@ def import_archive(session: Session, source: Path, *, mapping: Path | None = Non
     if for_window is not None:
         _check_cells(book, for_window, rows, source, mapping)
     for event in book.events(stream=ARCHIVE_STREAM, types=["archive.imported"]):
-        if event.payload.get("plan_sha256") == sha:
+        if read_payload(event, p.ArchiveImported).plan_sha256 == sha:
             raise PolicyError(f"control archive {source} (sha256 {sha[:12]}) was imported already at seq {event.seq}")
     blob = Blob(data, "application/x-ndjson")
     name = f"import-{sha[:12]}"

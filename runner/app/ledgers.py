@@ -50,7 +50,7 @@ def init_ledger(session: Session, origin: str | None) -> dict[str, Any]:
     genesis = book.init(origin, root)
     return {
         "ledger": genesis.ledger,
-        "origin": genesis.payload["origin"],
+        "origin": origin,   # what the genesis event records (init refused anything else)
         "db": book.display_url,
         "root_key": {"id": root.id, "path": str(key_path), "created": created_key},
         "seq": genesis.seq,

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import FormatError
 
 if TYPE_CHECKING:
-    from ledger.event import Event
 
     from ..decide import ReplayResult
     from .session import Session
@@ -41,13 +41,26 @@ def replay_verdict(session: Session, window: str) -> ReplayResult:
     return replay_window(session.ledger(), window)
 
 
-def replay_power(session: Session, window: str) -> list[tuple[Event, list[str]]]:
+@dataclass(frozen=True)
+class PowerReplay:
+    """One power gate result recomputed: its seq, its recorded verdict, the members that differ (none: MATCH)."""
+
+    seq: int
+    verdict: str
+    differences: list[str]
+
+
+def replay_power(session: Session, window: str) -> list[PowerReplay]:
     """Every power gate result of the window recomputed from the ledger: (event, the members that differ)."""
+    from ..events import payloads, read_payload
     from ..gates import replay_power_gate
 
     book = session.ledger()
-    results = [(e, replay_power_gate(book, e)) for e in book.events(stream=f"window/{window}", types=["gate.result"])
-               if e.payload.get("gate") == "power"]
+    results = []
+    for e in book.events(stream=f"window/{window}", types=["gate.result"]):
+        gate = read_payload(e, payloads.GateResult)
+        if gate.gate == "power":
+            results.append(PowerReplay(e.seq, gate.verdict, replay_power_gate(book, e)))
     if not results:
         raise FormatError(f"window {window} has no power gate result")
     return results

@@ -21,7 +21,7 @@ from .outdir import OutDir
 if TYPE_CHECKING:
     from ..sim import SimConfig
 
-__all__ = ["default_sim_config", "plan_sim_config", "read_sim_config", "serve_sim", "write_families"]
+__all__ = ["calibrate_sim", "default_sim_config", "plan_sim_config", "read_sim_config", "serve_sim", "write_families"]
 
 
 def read_sim_config(path: Path) -> SimConfig:
@@ -44,6 +44,30 @@ def serve_sim(config: Path | None, *, host: str, port: int, seed: int | None, ti
         sim.serve(loaded, host=host, port=port, seed=seed, time_scale=time_scale)
     except OSError as exc:
         raise ExternalError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+
+
+def calibrate_sim(runs: list[str], out: Path, *, seed: int = 0) -> dict[str, Any]:
+    """Fit the step model and acceptance from ``tally measure --out`` runs (``ARM=DIR`` each), write the twin's
+    config to ``out`` (TOML) and return the fit and its residuals (``runner.sim.calibrate``).
+
+    Too little data (a run with fewer than three successful requests, an arm measured at one concurrency
+    level) or a malformed run is one ``FormatError`` line, and nothing is written."""
+    from .. import sim
+    from .outdir import write_out_file
+
+    parsed = []
+    for spec in runs:
+        arm, sep, directory = spec.partition("=")
+        if not sep or not arm or not directory:
+            raise FormatError(f"--run {spec!r}: give ARM=DIR (a tally measure --out directory)")
+        parsed.append(sim.read_run(arm, Path(directory)))
+    fit = sim.calibrate(parsed, seed=seed)
+    header = ["A twin calibrated by tally sim calibrate from:", *(f"  {r.arm} = {r.path} (concurrency "
+                                                                    f"{r.concurrency}, family {r.family})"
+                                                                    for r in parsed)]
+    header.append("The first arm given is also the twin's production; other settings keep their defaults.")
+    written = write_out_file(out, sim.config_toml(fit.table, header).encode("utf-8"))
+    return {"config": str(written), **fit.to_json()}
 
 
 def default_sim_config() -> str:

@@ -119,7 +119,10 @@ class Decision:
 def recorded_decision(book: Ledger, window: str) -> Decision | None:
     """The window's recorded decision, if it has one."""
     for event in book.events(stream=f"window/{window}", types=["decision.recorded"]):
-        return Decision(event.payload["input"], event.payload["result"])
+        from ..events import payloads, read_payload
+
+        recorded = read_payload(event, payloads.DecisionRecorded)
+        return Decision(recorded.input, recorded.result)
     return None
 
 
@@ -136,14 +139,19 @@ def write_window_report(session: Session, window: str, out: Path) -> dict[str, A
 
 def window_power(session: Session, window: str, *, effect: float | None = None, spread_from: str = "archive",
                  pilot: Path | None = None, target: float | None = None, windows: int | None = None,
-                 seed: int | None = None) -> PowerCheck:
-    """What the registered rule and design can detect (the power gate's figures); appends nothing."""
+                 seed: int | None = None, twin: Path | None = None) -> PowerCheck:
+    """What the registered rule and design can detect (the power gate's figures); appends nothing.
+
+    ``spread_from="twin"`` simulates the pilot on a calibrated twin (``twin``, ``runner.app.twin``); the
+    evidence then carries ``noise_source``, the line saying so."""
     from ..gates import check_power
 
-    if spread_from not in ("archive", "pilot"):
-        raise FormatError(f"--spread-from must be archive or pilot, got {spread_from[:40]!r}")
+    if spread_from not in ("archive", "pilot", "twin"):
+        raise FormatError(f"--spread-from must be archive, pilot or twin, got {spread_from[:40]!r}")
     if (spread_from == "pilot") != (pilot is not None):
         raise FormatError("--spread-from pilot needs --pilot FILE (and --pilot needs --spread-from pilot)")
+    if (spread_from == "twin") != (twin is not None):
+        raise FormatError("--spread-from twin needs --twin TWIN.toml (and --twin needs --spread-from twin)")
     if effect is not None and not 0 <= effect < 1:
         raise FormatError("--effect must be in [0, 1)")
     if target is not None and not 0 < target < 1:
@@ -155,8 +163,16 @@ def window_power(session: Session, window: str, *, effect: float | None = None, 
     book = session.ledger()
     reg = registered(book, window)
     document = None if pilot is None else read_json_file(pilot, "--pilot", name=f"pilot file {pilot}")
-    return check_power(book, reg.plan, effect=effect, target=target, windows=windows, seed=seed, pilot=document,
-                       until=book.size())
+    source = None
+    if twin is not None:
+        from .twin import twin_pilot
+
+        document, source = twin_pilot(twin, reg.plan)
+    result = check_power(book, reg.plan, effect=effect, target=target, windows=windows, seed=seed, pilot=document,
+                         until=book.size())
+    if source is not None:
+        result.evidence["noise_source"] = source
+    return result
 
 
 def describe_power(figures: dict[str, Any]) -> str:

@@ -32,17 +32,18 @@ __all__ = ["FullAudit", "recompute_hook", "run_audit"]
 def recompute_hook(all_events: Sequence[Event]) -> RecomputeHook:
     """The ``decision-recomputes`` hook: rebuild the input from events, recompute the rule."""
     from ..decide.inputs import decision_for, recorded_builder
+    from ..events import payloads, read_payload
 
     archive = [e for e in all_events if e.stream == ARCHIVE_STREAM and e.type in ARCHIVE_TYPES]
 
     def hook(plan: Plan, window_events: Sequence[Event], decision: Event) -> Mapping[str, Any] | None:
         rebuilt, outcome = decision_for(plan, window_events, archive, before=decision.seq,
                                         builder=recorded_builder(decision))
-        recorded = decision.payload
-        if recorded.get("inputs_digest") != rebuilt.digest:
-            raise ValueError(f"inputs_digest {recorded.get('inputs_digest')} is not the digest of the events "
+        recorded = read_payload(decision, payloads.DecisionRecorded)
+        if recorded.inputs_digest != rebuilt.digest:
+            raise ValueError(f"inputs_digest {recorded.inputs_digest} is not the digest of the events "
                              f"used ({rebuilt.digest})")
-        if recorded.get("input") != rebuilt.input:
+        if recorded.input != rebuilt.input:
             raise ValueError("the recorded input differs from the input rebuilt from the window's events")
         return outcome
 

@@ -65,7 +65,7 @@ from ..decide.smoke import smoke_tally
 from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX
 from ..plan.model import Plan, plan_sha256
 from ..plan.parse import parse_plan
-from ..state.fold import State, WindowState, admission_blockers, typed_payload
+from ..state.fold import Folding, WindowState, admission_blockers, typed_payload
 from ..state.touched import touched
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class _Auditor:
     def __init__(self, plans: Mapping[str, Plan] | None, recompute: RecomputeHook | None,
                  partial: bool = False) -> None:
         self.partial = partial
-        self.state = State()
+        self.state = Folding()
         self.tracks: dict[str, _Track] = {}
         self.plans = dict(plans or {})
         self.recompute = recompute
@@ -241,28 +241,28 @@ class _Auditor:
         return ws.admitted_seq is not None or ws.chain_aborted is not None
 
     def _owns_hold(self, ws: WindowState) -> bool:
-        return self.state.hold is not None and self.state.hold.get("owner") == ws.id
+        return self.state.hold is not None and self.state.hold.owner == ws.id
 
     def _prev_ok(self, event: Event, ws: WindowState, what: str) -> None:
         marker = self.state.marker
-        if marker is None or marker.get("window") == ws.id:
+        if marker is None or marker.window == ws.id:
             return
         gate = ws.gates.get("chain_prev_ok")
-        if gate is None or gate.get("verdict") != "PASS" or int(gate.get("seq") or 0) < int(marker.get("seq") or 0):
+        if gate is None or gate.verdict != "PASS" or int(gate.seq or 0) < int(marker.seq or 0):
             self.flag("prev-ok-under-marker", event,
-                      f"{what} under the marker set by {marker.get('window')} (seq {marker.get('seq')}) without a "
+                      f"{what} under the marker set by {marker.window} (seq {marker.seq}) without a "
                       f"PASS chain_prev_ok after it", ws.id)
 
     def finish(self) -> None:
         hold = self.state.hold
         if hold is not None:
-            owner = self.state.windows.get(str(hold.get("owner")))
-            reported = any(v.invariant == "hold-closed" and v.window == hold.get("owner") for v in self.violations)
+            owner = self.state.windows.get(str(hold.owner))
+            reported = any(v.invariant == "hold-closed" and v.window == hold.owner for v in self.violations)
             if (owner is None or not owner.live) and not reported:
                 self.violations.append(Violation(
-                    "hold-closed", int(hold.get("seq") or 0) or None,
-                    f"the HOLD opened by {hold.get('owner')} is still open and its window is not live",
-                    str(hold.get("owner"))))
+                    "hold-closed", int(hold.seq or 0) or None,
+                    f"the HOLD opened by {hold.owner} is still open and its window is not live",
+                    str(hold.owner)))
 
 
 # ---------------------------------------------------------------------- per-type checks
@@ -289,7 +289,7 @@ def _check_hold_opened(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState
         a.flag("gate-before-host-contact", e, f"HOLD opened before window {ws.id} was admitted", ws.id)
     hold = a.state.hold
     if hold is not None:
-        a.flag("single-hold", e, f"a second HOLD: {hold.get('owner')} holds since seq {hold.get('seq')}", ws.id)
+        a.flag("single-hold", e, f"a second HOLD: {hold.owner} holds since seq {hold.seq}", ws.id)
     if p.get("owner") != ws.id:
         a.flag("single-hold", e, f"window {ws.id} opens a HOLD for {p.get('owner')}", ws.id)
     a._prev_ok(e, ws, "HOLD opened")
@@ -297,8 +297,8 @@ def _check_hold_opened(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState
 
 def _check_hold_closed(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
     hold = a.state.hold
-    if hold is None or hold.get("owner") != ws.id or p.get("owner") != ws.id:
-        holder = "nobody" if hold is None else hold.get("owner")
+    if hold is None or hold.owner != ws.id or p.get("owner") != ws.id:
+        holder = "nobody" if hold is None else hold.owner
         a.flag("single-hold", e, f"window {ws.id} closes a HOLD held by {holder}", ws.id)
 
 
@@ -338,7 +338,7 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     if ws.measurement_ended is not None:
         a.flag("measure-inside-hold", e, f"wave {start}/{cell}/{wave} after measurement.ended", ws.id)
     began = _time(p["started_at"])
-    zero = ws.clock.get("first_action")
+    zero = ws.clock.first_action
     if zero is not None:
         # With stop_admitting_if_overrun the registered time stops only a window whose stage overran
         # (the runner then records the stop_admitting decision, checked below); the restore point always does.
@@ -355,7 +355,8 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     if t.stop_time is not None and began > t.stop_time:
         a.flag("stop-admitting-respected", e, f"wave {start}/{cell}/{wave} began after the stop_admitting decision",
                ws.id)
-    if plan.priming is not None and (ws.starts.get(start) or {}).get("priming") is None:
+    started = ws.starts.get(start)
+    if plan.priming is not None and (started is None or started.priming is None):
         a.flag("priming-before-waves", e, f"wave {start}/{cell}/{wave} before start {start}'s registered priming",
                ws.id)
     spec = plan.wave_index.get((start, cell, wave))
@@ -405,10 +406,11 @@ def _check_marker_set(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState,
 
 
 def _check_marker_cleared(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
-    restore, watch = ws.restore or {}, ws.watch or {}
+    restore, watch = ws.restore, ws.watch
     if a.state.marker is None:
         a.flag("marker-cleared-after-watch-pass", e, "clears a marker that is not set", ws.id)
-    if restore.get("status") != "ok" or watch.get("verdict") != "PASS" or watch.get("seq", 0) < restore.get("seq", 0):
+    if restore is None or watch is None or restore.status != "ok" or watch.verdict != "PASS" \
+            or watch.seq < restore.seq:
         a.flag("marker-cleared-after-watch-pass", e,
                f"marker cleared without a restore ok followed by watch PASS in window {ws.id}", ws.id)
 
@@ -426,19 +428,19 @@ def _check_closed(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: 
                                              f"only a chained window may leave production down", ws.id)
         if ws.marker_set_seq is None:
             a.flag("marker-set-by-chained-close", e, "closes chained without setting the marker", ws.id)
-    elif ending == "restored" and (ws.restore or {}).get("status") != "ok":
+    elif ending == "restored" and (ws.restore is None or ws.restore.status != "ok"):
         a.flag("one-ending", e, f"window {ws.id} closes restored without a successful restore.finished", ws.id)
-    if ending == "aborted" and (ws.restore or {}).get("status") != "ok" and touched(a.state, ws):
+    if ending == "aborted" and (ws.restore is None or ws.restore.status != "ok") and touched(a.state, ws):
         a.flag("untouched-close-proven", e, f"window {ws.id} closes aborted without a successful restore, but its "
                                             f"events show it touched the hosts ({_touch_of(a.state, ws)}): "
                                             f"production may have been left as the window left it", ws.id)
 
 
-def _touch_of(state: State, ws: WindowState) -> str:
+def _touch_of(state: Folding, ws: WindowState) -> str:
     """What in the events shows that ``ws`` touched the hosts (for the violation's message)."""
     from ..drivers import OBSERVING_ACTIONS
 
-    if ws.clock.get("hold_opened") is not None:
+    if ws.clock.hold_opened is not None:
         return "a HOLD was opened"
     if ws.chain_aborted is not None:
         return "a chain abort"
@@ -447,7 +449,7 @@ def _touch_of(state: State, ws: WindowState) -> str:
     begun = sorted(action for action, count in ws.begun.items() if count > 0 and action not in OBSERVING_ACTIONS)
     if begun:
         return "recorded starts of " + ", ".join(begun)
-    return f"the chain marker is {(state.marker or {}).get('window')}'s"
+    return f"the chain marker is {state.marker.window if state.marker else None}'s"
 
 
 def _check_decision(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
@@ -493,7 +495,7 @@ def _check_smoke(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _
     if missing:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} depends on smoke "
                f"probes that did not run: {', '.join(missing)}", ws.id)
-    failed = [f"{r.payload.get('probe')} on {r.payload.get('start')}" for r in tally.failed]
+    failed = [f"{r.probe} on {r.start}" for r in tally.failed]
     if failed:
         a.flag("smoke-before-decision", e, f"decision {p['result']['decision']} of window {ws.id} despite failed "
                f"smoke probes: {', '.join(failed)}", ws.id)

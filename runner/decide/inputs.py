@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
+from ..events import payloads as p
+from ..events import read_payload
 from ..state.archive import ARCHIVE_TYPES
 from .compare import Difference, diff
 from .digest import inputs_digest
@@ -72,10 +74,10 @@ ACCEPTED_BASIS = ("delivered: each wave's accepted is counters.accepted_delivere
 
 def recorded_builder(decision: Event) -> int:
     """The input builder a recorded decision names (1 when it predates the member)."""
-    builder = decision.payload.get("input_builder", 1)
+    builder = read_payload(decision, p.DecisionRecorded).input_builder
     if builder is None:
         return 1
-    if isinstance(builder, bool) or builder not in INPUT_BUILDERS:
+    if builder not in INPUT_BUILDERS:
         raise PolicyError(f"decision at seq {decision.seq} was built by input builder {builder!r}; "
                          f"this tally knows builders {', '.join(map(str, INPUT_BUILDERS))}")
     return int(builder)
@@ -98,8 +100,8 @@ def _keyed_archive_entries(plan: Plan, events: Sequence[Event], archive: Iterabl
 
     held = [e for e in archive if before is None or e.seq < before]
     rows = archive_rows(held)
-    snapshot = next((e.payload for e in events if e.type == "production.snapshot"), None)
-    commit = production_commit((snapshot or {}).get("identity"))
+    snapshot = next((read_payload(e, p.ProductionSnapshot) for e in events if e.type == "production.snapshot"), None)
+    commit = production_commit(snapshot.identity if snapshot is not None else None)
     control = plan.arm(CONTROL_ROLE[plan.mode]).config_digest
     entries: list[dict[str, Any]] = []
     seqs: set[int] = set()
@@ -122,37 +124,43 @@ def _archive_entries(
             continue
         if event.type != "archive.control_start":
             continue
-        p = event.payload
-        if p.get("window") == plan.window_id:
+        row = read_payload(event, p.ArchiveControlStart)
+        if row.window == plan.window_id:
             continue
-        if p.get("max_tokens") != plan.sampling.max_tokens or p.get("clock_cap_mhz") != plan.production_clock_cap_mhz:
+        if row.max_tokens != plan.sampling.max_tokens or row.clock_cap_mhz != plan.production_clock_cap_mhz:
             continue
-        if p.get("cell") not in {c.name for c in plan.cells if c.decision}:
+        if row.cell not in {c.name for c in plan.cells if c.decision}:
             continue
-        rate = (p.get("figures") or {}).get("pooled_rate_tps")
+        rate = (row.figures or {}).get("pooled_rate_tps")
         if not isinstance(rate, int | float) or isinstance(rate, bool):
             continue
-        entries.append({"cell": p["cell"], "pooled_rate_tps": float(rate), "window": p.get("window"),
-                        "start": p.get("start"), "clock_cap_mhz": p.get("clock_cap_mhz")})
+        entries.append({"cell": row.cell, "pooled_rate_tps": float(rate), "window": row.window,
+                        "start": row.start, "clock_cap_mhz": row.clock_cap_mhz})
         used.append(event)
     return entries, used
 
 
-def _not_counted(payload: dict[str, Any]) -> str:
+def _not_counted(wave: p.WaveMeasured) -> str:
     """Why a wave does not count for win2 ('' when it does)."""
-    reasons = [] if payload.get("complete", True) else list(payload.get("incomplete_reasons") or ["incomplete"])
-    censored = (payload.get("client") or {}).get("censored", 0)
+    reasons = [] if wave.complete else list(wave.incomplete_reasons or ["incomplete"])
+    censored = wave.client.censored
     if censored:
         reasons.append(f"{censored} request(s) censored by a deadline")
     return "; ".join(reasons)
 
 
-def _served_by_its_engine(payload: dict[str, Any]) -> bool:
+def _served_by_its_engine(wave: p.WaveMeasured) -> bool:
     """The wave's engine attestation (absent in ledgers older than it) says its start's engine served it."""
-    engine = payload.get("engine")
+    engine = wave.engine
     if not isinstance(engine, dict):
         return True
     return all(isinstance(seen, dict) and seen.get("ok") for seen in engine.values())
+
+
+def _dial_backs_in_hold(events: Sequence[Event]) -> list[Event]:
+    """The thermal dial-backs recorded inside the HOLD."""
+    return [e for e in _in_hold(events)
+            if e.type == "thermal.event" and read_payload(e, p.ThermalEvent).kind in _DIAL_BACKS]
 
 
 def _in_hold(events: Sequence[Event]) -> list[Event]:
@@ -171,11 +179,12 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
     """Failure kinds observed in the window's events (REJECT reasons of pp3-v1)."""
     failures: list[str] = []
     for event in events:
-        p = event.payload
-        if event.type == "restore.finished" and p.get("status") == "failed":
+        if event.type == "restore.finished" and read_payload(event, p.RestoreFinished).status == "failed":
             failures.append("recovery: restore failed")
-        elif event.type == "start.ended" and not p.get("ok", True) and not p.get("truncated"):
-            failures.append(f"lifecycle: start {p.get('start')} {p.get('reason') or 'failed'}")
+        elif event.type == "start.ended":
+            ended = read_payload(event, p.StartEnded)
+            if not ended.ok and not ended.truncated:
+                failures.append(f"lifecycle: start {ended.start} {ended.reason or 'failed'}")
     return failures
 
 
@@ -187,7 +196,7 @@ def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list
     if plan.smoke is None:
         return [], []
     tally = smoke_tally(plan, events)
-    failures = [f"{r.payload.get('kind')}: {r.payload.get('summary')}" for r in tally.failed]
+    failures = [f"{r.recorded.kind}: {r.recorded.summary}" for r in tally.failed]
     missing = [f"smoke probe {probe} did not run on {start}" for start, probe in tally.missing]
     return failures, missing
 
@@ -223,34 +232,35 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     waves: list[dict[str, Any]] = []
     incomplete: list[str] = []
     for event in events:
-        p = event.payload
         if event.type == "start.began":
-            starts[p["start"]] = {"role": p["role"], "clock_cap_mhz": p.get("clock_cap_mhz")}
+            began = read_payload(event, p.StartBegan)
+            starts[began.start] = {"role": began.role, "clock_cap_mhz": began.clock_cap_mhz}
             used.append(event)
         elif event.type == "wave.measured":
             used.append(event)
-            why = _not_counted(p)
+            w = read_payload(event, p.WaveMeasured)
+            why = _not_counted(w)
             if why:
                 # A wave the client marked incomplete (failed, timed-out or cancelled requests,
                 # unreadable counters), or one with requests cut short by a deadline (no longer
                 # the registered forced length), is not a measurement: its repeat lacks data.
-                incomplete.append(f"{p['start']}/{p['cell']}/wave {p['wave']}: {why}")
+                incomplete.append(f"{w.start}/{w.cell}/wave {w.wave}: {why}")
                 continue
-            counters, client = p["counters"], p["client"]
+            counters, client = w.counters, w.client
             row = {
-                "start": p["start"], "cell": p["cell"], "repeat": p["repeat"], "family": p["family"],
-                "wave": p["wave"], "seed": p["seed"],
-                "rounds": counters.get("rounds"), "accepted": counters.get("accepted"),
-                "decode_s": counters.get("decode_s"), "ttft_s": list(client.get("ttft_s") or []),
-                "client_tokens_after_first": client.get("tokens_after_first"),
-                "client_decode_s": client.get("decode_s"),
+                "start": w.start, "cell": w.cell, "repeat": w.repeat, "family": w.family,
+                "wave": w.wave, "seed": w.seed,
+                "rounds": counters.rounds, "accepted": counters.accepted,
+                "decode_s": counters.decode_s, "ttft_s": list(client.ttft_s or []),
+                "client_tokens_after_first": client.tokens_after_first,
+                "client_decode_s": client.decode_s,
             }
             if builder >= 4:
                 row["accepted_counted"] = row["accepted"]
-                if counters.get("accepted_delivered") is not None:
-                    row["accepted"] = counters["accepted_delivered"]
+                if counters.accepted_delivered is not None:
+                    row["accepted"] = counters.accepted_delivered
             waves.append(row)
-    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") in _DIAL_BACKS]
+    thermal = _dial_backs_in_hold(events)
     used.extend(thermal)
     for start in plan.starts:  # a start that never began still appears, with no clock cap
         starts.setdefault(start.id, {"role": start.role, "clock_cap_mhz": None})
@@ -294,22 +304,22 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     for event in events:
         if event.type != "wave.measured":
             continue
-        p = event.payload
+        w = read_payload(event, p.WaveMeasured)
         used.append(event)
-        if not _served_by_its_engine(p):
+        if not _served_by_its_engine(w):
             continue  # not an observation of its block's arm: its requests count as not recorded
-        for record in p["requests"]:
-            key: tuple[str, ...] = (p["start"], p["family"], context_of.get(p["cell"], p["cell"]))
+        for record in w.requests:
+            key: tuple[str, ...] = (w.start, w.family, context_of.get(w.cell, w.cell))
             if builder >= 2:
-                key += (str(record.get("prompt_id")),)
+                key += (str(record.prompt_id),)
             seen[key] = {
-                "block": p["start"], "arm": role_of.get(p["start"], "?"), "family": p["family"],
-                "context": key[2], "status": record["status"], "delivered_tokens": record["delivered_tokens"],
-                "decode_s": record["decode_s"], "ttft_s": record["ttft_s"], "round_ms_p95": record["round_ms_p95"],
-                "prompt_id": record.get("prompt_id"),
+                "block": w.start, "arm": role_of.get(w.start, "?"), "family": w.family,
+                "context": key[2], "status": record.status, "delivered_tokens": record.delivered_tokens,
+                "decode_s": record.decode_s, "ttft_s": record.ttft_s, "round_ms_p95": record.round_ms_p95,
+                "prompt_id": record.prompt_id,
             }
             if tpot_guard:  # the plan's guard compares TPOT (chunks are not engine steps on its server)
-                seen[key]["tpot_ms"] = record.get("tpot_ms")
+                seen[key]["tpot_ms"] = record.tpot_ms
     stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted") for e in events)
     requests = []
     for wave in plan.waves:
@@ -362,10 +372,12 @@ def _pp3_clocks(plan: Plan, events: Sequence[Event]) -> tuple[dict[str, Any], li
     blocks: dict[str, int | None] = {start.id: None for start in plan.starts}
     used: list[Event] = []
     for event in events:
-        if event.type == "start.began" and event.payload.get("start") in blocks:
-            blocks[event.payload["start"]] = event.payload.get("clock_cap_mhz")
-            used.append(event)
-    thermal = [e for e in _in_hold(events) if e.type == "thermal.event" and e.payload.get("kind") in _DIAL_BACKS]
+        if event.type == "start.began":
+            began = read_payload(event, p.StartBegan)
+            if began.start in blocks:
+                blocks[began.start] = began.clock_cap_mhz
+                used.append(event)
+    thermal = _dial_backs_in_hold(events)
     return ({"production_clock_cap_mhz": plan.production_clock_cap_mhz, "blocks": blocks,
              "thermal_dialbacks_in_hold": len(thermal)}, used + thermal)
 
@@ -375,10 +387,12 @@ def _pp3_priming(events: Sequence[Event]) -> tuple[list[str], list[Event]]:
     reasons: list[str] = []
     used: list[Event] = []
     for event in events:
-        if event.type == "priming.done" and not event.payload.get("ok", True):
+        if event.type != "priming.done":
+            continue
+        primed = read_payload(event, p.PrimingDone)
+        if not primed.ok:
             used.append(event)
-            failures = event.payload.get("failures") or ["priming failed"]
-            reasons += [f"priming in block {event.payload.get('start')}: {why}" for why in failures]
+            reasons += [f"priming in block {primed.start}: {why}" for why in primed.failures or ["priming failed"]]
     return reasons, used
 
 
@@ -386,18 +400,19 @@ def abort_reasons(events: Sequence[Event]) -> list[str]:
     """Why a window that closed ``aborted`` was aborted (its decision is REJECT)."""
     reasons = []
     for event in events:
-        p = event.payload
         if event.type == "chain.aborted":
-            reasons.append(f"chain aborted: {p.get('reason')}")
-        elif event.type == "window.interrupted" and p.get("reason") == "abort":
+            reasons.append(f"chain aborted: {read_payload(event, p.ChainAborted).reason}")
+        elif event.type == "window.interrupted" and read_payload(event, p.WindowInterrupted).reason == "abort":
             reasons.append("aborted by the operator")
-        elif event.type == "gate.result" and p.get("gate") == "standard_spec" and p.get("verdict") == "FAIL":
-            reasons.append(f"standard_spec FAIL for start {p.get('start')}: {p.get('summary') or 'not standard'}")
-        elif event.type == "gate.result" and p.get("gate") == "start_config" and p.get("verdict") == "FAIL":
-            reasons.append(f"start_config FAIL for start {p.get('start')}: "
-                           f"{p.get('summary') or 'not the declared arm'}")
+        elif event.type == "gate.result":
+            gate = read_payload(event, p.GateResult)
+            if gate.gate == "standard_spec" and gate.verdict == "FAIL":
+                reasons.append(f"standard_spec FAIL for start {gate.start}: {gate.summary or 'not standard'}")
+            elif gate.gate == "start_config" and gate.verdict == "FAIL":
+                reasons.append(f"start_config FAIL for start {gate.start}: {gate.summary or 'not the declared arm'}")
         elif event.type == "measurement.ended" and not any(e.type == "hold.opened" for e in events):
-            reasons.append(f"the window ended before it held the hosts ({p.get('reason')})")
+            why = read_payload(event, p.MeasurementEnded).reason
+            reasons.append(f"the window ended before it held the hosts ({why})")
     return reasons or ["window aborted"]
 
 
@@ -411,7 +426,7 @@ def decision_for(plan: Plan, events: Sequence[Event], archive: Iterable[Event] =
     """
     window_events = [e for e in events if before is None or e.seq < before]
     built = build_input(plan, window_events, archive, before, builder)
-    ending = next((e.payload.get("ending") for e in window_events if e.type == "window.closed"), None)
+    ending = next((read_payload(e, p.WindowClosed).ending for e in window_events if e.type == "window.closed"), None)
     if ending == "aborted":
         result = {"rule": plan.protocol, "decision": "REJECT", "reasons": abort_reasons(window_events),
                   "params": built.input["params"]}
@@ -454,7 +469,9 @@ def replay(plan: Plan, events: Sequence[Event], archive: Iterable[Event], decisi
         "input": rebuilt.input,
         "result": outcome,
     }
-    recorded = {k: decision.payload.get(k) for k in ("rule", "params", "inputs_digest", "input", "result")}
+    made = read_payload(decision, p.DecisionRecorded)
+    recorded = {"rule": made.rule, "params": made.params, "inputs_digest": made.inputs_digest, "input": made.input,
+                "result": made.result}
     differences = tuple(diff(recorded, recomputed))
     return ReplayResult(plan.window_id, decision.seq, recorded, recomputed, differences)
 

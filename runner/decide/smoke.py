@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..events import payloads as pl
+from ..events import read_payload
 
 if TYPE_CHECKING:
     from ledger.event import Event
@@ -27,16 +30,16 @@ class SmokeResult:
     """One recorded ``smoke.result`` and whether the plan counts it as a failure."""
 
     event: Event
-    payload: dict[str, Any]
+    recorded: pl.SmokeResult
     failed: bool
 
     @property
     def start(self) -> str:
-        return str(self.payload.get("start"))
+        return self.recorded.start
 
     @property
     def probe(self) -> str:
-        return str(self.payload.get("probe"))
+        return self.recorded.probe
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,11 @@ def smoke_tally(plan: Plan, events: Iterable[Event]) -> SmokeTally:
     for event in events:
         if event.type != "smoke.result":
             continue
-        p = event.payload
-        outcome = p.get("outcome")
-        results.append(SmokeResult(event, p, outcome == "fail" or (outcome == "near_tie" and rejects)))
+        recorded = read_payload(event, pl.SmokeResult)
+        outcome = recorded.outcome
+        results.append(SmokeResult(event, recorded, outcome == "fail" or (outcome == "near_tie" and rejects)))
     if smoke is None:
         return SmokeTally(tuple(results), (), False)
-    ran = {(r.start, r.probe) for r in results if r.payload.get("outcome") != "interrupted"}
+    ran = {(r.start, r.probe) for r in results if r.recorded.outcome != "interrupted"}
     missing = tuple((start, probe) for start in smoke.starts for probe in smoke.probes if (start, probe) not in ran)
     return SmokeTally(tuple(results), missing, smoke.declared or bool(results))

@@ -98,8 +98,8 @@ def register_budget(world: Any, emit: Callable[[str], None]) -> Path:
     return path
 
 
-def _worst_point(payload: Mapping[str, Any]) -> float:
-    cells = (payload.get("result") or {}).get("cells") or {}
+def _worst_point(result: Mapping[str, Any]) -> float:
+    cells = result.get("cells") or {}
     points = [((body.get("metrics") or {}).get("pooled_rate_tps") or {}).get("point") for body in cells.values()]
     return min((p for p in points if isinstance(p, int | float)), default=float("-inf"))
 
@@ -110,16 +110,18 @@ def check_looks(world: Any, policy_file: Path, summary: dict[str, Any], emit: Ca
     from ledger.receipt import build_receipt
     from ledger.signing import sign_checkpoint
 
-    from ..events import WINDOW_RECEIPTS, receipt_context
+    from ..events import WINDOW_RECEIPTS, read_payload, receipt_context
+    from ..events import payloads as pl
     from ..promotion import ReceiptFiles, check_promotion, read_policy
 
     book, root = world.book, world.root
     out = world.directory / "looks"
     policy = read_policy(policy_file.read_bytes(), str(policy_file))
-    decisions = {e.payload["window"]: e for e in book.events(types=["decision.recorded"])}
+    recorded = [(e, read_payload(e, pl.DecisionRecorded)) for e in book.events(types=["decision.recorded"])]
+    decisions = {d.window: e for e, d in recorded}
+    results_of = {d.window: d.result for _, d in recorded}
     chain = [w for w in decisions if w.startswith("looks-aa-")]
-    best = max(chain, key=lambda w: (decisions[w].payload["result"]["decision"] == "WIN",
-                                     _worst_point(decisions[w].payload)))
+    best = max(chain, key=lambda w: (results_of[w]["decision"] == "WIN", _worst_point(results_of[w])))
     chosen = {"no effect": best, "effect": "looks-effect"}
     signed = sign_checkpoint(book, root)
     bundle = out / "bundle"
@@ -143,14 +145,14 @@ def check_looks(world: Any, policy_file: Path, summary: dict[str, Any], emit: Ca
         looks = result.looks or {}
         failing = [c.name for c in result.checks if not c.ok]
         budget = next((c for c in result.checks if c.name == "looks.budget"), None)
-        emit(f"  {label}: window {window} (decision {event.payload['result']['decision']}, seq {event.seq}): "
+        emit(f"  {label}: window {window} (decision {results_of[window]['decision']}, seq {event.seq}): "
              f"{result.verdict}")
         if budget is not None:
             emit(f"    {'ok  ' if budget.ok else 'FAIL'} looks.budget: {budget.detail}")
         emit(f"    failing: {', '.join(failing) or 'none'}  (`tally promote check {target} --policy {policy_file} "
              f"--ledger {bundle}`)")
         results.append({"label": label, "window": window, "seq": event.seq, "verdict": result.verdict,
-                        "decision": event.payload["result"]["decision"], "failing": failing,
+                        "decision": results_of[window]["decision"], "failing": failing,
                         "looks": looks.get("count"), "index": looks.get("index"), "seqs": looks.get("seqs")})
     summary["promotion"] = results
     no_effect, effect = results

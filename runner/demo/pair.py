@@ -155,6 +155,11 @@ def prepare_plan_demo(plan_path: Path, sim_path: Path | None, *, time_scale: flo
     for arm, how in zip(plan.arms, derived, strict=True):
         origin = (f"{sim_path}'s [arms.{arm.name}] over " if arm.name in named else "") + how
         notes.append(f"arm {arm.role} ({arm.name}): {origin}")
+    if override.get("step_model") == "batch":
+        twin = [a.name for a in plan.arms if a.name in named]
+        notes.append(f"the pair is a twin: {sim_path} times steps by the engine's batch (step_model batch: "
+                     f"calibrated costs, budgets and acceptance{' for ' + ', '.join(twin) if twin else ''}; "
+                     "docs/sim.md)")
     if _same_engines(plan, config):
         notes.append("the arms are simulated as the same engine: expect no difference between them (give the "
                      "arms sim tables, or --sim, to rehearse one)")

@@ -164,7 +164,7 @@ def pass_chain_gate(book: Ledger, signer: Signer, window: str, say: Callable[[st
     from ..state.replay import replay
 
     state = replay(book)
-    if state.marker is not None and state.marker.get("window") != window:
+    if state.marker is not None and state.marker.window != window:
         record = run_prev_ok(book, signer, window)
         say(f"  gate chain_prev_ok: {record.result.verdict} ({record.result.summary})")
 
@@ -392,10 +392,10 @@ def run_demo(directory: Path, scenario: str = "window", *, quiet: bool = False,
                 summary["ok"] = False
                 continue
             ws = replay(book).windows[reg.window]
-            restore = ws.restore or {}
+            restore = ws.restore
             emit(f"\nstage restore: window {reg.window} ended {ws.ending}"
-                 + (f"; restore {restore.get('status')} (attempt {restore.get('attempts')}), watch "
-                    f"{(ws.watch or {}).get('verdict')}" if restore else "")
+                 + (f"; restore {restore.status} (attempt {restore.attempts}), watch "
+                    f"{ws.watch.verdict if ws.watch else None}" if restore else "")
                  + ("; production left down under the chain marker" if ws.ending == "chained" else ""))
             emit(f"stage decide: {ws.protocol}: {result.decision}")
             replayed = replay_window(book, reg.window)
@@ -522,9 +522,11 @@ def _dry_run(book: Ledger, window: str, driver: Any, time_scale: float,
 
 def _executed(book: Ledger, window: str) -> list[tuple[str, str]]:
     """The window's host actions as recorded (``host.action`` started), in order."""
-    return [(e.payload["action"], e.payload["host"]) for e in book.events(stream=f"window/{window}",
-                                                                        types=["host.action"])
-            if e.payload["phase"] == "started"]
+    from ..events import payloads, read_payload
+
+    actions = [read_payload(e, payloads.HostAction)
+               for e in book.events(stream=f"window/{window}", types=["host.action"])]
+    return [(a.action, a.host) for a in actions if a.phase == "started"]
 
 
 def result_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -12,7 +12,8 @@
 - ``schema``: the compiler from payload classes to validators, and the typed round trip
   (``to_wire`` / ``from_wire``);
 - ``catalogue``: type -> payload class, stream names, ``window_event`` and ``WindowLog``
-  (validated appends);
+  (validated appends), ``read_payload`` (a stored event's typed payload: how readers
+  outside ``runner.events`` and ``runner.state`` read events, never ``event.payload[...]``);
 - ``receipts``: which events have receipts (``WINDOW_RECEIPTS``) and a decision's window
   context.
 """
@@ -28,6 +29,7 @@ from .catalogue import (
     append_window_event,
     bundle_companions,
     parse_payload,
+    read_payload,
     validate_payload,
     window_event,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "from_wire",
     "parse_payload",
     "payloads",
+    "read_payload",
     "receipt_context",
     "to_wire",
     "validate_payload",

@@ -15,7 +15,7 @@ it) or as a plain JSON object (tests, tools).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ledger.errors import FieldError, FormatError, PayloadError
 
@@ -37,6 +37,7 @@ __all__ = [
     "bundle_companions",
     "is_window_stream",
     "parse_payload",
+    "read_payload",
     "stream_for",
     "validate_payload",
     "window_event",
@@ -98,6 +99,23 @@ def parse_payload(type_: str, payload: Mapping[str, Any]) -> p.WindowPayload:
     """The typed payload (``runner.events.payloads``) of a valid window event."""
     validate_payload(type_, payload)
     return from_wire(CATALOGUE[type_], payload)
+
+
+W = TypeVar("W", bound=p.WindowPayload)
+
+
+def read_payload(event: Event, cls: type[W]) -> W:
+    """The typed payload of a stored window event, as ``cls`` (how readers outside the fold read events).
+
+    ``FormatError`` (exit 2), naming the event's seq, when its type's payload class is not
+    ``cls`` or its payload does not validate: a reader never guesses at a member.
+    """
+    if CATALOGUE.get(event.type) is not cls:
+        raise FormatError(f"seq {event.seq}: a {event.type} event does not carry a {cls.__name__} payload")
+    try:
+        return cast(W, parse_payload(event.type, event.payload))
+    except FormatError as error:
+        raise FormatError(f"seq {event.seq} ({event.type}): {error}") from None
 
 
 def _wire(payload: PayloadLike) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from ledger.store import Blob
 from ledger.strictfile import read_limited
 from ledger.strictjson import read_json
 
+from ..state.window import Marker
+
 __all__ = ["Capture", "check_capture", "read_capture"]
 
 MAX_CAPTURE_BYTES = 1 << 20
@@ -53,12 +55,12 @@ def read_capture(path: Path) -> Capture:
     return Capture(path, data, sha, dict(identity))
 
 
-def check_capture(capture: Capture, marker: Mapping[str, Any] | None, window: str) -> None:
+def check_capture(capture: Capture, marker: Marker | None, window: str) -> None:
     """Refuse (``PolicyError``) a capture that is not the marker's production snapshot."""
-    if marker is None or marker.get("window") == window:
+    if marker is None or marker.window == window:
         raise PolicyError(f"--chain-production applies to a window opened under another window's chain marker; "
                           f"window {window} is not")
-    expected = marker.get("production_snapshot_sha256")
+    expected = marker.production_snapshot_sha256
     if capture.sha256 != expected:
         raise PolicyError(f"production capture {capture.path} has sha256 {capture.sha256[:12]}, but the chain "
-                          f"marker of window {marker.get('window')} left production at {str(expected)[:12]}")
+                          f"marker of window {marker.window} left production at {str(expected)[:12]}")

@@ -85,7 +85,7 @@ class _Fold:
         seq = self.state.size + 1
         event = Event(ledger="dry-run", seq=seq, prev="", stream=f"window/{self.window}", type=type_, time=DRY_TIME,
                       actor="dry-run", payload_json="{}", hash=f"{seq:064x}", sig="")
-        self.state.apply(event, typed=payload)
+        self.state = self.state.with_event(event, typed=payload)
         self.types.append(type_)
 
     def act(self, action: str, host: str | None = None, *, start: str | None = None, probe_of: str | None = None,
@@ -130,7 +130,7 @@ def _hold_open(f: _Fold, s: Step) -> None:
 def _snapshot(f: _Fold, s: Step) -> None:
     marker = f.state.marker
     if s.args.get("from_marker") and marker is not None:
-        f.add("production.snapshot", p.ProductionSnapshot(window=f.window, sha256=marker["production_snapshot_sha256"],
+        f.add("production.snapshot", p.ProductionSnapshot(window=f.window, sha256=marker.production_snapshot_sha256,
                                                           source="marker"))
         return
     f.act("snapshot")
@@ -268,7 +268,7 @@ def _production_down_proof(f: _Fold, _s: Step) -> None:
 def _chained_close(f: _Fold, s: Step) -> None:
     if s.args.get("hold"):
         f.add("hold.closed", p.HoldClosed(window=f.window, owner=f.window, reason="chained"))
-    sha = f.ws.production_snapshot or (f.state.marker or {}).get("production_snapshot_sha256") or DRY_SHA
+    sha = f.ws.production_snapshot or (f.state.marker.production_snapshot_sha256 if f.state.marker else "") or DRY_SHA
     f.add("chain.marker.set", p.ChainMarkerSet(window=f.window, production_snapshot_sha256=sha, hosts=list(f.hosts)))
     _closed(f, s, "chained")
 
@@ -300,14 +300,14 @@ def _admitted(f: _Fold) -> None:
     ws, marker = f.ws, f.state.marker
     if ws.ending is not None:
         return
-    if marker is not None and marker.get("window") != f.window:
-        prev_ok = ws.gates.get("chain_prev_ok") or {}
-        if prev_ok.get("verdict") != "PASS" or int(prev_ok.get("seq", 0)) < int(marker.get("seq") or 0):
+    if marker is not None and marker.window != f.window:
+        prev_ok = ws.gates.get("chain_prev_ok")
+        if prev_ok is None or prev_ok.verdict != "PASS" or prev_ok.seq < marker.seq:
             f.add("gate.result", p.GateResult(window=f.window, gate="chain_prev_ok", verdict="PASS", evidence={},
                                               commit=f.plan.commit))
     if ws.admitted_seq is None:
         f.add("window.admitted", p.WindowAdmitted(window=f.window, commit=f.plan.commit, gates={},
-                                                  under_marker=marker is not None and marker.get("window") != f.window))
+                                                  under_marker=marker is not None and marker.window != f.window))
 
 
 def planned_steps(plan: Plan, state: State, window: str, hosts: tuple[str, ...],
@@ -317,7 +317,7 @@ def planned_steps(plan: Plan, state: State, window: str, hosts: tuple[str, ...],
     actions (its thermal watch and optional close steps are steps too)."""
     from ..drivers.base import CLOSE_ACTIONS
 
-    f = _Fold(plan, state.copy(), window, hosts, frozenset(actions))
+    f = _Fold(plan, state, window, hosts, frozenset(actions))
     _admitted(f)
     steps: list[DryStep] = []
     for _ in range(MAX_STEPS):

@@ -75,14 +75,14 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     blockers = admission_blockers(state, window)
     report = budget_report(plan.budget)
     row = report.rows[0] if report.rows else None
-    under_marker = state.marker is not None and state.marker.get("window") != window
+    under_marker = state.marker is not None and state.marker.window != window
     refusals = unfit(plan, driver, production_serves=not under_marker, fields=recorded_fields(ledger, window)) \
         if ws.ending is None and not ws.actions else []
     power_line = None  # the power gate: its recorded result, else what the archive says now
     if "power" in plan.required_gates:
         recorded = ws.gates.get("power")
         if recorded is not None:
-            power_line = f"power gate: {recorded.get('verdict')} (seq {recorded.get('seq')}): {recorded.get('summary')}"
+            power_line = f"power gate: {recorded.verdict} (seq {recorded.seq}): {recorded.summary}"
         else:
             from ..gates.power import check_power
 
@@ -99,7 +99,7 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
         f"plan {reg.plan_sha256[:16]}",
         f"starts: {' / '.join(s.label for s in plan.starts)}; cells: {', '.join(c.name for c in plan.cells)}; "
         f"{len(plan.waves)} waves",
-        f"phase {ws.phase}; gates: " + (", ".join(f"{g} {v.get('verdict')}" for g, v in ws.gates.items()) or "none")
+        f"phase {ws.phase}; gates: " + (", ".join(f"{g} {v.verdict}" for g, v in ws.gates.items()) or "none")
         + ("; ADMITTED" if ws.admitted_seq else f"; not admitted: {'; '.join(blockers)}"),
         f"site: {driver.kind}, hosts {', '.join(driver.hosts)}, serving {driver.serving_url}, "
         f"time scale {time_scale:g}",

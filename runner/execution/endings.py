@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..decide.inputs import INPUT_BUILDER, decision_for
 from ..events import payloads as p
+from ..events import read_payload
 from ..state.archive import ARCHIVE_TYPES
 from ..vocabulary import Ending
 from .opening import OpeningSteps
@@ -26,8 +27,9 @@ __all__ = ["HANDLERS", "EndingSteps"]
 
 class EndingSteps(Recorder):
     def chain_abort(self, step: Step, _r: RunResult) -> None:
-        marker = self.state.marker or {}
-        self.append([("chain.aborted", p.ChainAborted(reason=step.reason, marker_window=marker.get("window")), ())])
+        marker = self.state.marker
+        self.append([("chain.aborted", p.ChainAborted(reason=step.reason,
+                                                      marker_window=marker.window if marker else None), ())])
         self.say(f"chain aborted: {step.reason}")
 
     def _snapshot_member(self) -> dict[str, str]:
@@ -66,10 +68,10 @@ class EndingSteps(Recorder):
         """Why the window's last restore attempt failed (its recorded ``error``), if one did."""
         last = None
         for event in self.ledger.events(stream=f"window/{self.window}", types=["host.action"]):
-            payload = event.payload
-            if payload.get("action") in ("restore", "watch") and payload.get("phase") == "finished":
-                error = (payload.get("detail") or {}).get("error")
-                last = str(error)[:500] if not payload.get("ok") and error else None
+            action = read_payload(event, p.HostAction)
+            if action.action in ("restore", "watch") and action.phase == "finished":
+                error = action.detail.get("error")
+                last = str(error)[:500] if not action.ok and error else None
         return last
 
     def restore_failed(self, step: Step, _r: RunResult) -> None:

@@ -18,6 +18,8 @@ import httpx
 
 from ledger.errors import PolicyError
 
+from ..events import payloads, read_payload
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
@@ -118,8 +120,9 @@ def recorded_fields(ledger: Ledger, window: str) -> dict[str, Any] | None:
     """What the window's last recorded capability probe (the rehearsal gate) found of each field."""
     fields = None
     for event in ledger.events(stream=f"window/{window}", types=["gate.result"]):
-        if event.payload.get("gate") == "rehearsal":
-            found = (event.payload.get("evidence") or {}).get("fields")
+        gate = read_payload(event, payloads.GateResult)
+        if gate.gate == "rehearsal":
+            found = (gate.evidence or {}).get("fields")
             fields = dict(found) if isinstance(found, dict) else fields
     return fields
 

@@ -67,13 +67,13 @@ class OpeningSteps(Recorder):
             check_capture(capture, marker, self.window)
             blob = capture.blob()
             self.append([("production.snapshot", p.ProductionSnapshot(
-                sha256=marker["production_snapshot_sha256"], source="capture", identity=dict(capture.identity),
+                sha256=marker.production_snapshot_sha256, source="capture", identity=dict(capture.identity),
                 blob=p.BlobRef.of(blob)), (blob,))])
             return
         if step.args.get("from_marker") and marker is not None:
             self.append([("production.snapshot", p.ProductionSnapshot(
-                sha256=marker["production_snapshot_sha256"], source="marker",
-                identity={"marker_window": marker.get("window"), "marker_seq": marker.get("seq")}), ())])
+                sha256=marker.production_snapshot_sha256, source="marker",
+                identity={"marker_window": marker.window, "marker_seq": marker.seq}), ())])
             return
         self.action("snapshot", None, {}, then=lambda res: [
             ("production.snapshot", p.ProductionSnapshot(sha256=res.facts["snapshot_sha256"], source="drain",

@@ -31,12 +31,12 @@ def chain_preflight(ledger: Ledger, driver: HostDriver, window: str | None = Non
                  f"ledger says production {state.production}")
     ok &= serving.ok
     hold = state.hold
-    held = f"owned by {hold.get('owner')} since seq {hold.get('seq')}" if hold else "none"
+    held = f"owned by {hold.owner} since seq {hold.seq}" if hold else "none"
     lines.append(f"HOLD: {held}")
     proofs: dict[str, bool] = {}
     if marker is not None:
-        lines.append(f"marker: set by window {marker.get('window')} at seq {marker.get('seq')} "
-                     f"(production snapshot {str(marker.get('production_snapshot_sha256'))[:16]})")
+        lines.append(f"marker: set by window {marker.window} at seq {marker.seq} "
+                     f"(production snapshot {str(marker.production_snapshot_sha256)[:16]})")
         for host in driver.hosts:
             proof = driver.run("placeholder_proof", host, {"window": window or "-"})
             proofs[host] = proof.ok

@@ -384,4 +384,4 @@ class Recorder:
         if ws.production_snapshot:
             return ws.production_snapshot
         marker = self.state.marker
-        return marker.get("production_snapshot_sha256") if marker else None
+        return marker.production_snapshot_sha256 if marker else None

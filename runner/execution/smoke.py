@@ -25,6 +25,7 @@ from ledger.store import Blob
 from ledger.strictjson import read_json
 
 from ..events import payloads as p
+from ..events import read_payload
 from .recorder import Pending, Recorder, RunResult, StepHandler
 
 if TYPE_CHECKING:
@@ -64,11 +65,10 @@ class SmokeSteps(Recorder):
         assert smoke is not None
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
                                         types=["smoke.result"]):
-            q = event.payload
-            if q.get("start") != smoke.reference or q.get("probe") != "greedy_identity" \
-                    or q.get("outcome") == "interrupted":
+            q = read_payload(event, p.SmokeResult)
+            if q.start != smoke.reference or q.probe != "greedy_identity" or q.outcome == "interrupted":
                 continue
-            ref = (q.get("evidence") or {}).get("blob", "")
+            ref = q.evidence.blob if q.evidence is not None else ""
             blob = self.ledger.blob(ref.removeprefix("sha256:"))
             if blob is None:
                 return None

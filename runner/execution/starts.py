@@ -18,6 +18,7 @@ from ledger.store import Blob
 
 from ..decide.win2 import pooled_values
 from ..events import payloads as p
+from ..events import read_payload
 from ..plan.model import CONTROL_ROLE
 from ..plan.register import family_prompts
 from ..state.replay import replay
@@ -39,13 +40,15 @@ def block_began(ws: WindowState, start: str) -> datetime | None:
     """When the start's block began: its arm's start began (the start_arm action that started its
     engine; ledgers older than the fold's ``started_time``: when it finished), else its start.began.
     The fold keeps both (``WindowState.block_began``, the start's ``began_time``)."""
-    began = ws.block_began.get(start) or (ws.starts.get(start) or {}).get("began_time")
+    info = ws.starts.get(start)
+    began = ws.block_began.get(start) or (info.began_time if info else None)
     return parse_time(began) if began else None
 
 
 def block_ended(ws: WindowState, start: str) -> datetime | None:
     """When the start ended (its start.ended), ``None`` while it runs."""
-    ended = (ws.starts.get(start) or {}).get("ended_time")
+    info = ws.starts.get(start)
+    ended = info.ended_time if info else None
     return parse_time(ended) if ended else None
 
 
@@ -106,12 +109,12 @@ class StartSteps(Recorder):
     last_attested: tuple[str, int, dict[str, Any]] | None  # (start, seq of the wave's last event, attestation)
 
     def _elapsed_min(self, now: datetime) -> float:
-        first = self.ws.clock.get("first_action")
+        first = self.ws.clock.first_action
         return self.clock.minutes(parse_time(first) if first else None, now)
 
     def _now(self) -> datetime:
         """The budget's now: the ledger's clock, never before the window's last event (``BudgetClock.not_before``)."""
-        return self.clock.not_before(self.ledger.now(), self.ws.clock.get("last"))
+        return self.clock.not_before(self.ledger.now(), self.ws.clock.last)
 
     def start_arm(self, step: Step, _r: RunResult) -> None:
         assert step.start is not None
@@ -121,8 +124,8 @@ class StartSteps(Recorder):
 
     def _observed_spec(self, start_id: str) -> dict[str, Any] | None:
         """The speculative config the host reported when it started this start's engine."""
-        engine = self.ws.engine or {}
-        config = engine.get("speculative_config") if engine.get("start") == start_id else None
+        engine = self.ws.engine
+        config = engine.report("speculative_config") if engine is not None and engine.start == start_id else None
         return dict(config) if isinstance(config, dict) else None
 
     def start_began(self, step: Step, _r: RunResult) -> None:
@@ -162,12 +165,13 @@ class StartSteps(Recorder):
         assert step.start is not None
         start = self.plan.start(step.start)
         arm = self.plan.arm(start.role)
-        engine = self.ws.engine or {}
-        mine = engine.get("start") == start.id
-        reported = {k: engine.get(k) for k in ENGINE_REPORTS if mine and k in (engine.get("reported") or ())}
+        engine = self.ws.engine
+        mine = engine is not None and engine.start == start.id
+        reported = {k: engine.report(k) for k in ENGINE_REPORTS if engine is not None and mine and k in engine.reported}
         snapshot = self.snapshot_sha()
         production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
-        clock = (self.ws.starts.get(start.id) or {}).get("clock_problems") or []
+        began = self.ws.starts.get(start.id)
+        clock = [str(problem) for problem in began.clock_problems] if began else []
         checked = check_start_config(start.id, arm, reported, production, clock_problems=clock)
         self.append([("gate.result", p.GateResult(gate="start_config", verdict=checked.verdict,
                                                   evidence=dict(checked.evidence), summary=checked.summary,
@@ -278,7 +282,7 @@ class StartSteps(Recorder):
         from ..drivers.base import ActionResult
 
         expected = self.plan.arm(self.plan.start(start_id).role).name
-        known = self.ws.engine or {}
+        known = self.ws.engine
         try:
             res = self.driver.run("probe", None, {"window": self.window, "start": start_id})
         except ExternalError as exc:
@@ -293,7 +297,7 @@ class StartSteps(Recorder):
             problems.append(f"arm {facts.get('arm')!r} serves, not the start's {expected!r}")
         if facts.get("engine") not in (None, "ready"):
             problems.append(f"the engine is {facts.get('engine')}")
-        session, started = facts.get("session"), known.get("session")
+        session, started = facts.get("session"), known.session if known else None
         if session is not None and started is not None and session != started:
             problems.append(f"engine session {session} is not the one the start began ({started})")
         return {"arm": facts.get("arm"), "session": session, "engine": facts.get("engine"),
@@ -309,7 +313,8 @@ class StartSteps(Recorder):
             return None
         since = self.ledger.events(last[1], batch=64)  # all() stops at the first other event
         read_only = all(e.stream == f"window/{self.window}" and (
-            e.type == "thermal.event" or (e.type == "host.action" and e.payload.get("action") in READ_ONLY_ACTIONS))
+            e.type == "thermal.event"
+            or (e.type == "host.action" and read_payload(e, p.HostAction).action in READ_ONLY_ACTIONS))
             for e in since)
         return last[2] if read_only else None
 
@@ -323,9 +328,10 @@ class StartSteps(Recorder):
 
         if self.plan.production_clock_cap_mhz is None or "read_thermal" not in self.driver.actions:
             return
-        cap = (self.ws.starts.get(start_id) or {}).get("clock_cap_mhz")
+        began = self.ws.starts.get(start_id)
+        cap = began.clock_cap_mhz if began else None
         recorded = self.ws.dial_backs_recorded  # folded from the window's thermal.event rows
-        since = self.ws.clock.get("hold_opened")
+        since = self.ws.clock.hold_opened
 
         def events(res: ActionResult) -> list[Pending]:
             return [("thermal.event", p.ThermalEvent(
@@ -406,8 +412,9 @@ class StartSteps(Recorder):
 
     def _block_salt(self, start_id: str) -> dict[str, str] | None:
         """The cache_salt a primed block's waves run under (``None``: a fresh salt per request)."""
-        primed = (self.ws.starts.get(start_id) or {}).get("priming")
-        return {"cache_salt": primed["cache_salt"]} if primed else None
+        began = self.ws.starts.get(start_id)
+        primed = began.priming if began else None
+        return {"cache_salt": primed.cache_salt} if primed else None
 
     def budget(self, step: Step, _r: RunResult) -> None:
         limit = step.limit
@@ -421,11 +428,11 @@ class StartSteps(Recorder):
         assert step.start is not None
         self.last_wave_end = None  # the gap to the next start's first wave is host work, not overhead
         start = self.plan.start(step.start)
-        info = self.ws.starts.get(start.id) or {}
+        info = self.ws.starts.get(start.id)
         lost = bool(step.args.get("lost"))
         failed = bool(step.args.get("failed"))
         if not lost and self.plan.production_clock_cap_mhz is not None:
-            cap = info.get("clock_cap_mhz")
+            cap = info.clock_cap_mhz if info else None
             self.thermal_watch(start.id)
 
             def thermal(res: ActionResult) -> list[Pending]:
@@ -460,8 +467,8 @@ class StartSteps(Recorder):
         items: list[Pending] = []
         # the state as of now: this step's own THERMAL-WATCH read may have recorded dial-backs
         ws = replay(self.ledger, self.state).windows[self.window]
-        info = ws.starts.get(start_id) or {}
-        nominal = info.get("clock_cap_mhz")
+        info = ws.starts.get(start_id)
+        nominal = info.clock_cap_mhz if info else None
         # a dial-back during the start: archived at the real (lowest) clock and flagged
         dialled = ws.dial_back_caps.get(start_id, ())
         real = min([c for c in dialled if isinstance(c, int)], default=nominal)
@@ -488,18 +495,18 @@ class StartSteps(Recorder):
         ttfts: list[float] = []
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
                                         types=["wave.measured"]):
-            w = event.payload
-            if w["start"] != start_id or w["cell"] != cell:
+            w = read_payload(event, p.WaveMeasured)
+            if w.start != start_id or w.cell != cell:
                 continue
-            c = w["counters"]
-            if c.get("rounds") is None or c.get("accepted") is None or c.get("decode_s") is None:
+            c = w.counters
+            if c.rounds is None or c.accepted is None or c.decode_s is None:
                 return None
-            rounds += c["rounds"]
-            accepted += c["accepted"]
-            decode.append(c["decode_s"])
-            client_tokens += w["client"]["tokens_after_first"]
-            client_s.append(w["client"]["decode_s"])
-            ttfts += w["client"]["ttft_s"]
+            rounds += c.rounds
+            accepted += c.accepted
+            decode.append(c.decode_s)
+            client_tokens += w.client.tokens_after_first
+            client_s.append(w.client.decode_s)
+            ttfts += w.client.ttft_s
         if not decode or not rounds or not sum(decode):
             return None
         values = pooled_values(rounds, accepted, decode, client_tokens, client_s, ttfts)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..plan.model import Plan, WaveSpec
-from ..state.fold import State, WindowState
+from ..state.fold import State
 from ..state.touched import touched
+from ..state.window import FinishedAction, StartView, WindowState
 from .clock import Limit
 
 __all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step", "touched"]
@@ -70,38 +71,38 @@ class Context:
 
 
 def _finished(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
-              start: str | None = None) -> list[dict[str, Any]]:
+              start: str | None = None) -> list[FinishedAction]:
     """The window's finished host actions named ``action`` (after seq ``after``, on ``host``, for ``start``)."""
     return [item for item in ws.finished
-            if item["action"] == action and item["seq"] > (after or 0)
-            and (host is None or item["host"] == host) and (start is None or item.get("start") == start)]
+            if item.action == action and item.seq > (after or 0)
+            and (host is None or item.host == host) and (start is None or item.start == start)]
 
 
 def _done(ws: WindowState, action: str, *, host: str | None = None, after: int = 0, start: str | None = None,
           ok: bool | None = True) -> bool:
-    return any(ok is None or item["ok"] == ok for item in _finished(ws, action, host=host, after=after, start=start))
+    return any(ok is None or item.ok == ok for item in _finished(ws, action, host=host, after=after, start=start))
 
 
 def _failures(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
               start: str | None = None) -> int:
-    return sum(not item["ok"] for item in _finished(ws, action, host=host, after=after, start=start))
+    return sum(not item.ok for item in _finished(ws, action, host=host, after=after, start=start))
 
 
 def _under_foreign_marker(ctx: Context) -> bool:
     marker = ctx.state.marker
-    return marker is not None and marker.get("window") != ctx.ws.id
+    return marker is not None and marker.window != ctx.ws.id
 
 
 def _aborting(ws: WindowState) -> str | None:
     """Why the window ends aborted (None: it does not)."""
     if ws.chain_aborted is not None:
-        return f"chain aborted: {ws.chain_aborted.get('reason')}"
-    if any(item.get("reason") == "abort" for item in ws.interrupted):
+        return f"chain aborted: {ws.chain_aborted.reason}"
+    if any(item.reason == "abort" for item in ws.interrupted):
         return "aborted by the operator (tally window abort)"
     for name in ("start_config", "standard_spec"):
         gate = ws.gates.get(name)
-        if gate is not None and gate.get("verdict") == "FAIL":
-            failed = [sid for sid, r in (gate.get("starts") or {}).items() if r.get("verdict") == "FAIL"]
+        if gate is not None and gate.verdict == "FAIL":
+            failed = [sid for sid, r in (gate.starts or {}).items() if r.verdict == "FAIL"]
             return f"{name} FAIL for start {', '.join(failed) or '?'}"
     return None
 
@@ -112,9 +113,9 @@ def ending_of(plan: Plan, ws: WindowState) -> Literal["restored", "chained", "ab
     A window that never held the hosts ends aborted (nothing was measured, and it must not
     chain); one that failed restores.
     """
-    if _aborting(ws) is not None or ws.clock.get("hold_opened") is None:
+    if _aborting(ws) is not None or ws.clock.hold_opened is None:
         return "aborted"
-    failed = (ws.measurement_ended or {}).get("reason") in ("failed",)
+    failed = ws.measurement_ended is not None and ws.measurement_ended.reason == "failed"
     if plan.chain == "chained" and not failed:
         return "chained"
     return "restored"
@@ -127,9 +128,9 @@ def next_step(ctx: Context) -> Step:
     if ws.ending is not None:
         return Step("decide", reason=ws.ending)
     if ws.open_actions:
-        action_id, info = min(ws.open_actions.items(), key=lambda item: item[1]["seq"])
-        return Step("probe", host=info.get("host"), reason=f"{info.get('action')} started at seq {info['seq']} "
-                    "has no recorded outcome", args={"probe_of": action_id, "action": info.get("action")})
+        action_id, info = min(ws.open_actions.items(), key=lambda item: item[1].seq)
+        return Step("probe", host=info.host, reason=f"{info.action} started at seq {info.seq} "
+                    "has no recorded outcome", args={"probe_of": action_id, "action": info.action})
     if ws.chain_aborted is not None and ws.hold_seq is None and ws.measurement_ended is None:
         return _ending(ctx, "aborted")
     if ws.admitted_seq is None:
@@ -147,15 +148,15 @@ def next_step(ctx: Context) -> Step:
 def _stopped(ws: WindowState) -> str | None:
     """Why measuring must stop now: a signal, or an error the runner could not get past."""
     for item in ws.interrupted:
-        if item.get("reason") in STOPPING:
-            return f"interrupted ({item.get('reason')})"
+        if item.reason in STOPPING:
+            return f"interrupted ({item.reason})"
     return None
 
 
 def _opening(ctx: Context) -> Step:
     ws, state = ctx.ws, ctx.state
-    if state.hold is not None and state.hold.get("owner") != ws.id:
-        return Step("blocked", reason=f"the HOLD is owned by {state.hold.get('owner')} (seq {state.hold.get('seq')})")
+    if state.hold is not None and state.hold.owner != ws.id:
+        return Step("blocked", reason=f"the HOLD is owned by {state.hold.owner} (seq {state.hold.seq})")
     if _aborting(ws) is not None:
         return _ending(ctx, "aborted")
     marker = _under_foreign_marker(ctx)
@@ -171,10 +172,11 @@ def _opening(ctx: Context) -> Step:
             return Step("measurement_end", reason="preflight failed before the HOLD", args={"why": "failed"})
         return Step("preflight")
     if marker:
-        marker_seq = (ctx.state.marker or {}).get("seq", 0)
-        prev_ok = ws.gates.get("chain_prev_ok") or {}
-        if prev_ok.get("verdict") != "PASS" or int(prev_ok.get("seq", 0)) < marker_seq:
-            return Step("blocked", reason=f"a chain marker (window {(ctx.state.marker or {}).get('window')}) is "
+        marker_seq = ctx.state.marker.seq if ctx.state.marker is not None else 0
+        prev_ok = ws.gates.get("chain_prev_ok")
+        if prev_ok is None or prev_ok.verdict != "PASS" or prev_ok.seq < marker_seq:
+            window = ctx.state.marker.window if ctx.state.marker is not None else None
+            return Step("blocked", reason=f"a chain marker (window {window}) is "
                         "present: run `tally chain prev-ok` for this window first")
         for host in ctx.hosts:  # placeholders are probed only while the marker is present
             if not _done(ws, "placeholder_proof", host=host):
@@ -215,26 +217,26 @@ def _measuring(ctx: Context) -> Step:
     stopped = _stopped(ws)
     if stopped is not None:
         # the ledger refused an append: end by restoring production, whatever the plan's chain
-        why = "failed" if any(item.get("append_failed") for item in ws.interrupted) else "interrupted"
+        why = "failed" if any(item.append_failed for item in ws.interrupted) else "interrupted"
         return _stop_measuring(ctx, why, stopped)
-    if (ws.engine or {}).get("serving") == "up":  # production serves inside our HOLD: the host restarted
+    if ws.engine is not None and ws.engine.serving == "up":  # production serves inside our HOLD: the host restarted
         reason = "the hosts serve production inside the HOLD (did a host restart?)"
         if ws.current_start is not None:
             return Step("end_start", start=ws.current_start, reason=reason, args={"truncated": True, "lost": True})
         return Step("measurement_end", reason=reason, args={"why": "failed"})
-    failed = [sid for sid, info in ws.starts.items() if info["status"] == "ended" and info.get("ok") is False
-              and not info.get("truncated")]
+    failed = [sid for sid, info in ws.starts.items() if info.status == "ended" and info.ok is False
+              and not info.truncated]
     if failed:
         return Step("measurement_end", reason=f"start {', '.join(failed)} failed", args={"why": "failed"})
     if plan.budget.block_overrun == "truncate_experiment":
-        over = [b.get("start") for b in ws.budget if b.get("action") == "truncate_block"]
+        over = [b.start for b in ws.budget if b.action == "truncate_block"]
         if over:  # seed 003: "Any block over 11 min: truncate the experiment, preserve raw partials"
             return _stop_measuring(ctx, "truncated", f"block {over[0]} went over its "
                                    f"{plan.budget.per_block_limit_min:g}-minute limit: the experiment is truncated "
                                    "(the remaining blocks do not run; raw partials kept)")
     for start in plan.starts:
         info = ws.starts.get(start.id)
-        if info is not None and info["status"] == "ended":
+        if info is not None and info.status == "ended":
             continue
         return _start_step(ctx, start.id, info)
     return Step("measurement_end", reason="every planned wave was measured", args={"why": "complete"})
@@ -247,11 +249,11 @@ def _stop_measuring(ctx: Context, why: str, reason: str) -> Step:
     return Step("measurement_end", reason=reason, args={"why": why})
 
 
-def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Step:
+def _start_step(ctx: Context, start_id: str, info: StartView | None) -> Step:
     ws, plan = ctx.ws, ctx.plan
-    engine = ws.engine or {}
-    running = engine.get("start") == start_id and engine.get("status") in ("ready", "starting", None) \
-        and engine.get("arm") == plan.arm(plan.start(start_id).role).name
+    engine = ws.engine
+    running = engine is not None and engine.start == start_id and engine.status in ("ready", "starting", None) \
+        and engine.arm == plan.arm(plan.start(start_id).role).name
     if info is None:
         if ctx.stop_limit is not None:
             return _budget_or_end(ctx, ctx.stop_limit, None)
@@ -271,22 +273,23 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
         return _budget_or_end(ctx, ctx.block_limit, start_id)
     if ctx.stop_limit is not None:
         return _budget_or_end(ctx, ctx.stop_limit, start_id)
-    if (ws.gates.get("start_config") or {}).get("starts", {}).get(start_id) is None:
+    config = ws.gates.get("start_config")
+    if config is None or config.of(start_id) is None:
         return Step("config_gate", start=start_id)
-    spec = (ws.gates.get("standard_spec") or {}).get("starts", {}).get(start_id)
+    standard = ws.gates.get("standard_spec")
+    spec = None if standard is None else standard.of(start_id)
     if spec is None and plan.arm(plan.start(start_id).role).speculates:
         return Step("spec_gate", start=start_id)
-    if info.get("warmup") is None:
+    if info.warmup is None:
         if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:
             return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})
         return Step("warmup", start=start_id)
-    if plan.priming is not None and info.get("priming") is None:
+    if plan.priming is not None and info.priming is None:
         return Step("prime", start=start_id)
-    done = info.get("waves") or {}
     for wave in plan.waves_of(start_id):
-        if wave.wave not in done.get(wave.cell, []):
+        if not info.measured(wave.cell, wave.wave):
             return Step("wave", start=start_id, wave=wave)
-    if plan.smoke is not None and start_id in plan.smoke.starts and not info.get("smoke"):
+    if plan.smoke is not None and start_id in plan.smoke.starts and not info.smoke:
         return Step("smoke", start=start_id, reason="the smoke stage's probes, after the start's waves")
     return Step("end_start", start=start_id, reason="every wave of the start was measured")
 
@@ -294,7 +297,7 @@ def _start_step(ctx: Context, start_id: str, info: dict[str, Any] | None) -> Ste
 def _budget_or_end(ctx: Context, limit: Limit, start_id: str | None) -> Step:
     """Record the budget's decision once, then act on it."""
     ws = ctx.ws
-    if not any(b.get("action") == limit.action and b.get("start") == start_id for b in ws.budget):
+    if not any(b.action == limit.action and b.start == start_id for b in ws.budget):
         return Step("budget", start=start_id, limit=limit, reason=limit.reason)
     if start_id is not None:
         return Step("end_start", start=start_id, reason=limit.reason, args={"truncated": True})
@@ -322,14 +325,15 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     if ending == "aborted" and not _touched(ctx):
         return Step("close", args={"ending": "aborted",
                                    "summary": "ABORTED before touching production: nothing to restore"})
-    since = max((ws.measurement_ended or {}).get("seq") or 0, (ws.chain_aborted or {}).get("seq") or 0)
-    latest = ws.restore if ws.restore is not None and ws.restore["seq"] > since else None
+    since = max(ws.measurement_ended.seq if ws.measurement_ended else 0,
+                ws.chain_aborted.seq if ws.chain_aborted else 0)
+    latest = ws.restore if ws.restore is not None and ws.restore.seq > since else None
     # An escalated (failed) restore ends a run; a resumed run tries again from there.
-    base = latest["seq"] if latest is not None and latest.get("status") == "failed" else since
-    restored = latest if latest is not None and latest.get("status") == "ok" else None
+    base = latest.seq if latest is not None and latest.status == "failed" else since
+    restored = latest if latest is not None and latest.status == "ok" else None
     failures = _failures(ws, "restore", after=base) + _failures(ws, "watch", after=base)
-    watch = ws.watch if ws.watch is not None and restored is not None and ws.watch["seq"] > restored["seq"] else None
-    if restored is None or (watch is not None and watch.get("verdict") != "PASS"):
+    watch = ws.watch if ws.watch is not None and restored is not None and ws.watch.seq > restored.seq else None
+    if restored is None or (watch is not None and watch.verdict != "PASS"):
         if failures >= MAX_ATTEMPTS:
             return Step("restore_failed", reason=f"restore did not hold after {failures} attempts",
                         args={"attempts": failures})
@@ -340,24 +344,25 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     # Placeholders come down after the watch PASSes: all of them at the end of a chain, and
     # in any case those this window raised (an aborted chained close, say).
     for host in sorted(state.placeholders):
-        if marker is not None or state.placeholders[host].get("window") == ws.id:
-            if _failures(ws, "placeholder_down", host=host, after=watch["seq"]) >= MAX_ATTEMPTS:
+        if marker is not None or state.placeholders[host].window == ws.id:
+            if _failures(ws, "placeholder_down", host=host, after=watch.seq) >= MAX_ATTEMPTS:
                 return Step("blocked", reason=f"placeholder_down failed {MAX_ATTEMPTS} times on {host}: escalate")
             return Step("placeholder_down", host=host)
     if marker is not None:
-        return Step("marker_clear", args={"watch_seq": watch["seq"], "sha": marker.get("production_snapshot_sha256")})
+        return Step("marker_clear", args={"watch_seq": watch.seq, "sha": marker.production_snapshot_sha256})
     summary = ("ABORTED: production restored, watch PASS" if ending == "aborted"
                else "RESTORED: production up, watch PASS")
-    return Step("restore_close", args={"ending": ending, "summary": summary, "watch_seq": watch["seq"],
+    return Step("restore_close", args={"ending": ending, "summary": summary, "watch_seq": watch.seq,
                                        "production_up": state.production != "up",
-                                       "hold": state.hold is not None and state.hold.get("owner") == ws.id})
+                                       "hold": state.hold is not None and state.hold.owner == ws.id})
 
 
 def _chained_close(ctx: Context) -> Step:
     ws, state, hosts = ctx.ws, ctx.state, ctx.hosts
-    since = (ws.measurement_ended or {}).get("seq", 0)
+    since = ws.measurement_ended.seq if ws.measurement_ended else 0
     for host in hosts:  # this window raises placeholders on every host before the first fence
-        if (state.placeholders.get(host) or {}).get("window") != ws.id:
+        raised = state.placeholders.get(host)
+        if raised is None or raised.window != ws.id:
             return Step("placeholder_up", host=host)
     optional = ctx.site_actions
     sequence: Sequence[tuple[StepKind, str, str | None]] = (
@@ -379,5 +384,5 @@ def _chained_close(ctx: Context) -> Step:
         return Step("production_down_proof")
     # HOLD closed, marker set and window closed in one transaction: no instant in which
     # production is down with neither a HOLD nor a marker.
-    return Step("chained_close", args={"hold": state.hold is not None and state.hold.get("owner") == ws.id,
+    return Step("chained_close", args={"hold": state.hold is not None and state.hold.owner == ws.id,
                                        "summary": "CHAINED: production left down"})

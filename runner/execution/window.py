@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from ledger.errors import ExternalError, PolicyError, StorageError, TallyError
 
 from ..events import payloads as p
+from ..events import read_payload
 from ..plan.register import registered_plan
 from ..state.fold import WindowState, admission_blockers, fold
 from ..state.replay import replay
@@ -125,13 +126,13 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             blockers = admission_blockers(self.state, self.window)
             raise PolicyError(f"window {self.window} is not admitted: " + ("; ".join(blockers) or ws.phase))
         hold = self.state.hold
-        if hold is not None and hold.get("owner") != self.owner and ws.ending is None:
-            raise PolicyError(f"the HOLD is owned by {hold.get('owner')} (seq {hold.get('seq')}); refusing to run")
+        if hold is not None and hold.owner != self.owner and ws.ending is None:
+            raise PolicyError(f"the HOLD is owned by {hold.owner} (seq {hold.seq}); refusing to run")
         if ws.ending is None and not ws.actions and not abort:  # nothing done yet: does the site fit?
             from .fit import recorded_fields, refuse_unfit
 
             marker = self.state.marker
-            serving = marker is None or marker.get("window") == self.window
+            serving = marker is None or marker.window == self.window
             refuse_unfit(self.plan, self.driver, production_serves=serving,
                          fields=recorded_fields(self.ledger, self.window))
             if self.capture is not None:
@@ -169,15 +170,16 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         ws = self.ws
         result.ending = ws.ending
         if ws.decision is not None:
-            result.decision = ws.decision.get("result")
-            result.reasons = list(ws.decision.get("reasons") or [])
+            result.decision = ws.decision.verdict
+            result.reasons = list(ws.decision.reason_lines)
         return result
 
     def _ended_cleanly(self) -> bool:
         """Did the last run stop on purpose (an escalated restore), not by dying?"""
         events = list(self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}"))
         last = events[-1] if events else None
-        return last is not None and last.type == "restore.finished" and last.payload.get("status") == "failed"
+        return last is not None and last.type == "restore.finished" \
+            and read_payload(last, p.RestoreFinished).status == "failed"
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.signal_name is None:
@@ -194,7 +196,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             self.refresh()
             result.replay_s += time.perf_counter() - t0
             ws = self.ws
-            if self.signal_name is not None and not any(i.get("reason") == "signal" for i in ws.interrupted) \
+            if self.signal_name is not None and not any(i.reason == "signal" for i in ws.interrupted) \
                     and ws.ending is None:
                 self.append([("window.interrupted", p.WindowInterrupted(
                     reason="signal", signal=self.signal_name, phase=ws.phase), ())])
@@ -229,7 +231,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                     raise PolicyError(f"{said[:1000]}; the window is not finished: fix the cause, then "
                                       f"`tally window resume {self.window}` (or `tally window abort`)") from (
                                           None if isinstance(error, TallyError) else error)
-                if not any(i.get("reason") == "error" for i in self.ws.interrupted):
+                if not any(i.reason == "error" for i in self.ws.interrupted):
                     self.append([("window.interrupted", p.WindowInterrupted(reason="error", phase=ws.phase, detail={
                         "step": step.kind, "error": said[:500]}), ())])
             finally:
@@ -280,9 +282,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
 
     def _context(self, ws: WindowState) -> Context:
         stop_limit = block_limit = None
-        first = ws.clock.get("first_action")
+        first = ws.clock.first_action
         if first is not None and ws.measurement_ended is None:
-            now = self.clock.not_before(self.ledger.now(), ws.clock.get("last"))  # the ledger's clock
+            now = self.clock.not_before(self.ledger.now(), ws.clock.last)  # the ledger's clock
             elapsed = self.clock.minutes(parse_time(first), now)
             stages = self._stage_clock(ws, parse_time(first), now) if self.plan.budget.stop_admitting_if_overrun \
                 else None

@@ -48,9 +48,9 @@ def _admitted_payload(state: State, window: str) -> p.WindowAdmitted:
     ws = state.windows[window]
     gates = {}
     for name, gate in ws.gates.items():
-        if gate.get("verdict") == "PASS":
-            gates[name] = int(gate["seq"])
-    marker = state.marker is not None and state.marker.get("window") != window
+        if gate.verdict == "PASS":
+            gates[name] = gate.seq
+    marker = state.marker is not None and state.marker.window != window
     return p.WindowAdmitted(commit=str(ws.commit), gates=gates, under_marker=marker)
 
 

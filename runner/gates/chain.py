@@ -62,7 +62,7 @@ def check_prev_ok(state: State, window_id: str) -> PrevOk:
     marker = state.marker
     previous: str | None = None
     if marker is not None:
-        previous = str(marker.get("window"))
+        previous = str(marker.window)
         prev = state.windows.get(previous)
         if previous == window_id:
             failures.append("the marker was set by this very window")
@@ -77,12 +77,12 @@ def check_prev_ok(state: State, window_id: str) -> PrevOk:
                 failures.append("no placeholder is up while production is left down")
             elif missing:
                 failures.append(f"placeholder(s) down on {', '.join(missing)}")
-        if not marker.get("production_snapshot_sha256"):
+        if not marker.production_snapshot_sha256:
             failures.append("the marker carries no production snapshot")
         if state.production != "down":
             failures.append(f"production is {state.production}, not down as the chain left it")
         if state.hold is not None:
-            failures.append(f"the HOLD is held by {state.hold.get('owner')}")
+            failures.append(f"the HOLD is held by {state.hold.owner}")
         if ws.chain not in ("chained", "last"):
             failures.append(f"window {window_id} is not a chain member (chain = {ws.chain}) but the marker is set")
     else:
@@ -92,21 +92,21 @@ def check_prev_ok(state: State, window_id: str) -> PrevOk:
             previous = prev.id
             if prev.ending == "chained":
                 failures.append(f"window {previous} closed chained but no marker is present")
-            if (prev.restore or {}).get("status") != "ok":
+            if prev.restore is None or prev.restore.status != "ok":
                 failures.append(f"window {previous} has no successful restore")
-            if (prev.watch or {}).get("verdict") != "PASS":
+            if prev.watch is None or prev.watch.verdict != "PASS":
                 failures.append(f"window {previous} has no watch PASS")
         if state.hold is not None:
-            failures.append(f"the HOLD is held by {state.hold.get('owner')}")
+            failures.append(f"the HOLD is held by {state.hold.owner}")
         if state.placeholders:
             failures.append(f"placeholder(s) up on {', '.join(sorted(state.placeholders))} without a marker")
         if state.production == "down":
             failures.append("production is down without a marker")
     evidence = {
-        "marker": dict(marker) if marker else None,
+        "marker": marker.to_json() if marker else None,
         "previous_window": previous,
         "production": state.production,
-        "hold": dict(state.hold) if state.hold else None,
+        "hold": state.hold.to_json() if state.hold else None,
         "placeholders": sorted(state.placeholders),
         "ledger_size": state.size,
         "failures": failures,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ledger.errors import FormatError, IntegrityError, PolicyError
 
 from ..events import payloads as p
-from ..events.catalogue import WINDOW_STREAM_PREFIX, WindowLog, append_window_event
+from ..events.catalogue import WINDOW_STREAM_PREFIX, WindowLog, append_window_event, read_payload
 from .model import Plan
 from .parse import LoadedPlan, parse_plan, read_family_file
 
@@ -62,10 +62,10 @@ class Registration:
 def registered(ledger: Ledger, window: str) -> Registration | None:
     """The window's registration (its first ``window.registered``), or None."""
     for event in ledger.events(stream=WINDOW_STREAM_PREFIX + window, types=["window.registered"]):
-        payload = event.payload
-        plan = parse_plan(payload["plan"], path=f"seq {event.seq} plan")
-        blobs = {name: ref["blob"] for name, ref in (payload.get("family_files") or {}).items()}
-        return Registration(window, payload["plan_sha256"], plan, event.seq, already=True, family_blobs=blobs)
+        recorded = read_payload(event, p.WindowRegistered)
+        plan = parse_plan(recorded.plan, path=f"seq {event.seq} plan")
+        blobs = {name: ref.blob for name, ref in recorded.family_files.items()}
+        return Registration(window, recorded.plan_sha256, plan, event.seq, already=True, family_blobs=blobs)
     return None
 
 

@@ -9,11 +9,13 @@ registered repeats. Read from the events, never from a cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..decide.smoke import smoke_tally
+from ..events import payloads as pl
+from ..events import read_payload
 from .document import Bullets, Para, Section, Table
 from .units import fixed
 
@@ -90,15 +92,15 @@ def _gate_rows(plan: Plan, events: Iterable[Event]) -> tuple[tuple[str, ...], ..
     results = [e for e in events if e.type == "gate.result"]
     rows = []
     for index, event in enumerate(results):
-        p = event.payload
-        verdict = str(p.get("verdict"))
+        g = read_payload(event, pl.GateResult)
+        verdict = str(g.verdict)
         if verdict == "FAIL":
-            later = next((e for e in results[index + 1:] if e.payload.get("gate") == p.get("gate")
-                          and e.payload.get("start") == p.get("start") and e.payload.get("verdict") == "PASS"), None)
+            later = next((e for e in results[index + 1:] if (h := read_payload(e, pl.GateResult)).gate == g.gate
+                          and h.start == g.start and h.verdict == "PASS"), None)
             if later is not None:
                 verdict = f"FAIL, superseded by PASS at seq {later.seq}"
-        rows.append((str(p.get("gate")), str(p.get("start") or "-"), verdict,
-                     "yes" if p.get("gate") in required else "no", str(event.seq), _clip(str(p.get("summary") or ""))))
+        rows.append((str(g.gate), str(g.start or "-"), verdict,
+                     "yes" if g.gate in required else "no", str(event.seq), _clip(str(g.summary or ""))))
     return tuple(rows)
 
 
@@ -107,13 +109,13 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def _counter_banners(events: Sequence[Event]) -> list[str]:
-    waves = [e.payload for e in events if e.type == "wave.measured"]
+    waves = [read_payload(e, pl.WaveMeasured) for e in events if e.type == "wave.measured"]
     if not waves:
         return ["no wave was measured"]
-    without = [w for w in waves if w.get("counters_missing")]
+    without = [w for w in waves if w.counters_missing]
     if not without:
         return []
-    reasons = sorted({str(reason) for w in without for reason in w.get("counters_missing") or ()})
+    reasons = sorted({str(reason) for w in without for reason in w.counters_missing})
     shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
     return [f"server counters unavailable for {len(without)} of {len(waves)} waves ({shown}): rules that decide "
             "on engine counters could not count those waves"]
@@ -131,12 +133,6 @@ def _numbers(values: Iterable[object]) -> list[float]:
     return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
-def _member(value: Mapping[str, object], key: str) -> Mapping[str, object]:
-    """``value[key]`` when it is an object, else an empty one (older waves lack the member)."""
-    item = value.get(key)
-    return item if isinstance(item, dict) else {}
-
-
 def _span(values: list[float]) -> str:
     return "-" if not values else f"{min(values):.2f}-{max(values):.2f}"
 
@@ -147,23 +143,28 @@ def _top(values: list[float], fmt: str = "{:g}") -> str:
 
 def _contention(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
     """Per start: host load and server gauges around its waves; banners for contention and non-exclusivity."""
-    by_start: dict[str, list[Mapping[str, object]]] = {}
+    by_start: dict[str, list[pl.WaveMeasured]] = {}
     for e in events:
         if e.type == "wave.measured":
-            by_start.setdefault(str(e.payload.get("start")), []).append(e.payload)
+            wave = read_payload(e, pl.WaveMeasured)
+            by_start.setdefault(str(wave.start), []).append(wave)
     rows: list[tuple[str, ...]] = []
     banners: list[str] = []
     for start, waves in by_start.items():
-        loads, cpus, running, waiting, kv = [], [], [], [], []
-        for w in waves:
-            load, gauges = _member(w, "host_load"), _member(w, "gauges")
-            for when in ("before", "after"):
-                reading = load.get(when)
-                loads.extend(_numbers(reading[:1] if isinstance(reading, list) else ()))
-                waiting.extend(_numbers([_member(gauges, when).get("waiting")]))
-                kv.extend(_numbers([_member(gauges, when).get("kv_cache_usage")]))
-            cpus.extend(_numbers([load.get("cpus")]))
-            running.extend(_numbers([_member(gauges, "before").get("running")]))
+        loads: list[float] = []
+        cpus: list[float] = []
+        running: list[float] = []
+        waiting: list[float] = []
+        kv: list[float] = []
+        for w in waves:   # host load and gauges are absent in older waves
+            load, gauges = w.host_load, w.gauges
+            for reading in (load.before, load.after) if load is not None else ():
+                loads.extend(_numbers(reading[:1] if reading else ()))
+            for side in (gauges.before, gauges.after) if gauges is not None else ():
+                waiting.extend(_numbers([side.waiting if side else None]))
+                kv.extend(_numbers([side.kv_cache_usage if side else None]))
+            cpus.extend(_numbers([load.cpus if load is not None else None]))
+            running.extend(_numbers([gauges.before.running if gauges is not None and gauges.before else None]))
         if not loads and not running and not waiting and not kv:
             continue
         rows.append((start, str(len(waves)), _span(loads), _top(cpus), _top(running), _top(waiting),
@@ -210,39 +211,41 @@ def _phases(events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
     for event in events:
         if event.type not in ("warmup.done", "priming.done", "wave.measured"):
             continue
-        p = event.payload
-        phase = starts.setdefault(str(p.get("start")), _Phase())
         if event.type == "warmup.done":
-            phase.warmup = f"{_ms(p.get('cold_ttft_s'))} / {_ms(p.get('warm_ttft_s'))}"
-            continue
-        requests = [r for r in p.get("requests") or [] if isinstance(r, Mapping)]
-        if event.type == "priming.done":
-            phase.cold += _numbers(r.get("ttft_s") for r in requests if r.get("repeat") == 1)
-            phase.primed += _numbers(r.get("ttft_s") for r in requests if r.get("repeat") != 1)
-            phase.priming = "verified" if p.get("ok") else "NOT verified"
-            banners += [f"priming of start {p.get('start')} did not verify: {why}" for why in p.get("failures") or []]
+            warm = read_payload(event, pl.WarmupDone)
+            starts.setdefault(str(warm.start), _Phase()).warmup = f"{_ms(warm.cold_ttft_s)} / {_ms(warm.warm_ttft_s)}"
+        elif event.type == "priming.done":
+            primed = read_payload(event, pl.PrimingDone)
+            phase = starts.setdefault(str(primed.start), _Phase())
+            phase.cold += _numbers(r.ttft_s for r in primed.requests if r.repeat == 1)
+            phase.primed += _numbers(r.ttft_s for r in primed.requests if r.repeat != 1)
+            phase.priming = "verified" if primed.ok else "NOT verified"
+            banners += [f"priming of start {primed.start} did not verify: {why}" for why in primed.failures]
         else:
-            phase.ttft += _numbers(r.get("ttft_s") for r in requests)
-            phase.decode += _numbers(r.get("decode_s") for r in requests)
-            phase.statuses += [str(r.get("status")) for r in requests]
+            wave = read_payload(event, pl.WaveMeasured)
+            phase = starts.setdefault(str(wave.start), _Phase())
+            phase.ttft += _numbers(r.ttft_s for r in wave.requests)
+            phase.decode += _numbers(r.decode_s for r in wave.requests)
+            phase.statuses += [str(r.status) for r in wave.requests]
     return [phase.row(start) for start, phase in starts.items()], banners
+
+
 def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], list[str]]:
     """The smoke stage's results, and banners for its failures, near ties and probes that did not run."""
     rows: list[tuple[str, ...]] = []
     banners: list[str] = []
     tally = smoke_tally(plan, events)
     for result in tally.results:
-        p = result.payload
-        margin = p.get("margin")
-        rows.append((result.start, result.probe, str(p.get("outcome")), str(p.get("kind")),
-                     "-" if p.get("position") is None else str(p.get("position")),
+        s = result.recorded
+        margin = s.margin
+        rows.append((result.start, result.probe, str(s.outcome), str(s.kind),
+                     "-" if s.position is None else str(s.position),
                      "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(result.event.seq),
-                     _clip(str(p.get("summary") or ""))))
-        if p.get("outcome") in ("fail", "near_tie", "not_exercised", "interrupted"):  # a near tie: whatever the plan
+                     _clip(str(s.summary or ""))))
+        if s.outcome in ("fail", "near_tie", "not_exercised", "interrupted"):  # a near tie: whatever the plan says
             what = {"near_tie": "near tie", "not_exercised": "probe not exercised",
-                    "interrupted": "probe after the stop signal (not counted)"}.get(str(p.get("outcome")),
-                                                                                  f"{p.get('kind')} failure")
-            banners.append(f"smoke {what}: {_clip(str(p.get('summary') or ''))}")
+                    "interrupted": "probe after the stop signal (not counted)"}.get(str(s.outcome), f"{s.kind} failure")
+            banners.append(f"smoke {what}: {_clip(str(s.summary or ''))}")
     if tally.counts and tally.missing:
         banners.append(f"registered smoke probes that did not run: "
                        f"{', '.join(f'{probe} on {start}' for start, probe in tally.missing)}")
@@ -260,15 +263,16 @@ def _request_counts(plan: Plan, events: Sequence[Event]) -> tuple[tuple[str, ...
     for event in events:
         if event.type != "wave.measured":
             continue
-        start = str(event.payload.get("start"))
+        wave = read_payload(event, pl.WaveMeasured)
+        start = str(wave.start)
         role = role_of.get(start)
         if role is None:
             continue
         tally = counts.setdefault(role, dict.fromkeys(_COUNTED, 0))
         if start not in starts.setdefault(role, []):
             starts[role].append(start)
-        for request in event.payload.get("requests") or []:
-            status = str(request.get("status")) if isinstance(request, Mapping) else "failed"
+        for request in wave.requests:
+            status = str(request.status)
             tally[status if status in ("ok", "bounded", "failed") else "incomplete"] += 1
     rows = []
     for arm in plan.arms:

@@ -118,14 +118,19 @@ def in_window_mde(plan: Plan, data: Mapping[str, Any], result: Mapping[str, Any]
 
 def _before(events: Iterable[Event]) -> list[Para]:
     """What the window's last power gate said before it ran (its MDE from the archive or a pilot)."""
-    gate = None
+    from ..events import payloads as pl
+    from ..events import read_payload
+
+    gate, seq = None, 0
     for event in events:
-        if event.type == "gate.result" and event.payload.get("gate") == "power":
-            gate = event
-    figures = None if gate is None else (gate.payload.get("evidence") or {}).get("figures")
+        if event.type == "gate.result":
+            result = read_payload(event, pl.GateResult)
+            if result.gate == "power":
+                gate, seq = result, event.seq
+    figures = None if gate is None else (gate.evidence or {}).get("figures")
     if gate is None or not isinstance(figures, dict):
         return []
-    return [Para(f"Before the window, its power gate (seq {gate.seq}) said {gate.payload.get('summary')}", "note")]
+    return [Para(f"Before the window, its power gate (seq {seq}) said {gate.summary}", "note")]
 
 
 def _detect(mde: float | None, target: float) -> str:

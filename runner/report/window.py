@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.errors import PolicyError
 
+from ..events import payloads as pl
+from ..events import read_payload
 from ..plan.register import registered_plan
 
 if TYPE_CHECKING:
@@ -39,19 +41,20 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
             closed = event
     if decision is None:
         raise PolicyError(f"window {window} has no recorded decision yet")
-    payload = decision.payload
+    made = read_payload(decision, pl.DecisionRecorded)
+    ending = read_payload(closed, pl.WindowClosed).ending if closed else None
     context = {
         "window": window, "plan_sha256": reg.plan_sha256, "protocol": reg.plan.protocol, "mode": reg.plan.mode,
         "registered_seq": reg.seq, "decision_seq": decision.seq, "decision_hash": decision.hash,
-        "inputs_digest": payload["inputs_digest"], "ending": closed.payload.get("ending") if closed else None,
+        "inputs_digest": made.inputs_digest, "ending": ending,
         "ledger": ledger.info.origin,
     }
-    result = payload["result"]
+    result = made.result
     if result.get("decision") == "REJECT" and result.get("rule") and "cells" not in result and "per_pair" not in result:
         # An aborted window: render what the rule computes from the recorded input, headed by the REJECT.
         from ..decide import compute
 
-        computed = compute(payload["input"])
+        computed = compute(made.input)
         computed["decision"] = "REJECT"
         computed["reasons"] = list(result.get("reasons", [])) + computed.get("reasons", [])
         result = computed
@@ -60,7 +63,7 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
 
     events = list(ledger.events(stream=f"window/{window}"))
     evidence = window_evidence(reg.plan, events)
-    paths = write_report(payload["input"], result, out, title=f"tally window {window}", context=context,
-                         banners=[*evidence.head_sections(), *power_head(reg.plan, payload["input"], result, events)],
-                         appendix=evidence.sections(), ending=ending_lines(context["ending"]))
-    return {**paths.to_json(), "decision": payload["result"].get("decision")}
+    paths = write_report(made.input, result, out, title=f"tally window {window}", context=context,
+                         banners=[*evidence.head_sections(), *power_head(reg.plan, made.input, result, events)],
+                         appendix=evidence.sections(), ending=ending_lines(ending))
+    return {**paths.to_json(), "decision": made.result.get("decision")}

@@ -15,6 +15,8 @@ injectable faults. See ``docs/sim.md``.
 
 from __future__ import annotations
 
+from .batch import Acceptance, Budgets, Job, SimResult, StepCosts, simulate, speculation_breakeven
+from .calibrate import Calibration, Run, arm_model, calibrate, compare, config_toml, observed_figures, predict, read_run
 from .config import ArmConfig, SimConfig, config_from_dict, default_config, load_config, read_config_table
 from .handle import SimHandle, SimProcess, spawn, start
 from .host import ACTIONS
@@ -22,15 +24,31 @@ from .process import serve
 
 __all__ = [
     "ACTIONS",
+    "Acceptance",
     "ArmConfig",
+    "Budgets",
+    "Calibration",
+    "Job",
+    "Run",
     "SimConfig",
     "SimHandle",
     "SimProcess",
+    "SimResult",
+    "StepCosts",
+    "arm_model",
+    "calibrate",
+    "compare",
     "config_from_dict",
+    "config_toml",
     "default_config",
     "load_config",
+    "observed_figures",
+    "predict",
     "read_config_table",
+    "read_run",
     "serve",
+    "simulate",
     "spawn",
+    "speculation_breakeven",
     "start",
 ]

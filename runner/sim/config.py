@@ -33,6 +33,7 @@ __all__ = [
     "REFUSABLE_FIELDS",
     "SCHEDULING_POLICIES",
     "SPEC_SERIES",
+    "STEP_MODELS",
     "STREAM_MODES",
     "ArmConfig",
     "SimConfig",
@@ -55,6 +56,8 @@ IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_tok
 REFUSABLE_FIELDS = IGNORABLE_FIELDS
 # How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
 STREAM_MODES = ("step", "token")
+# How steps are timed: each request alone (the per-request model), or by the engine's batch (runner/sim/batch.py).
+STEP_MODELS = ("request", "batch")
 # What its /metrics serves: vLLM's series, the native llama.cpp server's, or nothing (HTTP 404).
 METRICS_FORMATS = ("vllm", "llamacpp", "none")
 # vLLM's --scheduling-policy values (runner/sim/scheduler.py)
@@ -97,6 +100,15 @@ class ArmConfig:
     # Host identities this arm's starts report (worker_identity, markov_identity, experiment_commit,
     # worker_tree); None: none reported.
     reported_identities: Mapping[str, str] | None = field(default=None, hash=False)
+    # The batch-aware step model (``step_model = "batch"``; docs/sim.md): the cost of the KV a step reads,
+    # the scheduler's budgets, and acceptance drawn per request (rate ~ Beta(rate, concentration)), per family.
+    step_per_kv_token_us: float = 0.0
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    kv_cache_blocks: int = 0                     # 0: the KV cache never runs short
+    acceptance_rate: float | None = None         # None: the per-position ``acceptance`` list
+    acceptance_concentration: float = 0.0        # 0: every request has the rate itself
+    families: Mapping[str, Mapping[str, float]] | None = field(default=None, hash=False)
 
     @property
     def speculative(self) -> bool:
@@ -114,6 +126,11 @@ class ArmConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["acceptance"] = list(self.acceptance)
+        for name, default in _BATCH_DEFAULTS.items():   # absent when default: old configs keep their digests
+            if data.get(name) == default:
+                data.pop(name, None)
+        if data.get("families") is not None:
+            data["families"] = {f: dict(v) for f, v in (self.families or {}).items()}
         if data.get("reported_digest") is None:
             data.pop("reported_digest", None)
         if data.get("reported_identities") is None:
@@ -145,6 +162,11 @@ class ArmConfig:
             run *= p
             total += run
         return total
+
+
+_BATCH_DEFAULTS: dict[str, Any] = {"step_per_kv_token_us": 0.0, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+                                   "kv_cache_blocks": 0, "acceptance_rate": None, "acceptance_concentration": 0.0,
+                                   "families": None}
 
 
 def _default_arms() -> tuple[ArmConfig, ...]:
@@ -185,6 +207,7 @@ class SimConfig:
     stream_mode: str = "step"          # STREAM_MODES
     token_burst_ms: float = 0.5        # "token" mode: model ms between the tokens of one engine step
     metrics_format: str = "vllm"       # METRICS_FORMATS
+    step_model: str = "request"        # STEP_MODELS
     scheduling_policy: str = "priority"  # the waiting queue's order: "fcfs" (vLLM's default) or "priority"
     max_num_batched_tokens: int = 0      # the prefill budget beside which a waiting request must fit (0: none)
     dev_mode: bool = True              # serve vLLM's development-mode /server_info (VLLM_SERVER_DEV_MODE=1)
@@ -220,6 +243,8 @@ class SimConfig:
         data["refuse_fields"] = list(self.refuse_fields)
         data["arms"] = {arm.name: arm.to_table() for arm in self.arms}
         data["faults"] = json.loads(json.dumps(dict(self.faults)))
+        if data.get("step_model") == "request":
+            data.pop("step_model")
         return data
 
 
@@ -308,6 +333,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         kw["token_burst_ms"] = f.number("token_burst_ms", low=0)
     if f.has("metrics_format"):
         kw["metrics_format"] = f.string("metrics_format", choices=METRICS_FORMATS)
+    if f.has("step_model"):
+        kw["step_model"] = f.string("step_model", choices=STEP_MODELS)
     if f.has("scheduling_policy"):
         kw["scheduling_policy"] = f.string("scheduling_policy", choices=SCHEDULING_POLICIES)
     if f.has("max_num_batched_tokens"):
@@ -350,6 +377,26 @@ def _arm(name: str, f: Fields) -> ArmConfig:
             kw[fname] = f.number(fname, low=0)
     if f.has("clock_cap_mhz"):
         kw["clock_cap_mhz"] = f.integer("clock_cap_mhz", low=1)
+    if f.has("step_per_kv_token_us"):
+        kw["step_per_kv_token_us"] = f.number("step_per_kv_token_us", low=0)
+    for fname, low in (("max_num_batched_tokens", 1), ("max_num_seqs", 1), ("kv_cache_blocks", 0)):
+        if f.has(fname):
+            kw[fname] = f.integer(fname, low=low)
+    if f.has("acceptance_rate"):
+        kw["acceptance_rate"] = f.number("acceptance_rate", low=0, high=1)
+    if f.has("acceptance_concentration"):
+        kw["acceptance_concentration"] = f.number("acceptance_concentration", low=0)
+    if f.has("families"):
+        table = f.table("families")
+        families: dict[str, dict[str, float]] = {}
+        for family in table.data:
+            entry = table.table(family)
+            families[str(family)] = {"rate": entry.number("rate", low=0, high=1),
+                                     "concentration": entry.number("concentration", low=0)
+                                     if entry.has("concentration") else 0.0}
+            entry.done()
+        table.done()
+        kw["families"] = families
     for fname in ("method", "verification", "image"):
         if f.has(fname):
             kw[fname] = f.string(fname, nonempty=True)

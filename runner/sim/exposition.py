@@ -76,7 +76,8 @@ class SimMetrics(Protocol):
 
     def request_started(self, engine: int, prompt_tokens: int, max_tokens: int, cached_tokens: int = 0) -> None: ...
 
-    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool) -> None: ...
+    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool,
+             batch: tuple[int, float] | None = None) -> None: ...
 
     def request_finished(self, engine: int, reason: str, *, prefill_s: float, decode_s: float, e2e_s: float,
                          generation_tokens: int, prompt_tokens: int = 0,
@@ -302,11 +303,15 @@ class EngineMetrics:
         c["device"].inc(cached_tokens)
         c["req_computed"].observe(prompt_tokens - cached_tokens)
 
-    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool) -> None:
-        """One engine step of one request; ``seconds`` since its previous output."""
+    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool,
+             batch: tuple[int, float] | None = None) -> None:
+        """One engine step of one request; ``seconds`` since its previous output. ``batch`` (step_model
+        "batch"): the tokens the whole batch's step scheduled, and the KV cache share it holds."""
         c = self._children(engine)
         c["generation"].inc(tokens)
-        c["iteration"].observe(tokens)
+        c["iteration"].observe(tokens if batch is None else batch[0])
+        if batch is not None:
+            self.kv_usage.labels(self.model, str(engine)).set(batch[1])
         (c["ttft"] if first else c["itl"]).observe(seconds)
         if drafts > 0:
             if c["drafts"] is not None:

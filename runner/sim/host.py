@@ -26,6 +26,7 @@ from typing import Any
 from .config import ArmConfig, SimConfig
 from .exposition import SimMetrics, engine_metrics
 from .faults import FaultState
+from .load import BatchLoad
 from .prefix import PrefixCache
 from .scheduler import PrefillQueue
 from .truth import TruthLog
@@ -84,6 +85,7 @@ class EngineSession:
     prefix: PrefixCache = field(default_factory=PrefixCache, repr=False)  # vLLM's prefix cache, per session
     queue: PrefillQueue = field(default_factory=lambda: PrefillQueue("fcfs", 0), repr=False)  # the waiting queue
     host_caps: dict[str, int] = field(default_factory=dict)   # host -> the cap it logged (fault host_clock_cap)
+    load: BatchLoad | None = field(default=None, repr=False)  # step_model "batch": the batch it serves
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ready(self, now: float) -> bool:
@@ -173,6 +175,8 @@ class Host:
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
                                 start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}",
                                 queue=PrefillQueue(self.config.scheduling_policy, self.config.max_num_batched_tokens))
+        if self.config.step_model == "batch":
+            session.load = BatchLoad(arm)
         self.engine = session
         self.current_mhz = cap
         self.starts.append({"start": number, "arm": arm.name, "role": role, "clock_cap_mhz": cap,

@@ -93,7 +93,8 @@ class LlamaCppMetrics:
         with self._lock:
             self._values["requests_processing"] += 1
 
-    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool) -> None:
+    def step(self, engine: int, tokens: int, drafts: int, accepted: int, seconds: float, first: bool,
+             batch: tuple[int, float] | None = None) -> None:
         with self._lock:
             self._values["n_decode_total"] += 1   # one llama_decode per step (concurrent slots share none here)
             self._steps += 1

@@ -146,9 +146,14 @@ class Generation:
     _tokens: random.Random | Draws = field(init=False, repr=False)
     _context: Any = field(init=False, repr=False)
     _keys: list[bytes] = field(init=False, repr=False, default_factory=list)
+    rate: float | None = field(init=False, default=None)   # this request's acceptance rate (acceptance_rate arms)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed_key)
+        if self.arm.acceptance_rate is not None:   # drawn per request (docs/sim.md "The batch step model")
+            mean, conc = self.arm.acceptance_rate, self.arm.acceptance_concentration
+            spread = conc > 0 and 0 < mean < 1
+            self.rate = self._rng.betavariate(mean * conc, (1 - mean) * conc) if spread else mean
         # At T=0 the tokens come from their own stream, so that drafts and acceptance (which
         # differ by arm) never change what is emitted: every arm emits the same tokens. That
         # stream is keyed by the context (the prompt's ids and the tokens emitted so far), as a
@@ -204,7 +209,8 @@ class Generation:
             drafts = depth if self.arm.speculative else 0
             accepted = 0
             for position in range(drafts):
-                if self._rng.random() < self.arm.acceptance[position]:
+                chance = self.arm.acceptance[position] if self.rate is None else self.rate
+                if self._rng.random() < chance:
                     accepted += 1
                 else:
                     break

@@ -440,14 +440,20 @@ class _Handler(BaseHTTPRequestHandler):
             server.host.blip(blip["cap_mhz"])
         truth.fault = ",".join(name for name, spec in (("slow_ttft", slow), ("stall", stall), ("drop", drop),
                                                         ("error_frame", error_frame)) if spec) or None
-        generation, _cold = self._generation(request, engine)
+        generation, cold = self._generation(request, engine)
         truth.cached_tokens = generation.cached_tokens
+        load = engine.load
+        seated = False
+        if load is not None:   # step_model "batch": a seat among max_num_seqs first (the wait is queueing)
+            while not (seated := load.seats.acquire(timeout=_SLICE_S)):
+                if server.stopping.is_set() or engine.stopped:
+                    break
         metrics = engine.metrics
         metrics.request_started(engine_index, len(request.prompt_ids), request.params.max_tokens,
                                 cached_tokens=generation.cached_tokens)
         created = int(time.time())
-        planned = truth.arrival      # the absolute plan (the truth's); a late stream's chunks may go later
-        last_sent: float | None = None
+        planned = truth.arrival if load is None else max(truth.arrival, time.perf_counter())
+        last_sent: float | None = None   # a late stream's chunks may go later than planned, never in a burst
         completion_tokens = 0
         text_parts: list[str] = []   # the full text, for a reply that is not streamed
         stop_tail = ""               # the emitted text's last characters: all a stop string can still span
@@ -456,6 +462,7 @@ class _Handler(BaseHTTPRequestHandler):
         finish_reason: str | None = None
         stop_reason: int | str | None = None
         outcome = "finished"
+        key = id(truth)
         # the waiting queue (docs/sim.md): its place taken before the reply begins (a client that saw the
         # headers knows the request is in), the prefill started when the policy and the budget let it
         queued = engine.queue.enqueue(generation.prompt_tokens - generation.cached_tokens, request.priority)
@@ -463,15 +470,31 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if request.stream:
                 self._stream_headers()
+            if load is not None and not seated:
+                raise _Aborted
             ticket = engine.queue.wait(queued, lambda: server.stopping.is_set() or engine.stopped)
             if ticket is None:
                 raise _Aborted
             if ticket.waited:   # its prefill starts now, not on arrival
                 planned = max(planned, time.perf_counter())
             while True:
+                context = len(request.prompt_ids) + generation.generated
                 step = generation.next_step(server.host.clock_factor())
                 if step is None:
                     break
+                batch: tuple[int, float] | None = None
+                if load is not None:
+                    if step.index == 0:
+                        load.set(key, 0, len(request.prompt_ids) - generation.cached_tokens, generation.cached_tokens)
+                    else:
+                        load.set(key, 1 + step.drafts, 0, context)
+                    batch_ms, batched = load.step()
+                    factor = server.host.clock_factor() * generation.start_factor
+                    step = replace(step, duration_ms=batch_ms * factor + (cold if step.index == 0 else 0.0))
+                    left = request.params.max_tokens - generation.generated
+                    load.set(key, 1 + (min(engine.arm.k, left - 1) if engine.arm.k else 0), 0,
+                             context + len(step.tokens))
+                    batch = (batched, load.kv_usage())
                 text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if stops:
                     step, text, stopped, overhang = cut_at_stop(step, stops, stop_tail, config.eos_token_id)
@@ -501,7 +524,7 @@ class _Handler(BaseHTTPRequestHandler):
                     outcome = "error_frame"
                     break
                 metrics.step(engine_index, len(step.tokens), step.drafts, step.accepted, planned - previous,
-                             first=step.index == 0)
+                             first=step.index == 0, batch=batch)
                 # the step's counts first: a request's last step is in what its finish reports
                 truth.tokens.append(len(step.tokens))
                 truth.drafts.append(step.drafts)
@@ -535,6 +558,10 @@ class _Handler(BaseHTTPRequestHandler):
                 server.hung_until = time.perf_counter() + hang["seconds"]
         finally:
             engine.queue.leave(queued)   # its tokens back to the budget, or out of the queue
+            if load is not None:
+                load.leave(key)
+                if seated:
+                    load.seats.release()
         truth.finish_reason = finish_reason
         if outcome != "finished":
             truth.status = "failed" if outcome == "error_frame" else "aborted"

@@ -8,7 +8,10 @@
     state = replay(ledger, state)          # only the events appended since
     state.windows["w1"].phase, state.marker, state.hold
 
-- ``fold``: ``fold(state, events) -> state``, ``admission_blockers``;
+- ``fold``: ``fold(state, events) -> state``, ``Folding`` (events fed one at a time),
+  ``admission_blockers``;
+- ``window``: the state's frozen values (``WindowState`` and its parts: gates, starts,
+  host actions, the engine, the decision, the clock; the HOLD, the marker, placeholders);
 - ``replay``: ``replay(ledger[, state])``, the fold over a ledger's (new) events;
 - ``archive``: the control archive's rows and their comparability key;
 - ``archive_map``: how an existing archive's cells and fields become tally's (``archive import --map``);
@@ -29,9 +32,33 @@ from .archive import (
     validate_import_row,
 )
 from .archive_map import IMPORT_ROW_FIELDS, ArchiveMapping, UnmappedCell, parse_archive_mapping
-from .fold import ENGINE_REPORTS, State, WaveKeys, WindowState, admission_blockers, fold, typed_payload
+from .fold import Folding, State, TypedPayload, WaveKeys, admission_blockers, fold, typed_payload
 from .replay import replay
 from .touched import touched
+from .window import (
+    ENGINE_REPORTS,
+    BudgetEntry,
+    ChainAbort,
+    Clock,
+    DecisionView,
+    EngineView,
+    FinishedAction,
+    GateView,
+    Hold,
+    Interruption,
+    JSONValue,
+    Marker,
+    MeasurementEnd,
+    OpenAction,
+    PlaceholderUp,
+    Priming,
+    RestoreView,
+    StartView,
+    ThermalEntry,
+    Warmup,
+    WatchView,
+    WindowState,
+)
 
 __all__ = [
     "ARCHIVE_TYPES",
@@ -41,8 +68,30 @@ __all__ = [
     "ArchiveKey",
     "ArchiveMapping",
     "ArchiveRow",
+    "BudgetEntry",
+    "ChainAbort",
+    "Clock",
+    "DecisionView",
+    "EngineView",
+    "FinishedAction",
+    "Folding",
+    "GateView",
+    "Hold",
+    "Interruption",
+    "JSONValue",
+    "Marker",
+    "MeasurementEnd",
+    "OpenAction",
+    "PlaceholderUp",
+    "Priming",
+    "RestoreView",
+    "StartView",
     "State",
+    "ThermalEntry",
+    "TypedPayload",
     "UnmappedCell",
+    "Warmup",
+    "WatchView",
     "WaveKeys",
     "WindowState",
     "admission_blockers",

@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 from ledger.errors import FormatError
 
@@ -55,13 +55,26 @@ class ArchiveKey(NamedTuple):
     max_tokens: int
 
 
-def comparability_key(row: Mapping[str, Any]) -> ArchiveKey:
-    """The comparability key of an archive row (an ``archive.control_start`` payload or an imported row)."""
-    return ArchiveKey(str(row.get("cell")), row.get("control_config_digest"), row.get("production_commit"),
-                      row.get("clock_cap_mhz"), int(row.get("max_tokens") or 0))
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
-def production_commit(identity: Any) -> str | None:
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def comparability_key(row: Mapping[str, object]) -> ArchiveKey:
+    """The comparability key of an archive row (an ``archive.control_start`` payload or an imported row).
+
+    Both are checked before they are recorded (the catalogue, ``validate_import_row``): a member of
+    another type than the key's reads as absent.
+    """
+    return ArchiveKey(str(row.get("cell")), _str_or_none(row.get("control_config_digest")),
+                      _str_or_none(row.get("production_commit")), _int_or_none(row.get("clock_cap_mhz")),
+                      _int_or_none(row.get("max_tokens")) or 0)
+
+
+def production_commit(identity: object) -> str | None:
     """The commit production runs, from its recorded identity (``commit`` or ``production_commit``)."""
     if not isinstance(identity, Mapping):
         return None
@@ -83,9 +96,9 @@ class ArchiveRow:
     dial_back: bool
     seq: int                       # the event that holds it
     source: str                    # "window" | "import"
-    payload: Mapping[str, Any]
+    payload: Mapping[str, object]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"cell": self.key.cell, "control_config_digest": self.key.control_config_digest,
                 "production_commit": self.key.production_commit, "clock_cap_mhz": self.key.clock_cap_mhz,
                 "max_tokens": self.key.max_tokens, "window": self.window, "start": self.start,
@@ -93,24 +106,38 @@ class ArchiveRow:
                 "source": self.source}
 
 
-def _rate(row: Mapping[str, Any]) -> float | None:
-    rate = (row.get("figures") or {}).get("pooled_rate_tps")
+def _rate(row: Mapping[str, object]) -> float | None:
+    figures = row.get("figures")
+    rate = figures.get("pooled_rate_tps") if isinstance(figures, Mapping) else None
     return float(rate) if isinstance(rate, int | float) and not isinstance(rate, bool) else None
 
 
-def _row(payload: Mapping[str, Any], seq: int, source: str) -> ArchiveRow:
+def _row(payload: Mapping[str, object], seq: int, source: str) -> ArchiveRow:
     return ArchiveRow(comparability_key(payload), str(payload.get("window")), str(payload.get("start")),
                       _rate(payload), bool(payload.get("dial_back")), seq, source, payload)
 
 
-def archive_rows(events: Iterable[Any]) -> list[ArchiveRow]:
+class ArchiveEvent(Protocol):
+    """What ``archive_rows`` reads of an event (a stored ``Event``, or a test's stand-in)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def payload(self) -> Mapping[str, object]: ...
+
+
+def archive_rows(events: Iterable[ArchiveEvent]) -> list[ArchiveRow]:
     """Every row of the archive events given (``Event`` objects with ``type``, ``seq``, ``payload``)."""
     rows: list[ArchiveRow] = []
     for event in events:
         if event.type == "archive.control_start":
             rows.append(_row(event.payload, event.seq, "window"))
         elif event.type == "archive.imported":
-            rows.extend(_row(r, event.seq, "import") for r in event.payload.get("rows") or ())
+            imported = event.payload.get("rows")
+            if isinstance(imported, list):
+                rows.extend(_row(r, event.seq, "import") for r in imported if isinstance(r, Mapping))
     return rows
 
 
@@ -127,7 +154,7 @@ def _fail(line: int, what: str) -> FormatError:
     return FormatError(f"control archive line {line}: {what}")
 
 
-def _string(row: Mapping[str, Any], key: str, line: int, pattern: re.Pattern[str], what: str,
+def _string(row: Mapping[str, object], key: str, line: int, pattern: re.Pattern[str], what: str,
             *, required: bool = True) -> str | None:
     value = row.get(key)
     if value is None and not required:
@@ -137,7 +164,7 @@ def _string(row: Mapping[str, Any], key: str, line: int, pattern: re.Pattern[str
     return value
 
 
-def _integer(row: Mapping[str, Any], key: str, line: int, *, required: bool = True) -> int | None:
+def _integer(row: Mapping[str, object], key: str, line: int, *, required: bool = True) -> int | None:
     value = row.get(key)
     if value is None and not required:
         return None
@@ -146,7 +173,7 @@ def _integer(row: Mapping[str, Any], key: str, line: int, *, required: bool = Tr
     return value
 
 
-def validate_import_row(row: Any, line: int) -> dict[str, Any]:
+def validate_import_row(row: object, line: int) -> dict[str, object]:
     """One row of an imported ``control-archive.jsonl``, checked and normalised (``FormatError`` names the line).
 
     Required: ``window``, ``start``, ``cell`` (names), ``max_tokens``, ``figures.pooled_rate_tps``
@@ -164,7 +191,7 @@ def validate_import_row(row: Any, line: int) -> dict[str, Any]:
     unknown = sorted(set(row) - known)
     if unknown:
         raise _fail(line, f"unknown field {unknown[0][:80]!r}")
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "window": _string(row, "window", line, _NAME, "a name (letters, digits, . _ -)"),
         "start": _string(row, "start", line, _NAME, "a name"),
         "cell": _string(row, "cell", line, _NAME, "a name"),
@@ -207,7 +234,7 @@ def validate_import_row(row: Any, line: int) -> dict[str, Any]:
 PER_REPEAT_METRICS = ("pooled_rate_tps", "accepted_per_round", "decode_tps")
 
 
-def _per_repeat(value: Any, line: int) -> dict[str, list[float | None]]:
+def _per_repeat(value: object, line: int) -> dict[str, list[float | None]]:
     if not isinstance(value, Mapping) or "pooled_rate_tps" not in value:
         raise _fail(line, "per_repeat must be an object with pooled_rate_tps (a list per metric)")
     out: dict[str, list[float | None]] = {}

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from ..drivers import OBSERVING_ACTIONS
 
 if TYPE_CHECKING:
-    from .fold import State, WindowState
+    from .fold import Folding, State
+    from .window import WindowState
 
 __all__ = ["touched"]
 
 
-def touched(state: State, ws: WindowState) -> bool:
+def touched(state: State | Folding, ws: WindowState) -> bool:
     """May this window have changed anything on the hosts (so that its ending must restore)?
 
     "No" only on positive evidence: the runner records every host action's start before it
@@ -29,8 +30,8 @@ def touched(state: State, ws: WindowState) -> bool:
     production not serving sends the window down the restore path.
     """
     marker = state.marker
-    if ws.clock.get("hold_opened") is not None or ws.chain_aborted is not None or (
-            marker is not None and marker.get("window") != ws.id):
+    if ws.clock.hold_opened is not None or ws.chain_aborted is not None or (
+            marker is not None and marker.window != ws.id):
         return True
     if ws.not_serving_seq is not None:
         return True

@@ -110,8 +110,8 @@ def _events(chosen: tuple[tuple[str, str, tuple[Any, ...]], ...]) -> list[_Event
     events = [_Event(1, "start.began", {"start": "A1"})]
     for start, probe, (outcome, kind, position, margin, summary) in chosen:
         events.append(_Event(len(events) + 1, "smoke.result", {
-            "start": start, "probe": probe, "outcome": outcome, "kind": kind, "position": position,
-            "margin": margin, "summary": summary}))
+            "window": "w", "plan_sha256": "0" * 64, "start": start, "role": start[0], "probe": probe,
+            "outcome": outcome, "kind": kind, "position": position, "margin": margin, "summary": summary}))
     return events
 
 

@@ -34,7 +34,7 @@ def test_prev_ok_probes_a_placeholder_that_is_down(tmp_path: Path) -> None:
         assert probes["placeholder_proof sim-head"]["ok"] and not probes["placeholder_proof sim-worker"]["ok"]
         assert record.aborted_event is not None   # the chain is aborted: the window must restore
         gate = state(w.book).windows["chain-b"].gates["chain_prev_ok"]
-        assert gate["verdict"] == "FAIL"
+        assert gate.verdict == "FAIL"
     finally:
         close(w)
 

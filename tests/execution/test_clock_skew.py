@@ -62,13 +62,13 @@ def test_a_resumed_window_on_a_skewed_machine_keeps_its_budget(tmp_path: Path, o
             if step.kind == "start_arm":
                 break
             first.perform(step, RunResult("skewed", None, None, []))
-        assert first.ws.clock["first_action"] is not None
+        assert first.ws.clock.first_action is not None
         _skew_this_machine(monkeypatch, offset)
         other = Ledger.open(w.book.url, clock=_skewed(offset))  # SQLite: the machine's clock is the ledger's
         resumed = WindowRunner(other, w.root, "skewed", w.driver, time_scale=w.time_scale)
         resumed.refresh()
         ws = resumed.ws
-        began, last = parse_time(ws.clock["first_action"]), parse_time(ws.clock["last"])
+        began, last = parse_time(ws.clock.first_action), parse_time(ws.clock.last)
         recorded = resumed.clock.minutes(began, last)  # what the record itself proves has elapsed
         seen: list[float] = []
         resumed.clock = _Spy(resumed.clock, seen)  # type: ignore[assignment]

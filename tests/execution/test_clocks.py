@@ -231,7 +231,7 @@ def test_restore_at_a_wrong_production_cap_is_not_a_clean_restore(tmp_path: Path
         assert f"{HOSTS[0]} restored production at 2100 MHz, expected 2300 MHz" in escalated
         assert not _events(w, "window.closed") and not _events(w, "decision.recorded")
         s = state(w.book)
-        assert s.hold is not None and s.hold["owner"] == WINDOW and s.production == "down"   # the HOLD stays ours
+        assert s.hold is not None and s.hold.owner == WINDOW and s.production == "down"   # the HOLD stays ours
         assert run_audit(book=w.book).ok
         # the site fixed: the resumed window restores at production's cap and closes cleanly
         second = WindowRunner(w.book, w.root, WINDOW, w.driver, time_scale=w.time_scale).run(resume=True)

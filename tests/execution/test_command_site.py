@@ -87,7 +87,7 @@ def test_command_site_restore_at_a_wrong_production_cap_is_not_a_clean_restore(t
         assert [f["status"] for f in _events(w, "restore.finished")] == ["failed"]
         assert any(line.startswith("RESTORE ESCALATED") and "at 2100 MHz, expected 2300 MHz" in line for line in said)
         s = state(w.book)
-        assert s.hold is not None and s.hold["owner"] == WINDOW and not _events(w, "decision.recorded")
+        assert s.hold is not None and s.hold.owner == WINDOW and not _events(w, "decision.recorded")
         assert run_audit(book=w.book).ok
         (site_state / "caps" / "production").unlink()               # the site fixed: resume restores cleanly
         assert _run(w, driver, resume=True).ending == "restored"

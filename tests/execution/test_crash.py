@@ -102,7 +102,7 @@ def test_killed_in_a_chained_window(tmp_path: Path, point: str) -> None:
         _crash_and_resume(w, "crash-a", point)
         _check_window(w, "crash-a", "chained", point)
         s = state(w.book)
-        assert s.marker is not None and s.marker["window"] == "crash-a" and s.production == "down"
+        assert s.marker is not None and s.marker.window == "crash-a" and s.production == "down"
         assert set(s.placeholders) == {"sim-head", "sim-worker"} and s.hold is None
     finally:
         close(w)

@@ -39,7 +39,7 @@ def test_win2_window_restores_and_decides(tmp_path: Path, plan: str, window_id: 
         s = state(w.book)
         assert s.production == "up" and s.hold is None and s.marker is None
         ws = s.windows[window_id]
-        assert ws.phase == "decided" and ws.restore["status"] == "ok" and ws.watch["verdict"] == "PASS"
+        assert ws.phase == "decided" and ws.restore.status == "ok" and ws.watch.verdict == "PASS"
         assert [sid for sid in ws.starts] == ["s1", "s2", "s3"]
         assert all(info["clock_cap_mhz"] == 2300 for info in ws.starts.values())
         archive = list(w.book.events(stream="archive"))
@@ -81,13 +81,13 @@ def test_three_window_chain(tmp_path: Path) -> None:
         gate_all(w)
         assert run(w, "chain-a").ending == "chained"
         s = state(w.book)
-        assert s.marker["window"] == "chain-a" and s.production == "down" and s.hold is None
+        assert s.marker.window == "chain-a" and s.production == "down" and s.hold is None
         assert set(s.placeholders) == {"sim-head", "sim-worker"}
         assert run(w, "chain-b").ending == "chained"
         s = state(w.book)
-        assert s.marker["window"] == "chain-b"
+        assert s.marker.window == "chain-b"
         prev_ok = s.windows["chain-b"].gates["chain_prev_ok"]
-        assert prev_ok["verdict"] == "PASS" and prev_ok["seq"] > s.windows["chain-a"].marker_set_seq
+        assert prev_ok.verdict == "PASS" and prev_ok.seq > s.windows["chain-a"].marker_set_seq
         assert run(w, "chain-c").ending == "restored"
         s = state(w.book)
         assert s.marker is None and s.production == "up" and not s.placeholders and s.hold is None

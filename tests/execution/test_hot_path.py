@@ -34,7 +34,8 @@ def _scan_block_began(ws: WindowState, start: str) -> Any:
     for item in ws.finished:
         if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
             return parse_time(item.get("started_time") or item["time"])
-    began = (ws.starts.get(start) or {}).get("began_time")
+    info = ws.starts.get(start)
+    began = info.began_time if info else None
     return parse_time(began) if began else None
 
 

@@ -110,7 +110,8 @@ class _Gate:
 
 
 def test_the_head_also_says_what_the_power_gate_said_before_the_window() -> None:
-    gate = _Gate(9, {"gate": "power", "verdict": "PASS", "summary": "PASS: P(WIN) 0.884 at a true +3.50%",
+    gate = _Gate(9, {"window": "w", "plan_sha256": "0" * 64, "gate": "power", "verdict": "PASS",
+                     "summary": "PASS: P(WIN) 0.884 at a true +3.50%",
                      "evidence": {"figures": {"mde": 0.0321}}})
     text = _text(power_head(PLAN, {}, _result([100.0, 103.0, 98.5], [101.0, 99.0, 100.5]), [gate]))  # type: ignore[list-item]
     assert "Before the window, its power gate (seq 9) said PASS: P(WIN) 0.884 at a true +3.50%" in text

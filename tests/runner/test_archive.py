@@ -47,11 +47,13 @@ def test_archive_keeps_control_configs_apart() -> None:
     assert comparability_key(rows[0].payload) != comparability_key(rows[1].payload)   # configs apart
     key = ArchiveKey(cell, control, PROD, 2300, 512)
     assert [r.window for r in day_to_day_rows(rows, key)] == ["w-fixed", "old-fixed"]   # no policy, no dial-back
-    snapshot = _event(1, {"sha256": "d" * 64, "source": "drain", "identity": {"commit": PROD}}, "production.snapshot")
+    snapshot = _event(1, {"window": plan.window_id, "plan_sha256": "0" * 64, "sha256": "d" * 64, "source": "drain",
+                          "identity": {"commit": PROD}}, "production.snapshot")
     built = build_input(plan, [snapshot], archive, builder=INPUT_BUILDER)
     assert [(e["window"], e["pooled_rate_tps"]) for e in built.input["archive"]] == [
         ("w-fixed", 100.0), ("old-fixed", 101.0)]
-    other = _event(1, {"sha256": "d" * 64, "source": "drain", "identity": {"commit": "e" * 40}}, "production.snapshot")
+    other = _event(1, {"window": plan.window_id, "plan_sha256": "0" * 64, "sha256": "d" * 64, "source": "drain",
+                       "identity": {"commit": "e" * 40}}, "production.snapshot")
     assert build_input(plan, [other], archive, builder=INPUT_BUILDER).input["archive"] == []   # another commit
 
 

@@ -196,7 +196,7 @@ def test_cli_a_field_the_plan_needs_ignored_fails_the_gate_named(site: Site, tmp
     assert evidence["fields"]["ignore_eos"] == "ignored" and evidence["vllm_checks"] is True
     saved = json.loads((tmp_path / "r" / "rehearsal.json").read_text())
     assert saved == {k: v for k, v in evidence.items() if k != "responses"}
-    assert replay(site.book).windows["pp4-win2-controlled"].gates["rehearsal"]["verdict"] == "FAIL"
+    assert replay(site.book).windows["pp4-win2-controlled"].gates["rehearsal"].verdict == "FAIL"
     # without --window there is no plan: ignore_eos is recorded, only the vLLM checks decide
     assert text.code == 0, text.err
     assert "[not needed] ignore-eos: EOS forced with ignore_eos true" in text.out

@@ -6,6 +6,7 @@ import ast
 import inspect
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from ledger.event import Event
 from runner.state import fold as fold_module
 from runner.state.fold import State, admission_blockers, fold
+from runner.state.window import GateView
 
 from .conftest import Site, tally
 from .script import Script
@@ -51,8 +53,8 @@ TABLE = [
 def _row(state: State) -> tuple[object, ...]:
     w1, w2 = state.windows.get("chain-1"), state.windows.get("chain-2")
     return (
-        None if state.marker is None else state.marker["window"],
-        None if state.hold is None else state.hold["owner"],
+        None if state.marker is None else state.marker.window,
+        None if state.hold is None else state.hold.owner,
         state.production,
         None if w1 is None else w1.phase,
         None if w2 is None else w2.phase,
@@ -124,7 +126,7 @@ def test_open_host_action_is_an_unknown_outcome() -> None:
     cut = next(i for i, e in enumerate(events) if e.type == "host.action" and e.payload["action"] == "start_arm")
     state = fold(None, events[: cut + 1])
     open_actions = state.open_actions()
-    assert [(a["window"], a["action"], a["seq"]) for a in open_actions] == [(plan.window_id, "start_arm", cut + 1)]
+    assert [(window, a.action, a.seq) for window, a in open_actions] == [(plan.window_id, "start_arm", cut + 1)]
     assert state.windows[plan.window_id].to_json()["open_actions"][0]["action"] == "start_arm"
     assert fold(state, events[cut + 1: cut + 2]).open_actions() == []
 
@@ -213,7 +215,7 @@ def test_a_finished_re_probe_settles_the_unknown_outcome() -> None:
         probe.add(plan, "host.action", {"host": "spark-a", "action": "read_arm_state", "phase": phase,
                                         "action_id": "probe-1", "probe_of": lost, **extra})
     events = probe.materialize()
-    assert [a["action_id"] for a in fold(None, events[:-1]).open_actions()] == [lost, "probe-1"]
+    assert [a.action_id for _, a in fold(None, events[:-1]).open_actions()] == [lost, "probe-1"]
     assert fold(None, events).open_actions() == []
 
 
@@ -223,13 +225,14 @@ def test_prev_ok_must_come_after_the_current_marker() -> None:
     events = script.materialize()
     state = fold(None, events[: script.labels["chain-2:registered"] + 1])
     ws = state.windows["chain-2"]
-    assert state.marker is not None and state.marker["window"] == "chain-1"
-    for gate in ws.required_gates:
-        ws.gates[gate] = {"verdict": "PASS", "seq": state.size, "commit": ws.commit}
-    ws.gates["chain_prev_ok"] = {"verdict": "PASS", "seq": 2, "commit": ws.commit}  # before the marker was set
+    assert state.marker is not None and state.marker.window == "chain-1"
+    passed = {gate: GateView(verdict="PASS", seq=state.size, commit=ws.commit, summary="") for gate in ws.required_gates}
+    early = GateView(verdict="PASS", seq=2, commit=ws.commit, summary="")  # before the marker was set
+    state = replace(state, windows={**state.windows, "chain-2": replace(ws, gates={**passed, "chain_prev_ok": early})})
     assert admission_blockers(state, "chain-2") == [
-        f"chain_prev_ok: its result (seq 2) predates the marker (seq {state.marker['seq']})"]
-    ws.gates["chain_prev_ok"]["seq"] = state.size
+        f"chain_prev_ok: its result (seq 2) predates the marker (seq {state.marker.seq})"]
+    later = replace(early, seq=state.size)
+    state = replace(state, windows={**state.windows, "chain-2": replace(ws, gates={**passed, "chain_prev_ok": later})})
     assert admission_blockers(state, "chain-2") == []
 
 

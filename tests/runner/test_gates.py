@@ -207,8 +207,8 @@ def test_standard_spec(site: Site, tmp_path: Path) -> None:
     other = tally("gate", "standard-spec", window, "--start", "s2", "--config", json.dumps(declared), "--json")
     assert other.code == 1 and "differs from the plan's declared arm B config" in json.loads(other.out)["summary"]
     state = replay(site.book).windows[window]
-    assert state.gates["standard_spec"]["verdict"] == "FAIL"
-    assert {s: g["verdict"] for s, g in state.gates["standard_spec"]["starts"].items()} == {
+    assert state.gates["standard_spec"].verdict == "FAIL"
+    assert {s: g.verdict for s, g in (state.gates["standard_spec"].starts or {}).items()} == {
         "s1": "PASS", "s3": "FAIL", "s2": "FAIL"}
     size = site.size()
     assert tally("gate", "standard-spec", window, "--start", "s9", "--config", "{}").code == 2

@@ -95,7 +95,7 @@ def test_the_gate_fails_closed_with_too_few_archive_entries_and_says_how_many_ar
     assert "too thin" in out.summary and "2 archived windows with both control starts" in out.summary
     assert "(4 entries) are needed" in out.summary and "short-b1: 2 comparable entries, 1 window(s)" in out.summary
     assert out.evidence["needed_entries"] == 4 and "figures" not in out.evidence
-    assert replay(site.book).windows["w"].gates["power"]["verdict"] == "FAIL"
+    assert replay(site.book).windows["w"].gates["power"].verdict == "FAIL"
 
 
 def test_the_gate_fails_with_three_repeats_and_passes_when_repeats_are_raised(site: Site) -> None:
@@ -113,7 +113,7 @@ def test_the_gate_fails_with_three_repeats_and_passes_when_repeats_are_raised(si
     _register(site, "wn", needed, effect=0.035)
     enough = power_gate(site.book, site.signer, "wn")
     assert enough.verdict == "PASS" and enough.evidence["figures"]["power"] >= 0.8
-    assert replay(site.book).windows["wn"].gates["power"]["verdict"] == "PASS"
+    assert replay(site.book).windows["wn"].gates["power"].verdict == "PASS"
 
 
 def test_the_gate_is_reproducible_bit_for_bit_and_replays_from_the_ledger(site: Site) -> None:
