@@ -141,7 +141,7 @@ PP3_DECISIONS: tuple[Pp3Decision, ...] = get_args(Pp3Decision)
 # ---------------------------------------------------------------------- the smoke stage
 
 SmokeProbe = Literal["greedy_identity", "structured", "stop", "eos", "lifecycle"]
-SmokeOutcome = Literal["pass", "fail", "near_tie", "recorded"]
+SmokeOutcome = Literal["pass", "fail", "near_tie", "recorded", "not_exercised", "interrupted"]
 StructuredField = Literal["structured_outputs", "guided_json", "response_format"]
 
 SMOKE_PROBES: tuple[SmokeProbe, ...] = get_args(SmokeProbe)

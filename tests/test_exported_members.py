@@ -100,9 +100,9 @@ FACES: dict[str, list[str]] = {
         "registration_payload",
     ],
     "runner.rehearsal": [
-        "FIELDS", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe", "ProbeList", "ProbeResult",
-        "Rehearsal", "plan_needs", "read_probe_list", "rehearse", "send", "smoke_refusals", "token_count",
-        "write_rehearsal",
+        "FIELDS", "GREEDY_NEUTRAL", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe",
+        "ProbeList", "ProbeResult", "Rehearsal", "not_sent", "plan_needs", "read_probe_list", "rehearse", "send",
+        "smoke_refusals", "token_count", "write_rehearsal",
     ],
     "runner.report": [
         "Document", "ReportPaths", "build_document", "fixed", "metric_label", "metric_value", "render_html",

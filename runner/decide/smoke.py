@@ -3,7 +3,9 @@
 One reading for every reader: the decision input (``runner.decide.inputs``), the audit's
 ``smoke-before-decision`` invariant and the report's smoke section each word these facts
 their own way, but none decides them differently. A near tie is a failure only when the
-plan registers ``near_tie_rejects``.
+plan registers ``near_tie_rejects``. A probe the replies did not exercise (``not_exercised``:
+a stop never generated) is no failure and does not hold a promotion back; one that ended
+after the stop signal (``interrupted``) never counts: as if it had not run.
 """
 
 from __future__ import annotations
@@ -66,6 +68,6 @@ def smoke_tally(plan: Plan, events: Iterable[Event]) -> SmokeTally:
         results.append(SmokeResult(event, recorded, outcome == "fail" or (outcome == "near_tie" and rejects)))
     if smoke is None:
         return SmokeTally(tuple(results), (), False)
-    ran = {(r.start, r.probe) for r in results}
+    ran = {(r.start, r.probe) for r in results if r.recorded.outcome != "interrupted"}
     missing = tuple((start, probe) for start in smoke.starts for probe in smoke.probes if (start, probe) not in ran)
     return SmokeTally(tuple(results), missing, smoke.declared or bool(results))

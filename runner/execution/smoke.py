@@ -8,6 +8,10 @@ answered are not recorded (the start then ends lost). Greedy
 identity compares the start with the plan's reference start (the first smoke start),
 whose emitted sequence the runner reads back from that start's recorded evidence: the
 runner keeps nothing of its own between steps.
+
+The step honours the stop flag (``cancel``, set by SIGINT/SIGTERM): the session sends
+nothing once it is set and cuts the request in flight, no probe starts after it, and a
+probe that ended after it is recorded ``interrupted`` (it never counts in the decision).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .recorder import Pending, Recorder, RunResult, StepHandler
 
 if TYPE_CHECKING:
     from ..smoke.greedy import Emitted
-    from ..smoke.probes import ProbeVerdict
+    from ..smoke.probes import ProbeVerdict, SmokeSession
     from .steps import Step, StepKind
 
 __all__ = ["HANDLERS", "SmokeSteps"]
@@ -62,7 +66,7 @@ class SmokeSteps(Recorder):
         for event in self.ledger.events(self.ws.registered_seq or 0, stream=f"window/{self.window}",
                                         types=["smoke.result"]):
             q = read_payload(event, p.SmokeResult)
-            if q.start != smoke.reference or q.probe != "greedy_identity":
+            if q.start != smoke.reference or q.probe != "greedy_identity" or q.outcome == "interrupted":
                 continue
             ref = q.evidence.blob if q.evidence is not None else ""
             blob = self.ledger.blob(ref.removeprefix("sha256:"))
@@ -89,29 +93,15 @@ class SmokeSteps(Recorder):
         model = self._model_name()
         verdicts: list[ProbeVerdict] = []
         probing = time.perf_counter()
-        with SmokeSession(self.driver.serving_url, model, smoke) as session:
-            baseline = None
-            if "greedy_identity" in smoke.probes:
-                reference = None if start.id == smoke.reference else self._reference()
-                if start.id != smoke.reference and reference is None:
-                    from ..smoke.probes import ProbeVerdict
-
-                    verdicts.append(ProbeVerdict("greedy_identity", "fail",
-                                                 f"{start.id}: the reference {smoke.reference} recorded no "
-                                                 "T=0 continuation to compare with"))
-                else:
-                    verdict, baseline = session.greedy(start.id, reference)
-                    verdicts.append(verdict)
-            for probe in smoke.probes:
-                if probe == "structured":
-                    verdicts.append(session.structured(start.id))
-                elif probe == "stop":
-                    verdicts.append(session.stop(start.id, baseline))
-                elif probe == "eos":
-                    verdicts.append(session.eos(start.id))
-                elif probe == "lifecycle":
-                    verdicts.append(session.lifecycle(start.id))
+        with SmokeSession(self.driver.serving_url, model, smoke, cancel=self.cancel) as session:
+            for probe in sorted(smoke.probes, key=lambda name: name != "greedy_identity"):  # greedy first
+                if self.cancel.is_set():
+                    break  # the probes not begun are not recorded: missing, never passed
+                verdict = self._probe(session, probe, start.id)
+                verdicts.append(_after_stop(verdict) if self.cancel.is_set() else verdict)
         result.load_s += time.perf_counter() - probing   # the probes' requests, as a wave's
+        if not verdicts:
+            return
         after = self.attest(start.id)
         if not after["ok"]:  # another engine answered some of them: nothing of this start to record
             self._engine_lost(start.id, after)
@@ -130,6 +120,34 @@ class SmokeSteps(Recorder):
                 evidence=p.BlobRef.of(evidence)), (evidence,)))
             self.say(f"  smoke {start.label} {verdict.probe}: {verdict.outcome} ({verdict.summary})")
         self.append(items)
+
+    def _probe(self, session: SmokeSession, probe: str, start: str) -> ProbeVerdict:
+        from ..smoke.probes import ProbeVerdict
+
+        smoke = self.plan.smoke
+        assert smoke is not None
+        if probe == "greedy_identity":
+            reference = None if start == smoke.reference else self._reference()
+            if start != smoke.reference and reference is None:
+                return ProbeVerdict("greedy_identity", "fail", f"{start}: the reference {smoke.reference} recorded "
+                                                               "no T=0 continuation to compare with")
+            return session.greedy(start, reference)[0]
+        if probe == "structured":
+            return session.structured(start)
+        if probe == "stop":
+            return session.stop(start)
+        if probe == "eos":
+            return session.eos(start)
+        return session.lifecycle(start)
+
+
+def _after_stop(verdict: ProbeVerdict) -> ProbeVerdict:
+    """A probe that ended after the stop signal: recorded as such, its own outcome kept in the checks."""
+    from dataclasses import replace
+
+    return replace(verdict, outcome="interrupted",
+                   summary=f"after the stop signal (not counted): {verdict.outcome}: {verdict.summary}",
+                   checks={**verdict.checks, "outcome_after_stop": verdict.outcome})
 
 
 HANDLERS: dict[StepKind, StepHandler] = {"smoke": SmokeSteps.smoke}

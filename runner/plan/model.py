@@ -281,6 +281,9 @@ class Stage:
                 "reserve": self.reserve}
 
 
+DEFAULT_NEAR_TIE_FOLLOW = 4   # near ties greedy identity follows when the plan registers no near_tie_follow
+
+
 @dataclass(frozen=True)
 class Smoke:
     """The smoke stage: probes run at the end of each of ``starts`` (after its waves), T=0.
@@ -301,6 +304,7 @@ class Smoke:
     logprobs: int = 0                          # top logprobs asked per position (0: none)
     near_tie_margin: float | None = None       # top-2 logprob margin (nats): a divergence within it is a near tie
     near_tie_rejects: bool = False
+    near_tie_follow: int | None = None         # near ties followed teacher-forced (None: not registered, the default)
     structured_field: StructuredField = "structured_outputs"
     eos_token_id: int | None = None
     win2_effect: str = "report"                # win2-v1: "report" (recorded only) or "inconclusive"
@@ -320,7 +324,14 @@ class Smoke:
             "eos_token_id": self.eos_token_id,
             "win2_effect": self.win2_effect, "timeout_s": self.timeout_s,
         }
+        if self.near_tie_follow is not None:  # written only when given, so plans without it keep their digest
+            data["near_tie_follow"] = self.near_tie_follow
         return data
+
+    @property
+    def follow(self) -> int:
+        """How many near ties greedy identity follows past (``docs/smoke.md``): the registered number, else 4."""
+        return DEFAULT_NEAR_TIE_FOLLOW if self.near_tie_follow is None else self.near_tie_follow
 
 
 @dataclass(frozen=True)

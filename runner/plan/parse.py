@@ -390,6 +390,7 @@ def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], proto
         max_tokens=f.integer("max_tokens", 16, low=2, high=256), seed=f.integer("seed", 7, low=0, high=2**31),
         temperature=temperature, prompt=f.string("prompt", SMOKE_PROMPT, nonempty=True), logprobs=logprobs,
         near_tie_margin=margin, near_tie_rejects=f.boolean("near_tie_rejects", False),
+        near_tie_follow=f.integer("near_tie_follow", None, low=0, high=64),
         structured_field=f.string("structured_field", "structured_outputs", choices=STRUCTURED_FIELDS),
         eos_token_id=eos, win2_effect=effect,
         timeout_s=f.number("timeout_s", 30.0, low=0.0, low_open=True, high=600.0),

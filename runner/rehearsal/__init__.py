@@ -18,14 +18,15 @@
 
 from __future__ import annotations
 
-from .capability import FIELDS, Need, plan_needs, smoke_refusals
-from .probe import Probe, ProbeResult, send, token_count
+from .capability import FIELDS, GREEDY_NEUTRAL, Need, plan_needs, smoke_refusals
+from .probe import Probe, ProbeResult, not_sent, send, token_count
 from .probe_list import MAX_FILE_BYTES as MAX_PROBE_LIST_BYTES
 from .probe_list import ProbeList, read_probe_list
 from .rehearsal import RESERVED_NAMES, VLLM_PROBES, Rehearsal, rehearse, write_rehearsal
 
 __all__ = [
     "FIELDS",
+    "GREEDY_NEUTRAL",
     "MAX_PROBE_LIST_BYTES",
     "RESERVED_NAMES",
     "VLLM_PROBES",
@@ -34,6 +35,7 @@ __all__ = [
     "ProbeList",
     "ProbeResult",
     "Rehearsal",
+    "not_sent",
     "plan_needs",
     "read_probe_list",
     "rehearse",

@@ -37,7 +37,23 @@ field                             honoured when                                 
 ``guided_json``                   ``guided-json`` (vLLM before v0.12) likewise         behaviour
 ``response_format``               ``response-format`` (chat, llama-cpp-python's        behaviour
                                   ``json_object`` with a ``schema``) likewise
+``repetition_penalty``            ``repetition-penalty`` (a strong multiplicative      behaviour
+                                  penalty, under vLLM's name ``repetition_penalty``
+                                  and llama-cpp-python's ``repeat_penalty``) changes
+                                  the T=0 answer of ``penalty-neutral`` (a repetitive
+                                  prompt, every penalty neutral)
+``presence_penalty``              ``presence-penalty`` likewise                        behaviour
+``frequency_penalty``             ``frequency-penalty`` likewise                       behaviour
 ================================  ===================================================  ==========
+
+The three penalties are what makes a T=0 request greedy or not: every T=0 smoke request
+sends them neutral (:data:`GREEDY_NEUTRAL`), and a server that acts on a strong value
+acts on the neutral one too. One that answers a strong value as it answers the neutral
+one does not read the field, so its own default stays (llama-cpp-python's
+``repeat_penalty`` is 1.1): the smoke stage's greedy identity needs ``repetition_penalty``
+honoured, and the other two, 0 by default on every server kind tally knows, accepted
+(a presence penalty of 2.0, vLLM's maximum, leaves SmolLM2's T=0 answer unchanged on
+llama.cpp: "not read" and "too weak to show" look alike there).
 
 Forcing is read against the baseline's own ending, never from a prompt a model may end
 by itself (the admission's ``terminator``, "Stop here.", stops at once on a small model
@@ -76,6 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIELDS",
+    "GREEDY_NEUTRAL",
     "FieldResult",
     "Need",
     "Status",
@@ -97,7 +114,8 @@ __all__ = [
 FIELDS: tuple[str, ...] = (
     "seed", "ignore_eos", "max_tokens", "priority", "cache_salt", "allowed_token_ids", "stop_token_ids",
     "return_token_ids", "stream_options.include_usage", "logit_bias", "min_tokens", "stop",
-    "structured_outputs", "guided_json", "response_format",
+    "structured_outputs", "guided_json", "response_format", "repetition_penalty", "presence_penalty",
+    "frequency_penalty",
 )
 Status = Literal["honoured", "ignored", "refused", "unclear", "no_answer"]
 Want = Literal["honoured", "refused", "accepted"]
@@ -114,6 +132,20 @@ STRUCTURED_VALUE = "tally"
 STRUCTURED_SCHEMA: Mapping[str, Any] = {"type": "string", "enum": [STRUCTURED_VALUE]}
 STRUCTURED_PROBES: Mapping[str, str] = {"structured_outputs": "structured-outputs", "guided_json": "guided-json",
                                         "response_format": "response-format"}
+# What makes a T=0 request pick the raw top-1 on every server kind tally knows: no penalty under
+# any of their names (vLLM's ``repetition_penalty``, llama-cpp-python's ``repeat_penalty``, whose
+# default is 1.1), no top-k or top-p cut (vLLM: top_k 0 disables it; llama.cpp: top_k <= 0).
+# A server ignores the names it does not know (vLLM and llama-cpp-python both do).
+GREEDY_NEUTRAL: Mapping[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0,
+                                     "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+REPEAT_PROMPT = "one one one one one one one one one one one one"
+STRONG_PENALTIES: Mapping[str, Mapping[str, float]] = {
+    "repetition_penalty": {"repetition_penalty": 5.0, "repeat_penalty": 5.0},
+    "presence_penalty": {"presence_penalty": 2.0},
+    "frequency_penalty": {"frequency_penalty": 2.0},
+}
+PENALTY_PROBES: Mapping[str, str] = {"repetition_penalty": "repetition-penalty",
+                                     "presence_penalty": "presence-penalty", "frequency_penalty": "frequency-penalty"}
 
 
 @dataclass(frozen=True)
@@ -185,6 +217,14 @@ def smoke_needs(plan: Plan) -> tuple[Need, ...]:
     if "structured" in smoke.probes:
         needs.append(Need(smoke.structured_field, "honoured", "the smoke stage's structured probe constrains its "
                                                               f"answer with {smoke.structured_field}"))
+    if "greedy_identity" in smoke.probes:
+        needs.append(Need("repetition_penalty", "honoured", "greedy identity compares raw top-1 tokens: every T=0 "
+                                                            "smoke request sets the repeat penalty neutral, which a "
+                                                            "server that does not read it leaves at its own default "
+                                                            "(llama-cpp-python: repeat_penalty 1.1)"))
+        needs += [Need(name, "accepted", f"every T=0 smoke request sets {name} neutral (0, every known server's "
+                                         "default; a strong 2.0, vLLM's maximum, need not change a tiny model's "
+                                         "T=0 answer)") for name in ("presence_penalty", "frequency_penalty")]
     return tuple(needs)
 
 
@@ -194,7 +234,8 @@ def smoke_refusals(plan: Plan, fields: Mapping[str, Any] | None) -> list[str]:
         return []
     return [f"the smoke stage relies on {need.field} ({need.reason}), and the capability probe found it "
             f"{fields[need.field]} on this server: drop the probe or register what the server honours"
-            for need in smoke_needs(plan) if fields.get(need.field) in ("ignored", "refused")]
+            for need in smoke_needs(plan)
+            if fields.get(need.field) == "refused" or (need.want == "honoured" and fields.get(need.field) == "ignored")]
 
 
 def vllm_needs(*, control_answered: bool = False) -> tuple[Need, ...]:
@@ -258,8 +299,21 @@ def capability_probes(eos: int, model: str | None, results: Mapping[str, ProbeRe
         Probe("stop-reference", "/v1/completions", _greedy(baseline, MAX_TOKENS),
               "HTTP 200: the T=0 text the stop string is taken from"),
         *structured_probes(model),
+        *penalty_probes(model),
     ]
     return tuple(probes)
+
+
+def penalty_probes(model: str | None) -> tuple[Probe, ...]:
+    """A repetitive prompt at T=0 with every penalty neutral, then with each penalty strong."""
+    base: dict[str, Any] = {"stream": False, "prompt": REPEAT_PROMPT, "max_tokens": MAX_TOKENS, "seed": SEED,
+                            **GREEDY_NEUTRAL}
+    if model:
+        base["model"] = model
+    return (Probe("penalty-neutral", "/v1/completions", base, "HTTP 200: the raw top-1 continuation"),
+            *(Probe(PENALTY_PROBES[name], "/v1/completions", {**base, **strong},
+                    f"another continuation than penalty-neutral's ({name} acted on)")
+              for name, strong in STRONG_PENALTIES.items()))
 
 
 def _greedy(body: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -668,6 +722,22 @@ def _stop(r: Mapping[str, ProbeResult]) -> _Reading:
     return "unclear", f"stop-string: stop {word!r}, the text differs from the T=0 reference's ({_finish(probe)})"
 
 
+def _penalty(r: Mapping[str, ProbeResult], field: str) -> _Reading:
+    """A strong penalty changes the neutral T=0 continuation of a repetitive prompt: the server acts on it."""
+    name = PENALTY_PROBES[field]
+    missing = _missing(r, ["penalty-neutral", name]) or _refused(r, name)
+    if missing:
+        return missing
+    neutral, strong = r["penalty-neutral"], r[name]
+    if neutral.status != 200 or strong.status != 200:
+        return "unclear", f"{name}: {_status_of(strong)}; penalty-neutral: {_status_of(neutral)}"
+    if _output(neutral) == _output(strong):
+        return "ignored", f"{name}: the strong {field} answered what the neutral one did " \
+                          f"({str(neutral.parts.get('text'))[:60]!r}): the server does not read it"
+    return "honoured", f"{name}: the strong {field} changed the T=0 continuation " \
+                       f"({str(neutral.parts.get('text'))[:40]!r} -> {str(strong.parts.get('text'))[:40]!r})"
+
+
 def _structured(r: Mapping[str, ProbeResult], name: str) -> _Reading:
     from ledger.errors import FormatError
     from ledger.strictjson import read_json
@@ -710,6 +780,8 @@ def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
         "min_tokens": (_min_tokens(results), "behaviour", ("allowed-eos", "bias-eos", "min-tokens")),
         "stop": (_stop(results), "behaviour", ("stop-reference", "stop-string")),
         **{field: (_structured(results, name), "behaviour", (name,)) for field, name in STRUCTURED_PROBES.items()},
+        **{field: (_penalty(results, field), "behaviour", ("penalty-neutral", name))
+           for field, name in PENALTY_PROBES.items()},
     }
     by_field = {need.field: need for need in needs}
     out = []

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..measure.reply import error_of, read_frame
 
 if TYPE_CHECKING:
+    import socket
+
     import httpx
 
 __all__ = [
@@ -211,8 +213,11 @@ def _stream_parts(raw: bytes) -> tuple[Any, dict[str, Any]]:
     return last, parts
 
 
-def send(client: httpx.Client, url: str, probe: Probe, timeout: float, judge: Judge) -> tuple[ProbeResult, bool]:
-    """One probe, its whole exchange within ``timeout`` seconds and its reply within 1 MiB; (result, timed out)."""
+def send(client: httpx.Client, url: str, probe: Probe, timeout: float, judge: Judge,
+         on_socket: Callable[[socket.socket | None], None] | None = None) -> tuple[ProbeResult, bool]:
+    """One probe, its whole exchange within ``timeout`` seconds and its reply within 1 MiB; (result, timed out).
+
+    ``on_socket`` is given the request's socket at its first I/O (to cut it from another thread)."""
     import httpx
 
     from ledger.errors import FormatError
@@ -225,7 +230,8 @@ def send(client: httpx.Client, url: str, probe: Probe, timeout: float, judge: Ju
     began = time.perf_counter()
     try:
         reply = fetch(client, "POST", url.rstrip("/") + probe.path, content=data, deadline_s=timeout,
-                      max_bytes=MAX_PROBE_BYTES, what="the reply", headers={"content-type": "application/json"})
+                      max_bytes=MAX_PROBE_BYTES, what="the reply", headers={"content-type": "application/json"},
+                      on_socket=on_socket)
     except httpx.TimeoutException as exc:
         detail = f"no complete answer within {timeout:g} s ({type(exc).__name__})"
         return not_sent(probe, detail, time.perf_counter() - began), True

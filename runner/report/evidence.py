@@ -242,8 +242,9 @@ def _smoke(plan: Plan, events: Sequence[Event]) -> tuple[list[tuple[str, ...]], 
                      "-" if s.position is None else str(s.position),
                      "-" if not isinstance(margin, int | float) else f"{margin:.4f}", str(result.event.seq),
                      _clip(str(s.summary or ""))))
-        if s.outcome in ("fail", "near_tie"):  # a near tie is shown whether or not the plan rejects it
-            what = "near tie" if s.outcome == "near_tie" else f"{s.kind} failure"
+        if s.outcome in ("fail", "near_tie", "not_exercised", "interrupted"):  # a near tie: whatever the plan says
+            what = {"near_tie": "near tie", "not_exercised": "probe not exercised",
+                    "interrupted": "probe after the stop signal (not counted)"}.get(str(s.outcome), f"{s.kind} failure")
             banners.append(f"smoke {what}: {_clip(str(s.summary or ''))}")
     if tally.counts and tally.missing:
         banners.append(f"registered smoke probes that did not run: "

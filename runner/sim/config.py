@@ -47,10 +47,12 @@ SPEC_SERIES = ("drafts", "draft_tokens", "accepted", "per_pos")
 # Request fields a simulated server can be told to ignore silently (as llama-cpp-python's
 # server drops the fields it does not declare) or to refuse with a 400 naming the field (as
 # vLLM V0 refuses a priority without priority scheduling). ``stream_options.include_usage``
-# ignores only that member (no usage chunk); ``max_tokens`` covers ``max_completion_tokens``.
+# ignores only that member (no usage chunk); ``max_tokens`` covers ``max_completion_tokens``,
+# ``repetition_penalty`` llama-cpp-python's ``repeat_penalty`` too (the knob, under either name).
 IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_token_ids", "return_token_ids",
                     "max_tokens", "cache_salt", "stop_token_ids", "stream_options", "stream_options.include_usage",
-                    "logit_bias", "stop", "structured_outputs", "guided_json", "response_format")
+                    "logit_bias", "stop", "structured_outputs", "guided_json", "response_format",
+                    "repetition_penalty", "presence_penalty", "frequency_penalty")
 REFUSABLE_FIELDS = IGNORABLE_FIELDS
 # How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
 STREAM_MODES = ("step", "token")
@@ -61,8 +63,8 @@ METRICS_FORMATS = ("vllm", "llamacpp", "none")
 # vLLM's --scheduling-policy values (runner/sim/scheduler.py)
 SCHEDULING_POLICIES = ("fcfs", "priority")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
-               "clock_cap_mismatch", "greedy_diverge", "ignore_schema", "ignore_stop", "hang_after_cancel",
-               "ignore_min_tokens")
+               "clock_cap_mismatch", "greedy_diverge", "greedy_lossy", "ignore_schema", "ignore_stop",
+               "hang_after_cancel", "ignore_min_tokens")
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class SimConfig:
     thermal_cap_mhz: int = 2000
     ignore_fields: tuple[str, ...] = ()
     refuse_fields: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0    # the server's own default (llama-cpp-python's repeat_penalty: 1.1)
     arms: tuple[ArmConfig, ...] = field(default_factory=_default_arms)
     faults: Mapping[str, Any] = field(default_factory=dict)
     stream_mode: str = "step"          # STREAM_MODES
@@ -311,6 +314,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
             raise f.fail("hosts", "must not be empty")
     if f.has("spec_metrics"):
         kw["spec_metrics"] = f.strings("spec_metrics", choices=SPEC_SERIES)
+    if f.has("repetition_penalty"):
+        kw["repetition_penalty"] = f.number("repetition_penalty", low=0, low_open=True)
     if f.has("ignore_fields"):
         kw["ignore_fields"] = f.strings("ignore_fields", choices=IGNORABLE_FIELDS)
     if f.has("refuse_fields"):

@@ -19,6 +19,10 @@ fault                  shape                                               effec
 ``greedy_diverge``     ``{arm, position, near_tie=false, count=1}``        the next T=0 requests on ``arm`` take
                                                                            the runner-up token at ``position``
                                                                            (a near tie: top-2 margin 0.01 there)
+``greedy_lossy``       ``{arm, position, count=1}``                        the next T=0 requests on ``arm`` that
+                                                                           ``greedy_diverge`` spares take the
+                                                                           runner-up at ``position`` (an ordinary
+                                                                           margin: a lossy kernel, not a near tie)
 ``ignore_schema``      ``{arm="", count=1}``                               structured output answered as free
                                                                            text (``arm`` "": any arm)
 ``ignore_stop``        ``{arm="", count=1}``                               stop strings not honoured
@@ -65,6 +69,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "clock_cap_mismatch": {"cap_mhz": ("int", None), "count": ("int", 1)},
     "greedy_diverge": {"arm": ("str", None), "position": ("int0", None), "near_tie": ("bool", False),
                        "count": ("int", 1)},
+    "greedy_lossy": {"arm": ("str", None), "position": ("int0", None), "count": ("int", 1)},
     "ignore_schema": {"arm": ("arm", ""), "count": ("int", 1)},
     "ignore_stop": {"arm": ("arm", ""), "count": ("int", 1)},
     "ignore_min_tokens": {"arm": ("arm", ""), "count": ("int", 1)},

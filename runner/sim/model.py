@@ -13,11 +13,14 @@ taken before a stop truncates the step, as vLLM's spec-decode stats are.
 
 from __future__ import annotations
 
+import array
+import hashlib
 import math
 import random
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import ArmConfig
 
@@ -69,6 +72,22 @@ def _weight(bias: float) -> float:
     return math.exp(min(max(bias, -100.0), 100.0))
 
 
+class Draws:
+    """Uniform draws from a key (SHA-256 of the key and a counter): cheap to begin, one per context."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._n = 0
+
+    def random(self) -> float:
+        self._n += 1
+        return int.from_bytes(hashlib.sha256(b"%s|%d" % (self._key, self._n)).digest()[:7]) / float(1 << 56)
+
+    def randrange(self, start: int, stop: int | None = None) -> int:
+        low, high = (0, start) if stop is None else (start, stop)
+        return low + min(high - low - 1, int(self.random() * (high - low)))
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """The request fields that change what is generated."""
@@ -80,6 +99,12 @@ class SamplingParams:
     allowed_token_ids: tuple[int, ...] | None = None
     stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()   # (token, bias): the token's weight times e^bias
+    penalties: tuple[float, float, float] = (1.0, 0.0, 0.0)  # (repetition, presence, frequency): neutral
+
+    @property
+    def penalized(self) -> str:
+        """T=0: what a non-neutral penalty makes of the token stream ("" when every penalty is neutral)."""
+        return "" if self.penalties == (1.0, 0.0, 0.0) else "|penalties={!r},{!r},{!r}".format(*self.penalties)
 
 
 @dataclass(frozen=True)
@@ -110,14 +135,17 @@ class Generation:
     step_jitter: float = 0.0        # relative sd of each step's time
     ttft_extra_ms: float = 0.0      # cold start etc. (model ms, added to the first step)
     cached_tokens: int = 0          # prompt tokens found in the prefix cache: their prefill is skipped
-    greedy_key: str = ""            # T=0: the key of the token stream (the prompt's), the same on every arm
+    greedy_key: str = ""            # T=0: the key of the token stream, the same on every arm
+    context: tuple[int, ...] = ()   # T=0: the prompt's token ids; each token depends on the context before it
     diverge: tuple[int, bool] | None = None  # T=0 fault: (position, near tie) where this arm takes the runner-up
     draft_past_end: bool = True     # vLLM drafts full depth to the end; llama.cpp's server stops at max_tokens
     generated: int = 0
     finish_reason: str | None = None
     steps: int = 0
     _rng: random.Random = field(init=False, repr=False)
-    _tokens: random.Random = field(init=False, repr=False)
+    _tokens: random.Random | Draws = field(init=False, repr=False)
+    _context: Any = field(init=False, repr=False)
+    _keys: list[bytes] = field(init=False, repr=False, default_factory=list)
     rate: float | None = field(init=False, default=None)   # this request's acceptance rate (acceptance_rate arms)
 
     def __post_init__(self) -> None:
@@ -127,19 +155,31 @@ class Generation:
             spread = conc > 0 and 0 < mean < 1
             self.rate = self._rng.betavariate(mean * conc, (1 - mean) * conc) if spread else mean
         # At T=0 the tokens come from their own stream, so that drafts and acceptance (which
-        # differ by arm) never change what is emitted: every arm emits the same tokens.
+        # differ by arm) never change what is emitted: every arm emits the same tokens. That
+        # stream is keyed by the context (the prompt's ids and the tokens emitted so far), as a
+        # model's next token is: a prompt that ends with part of a T=0 continuation continues it
+        # (teacher forcing), and a token taken otherwise changes what follows.
+        self._context = hashlib.sha256(f"{self.greedy_key}|".encode())
+        if self.params.greedy and self.context:  # the same bytes as one update per token
+            self._context.update(array.array("q", self.context).tobytes())
         self._tokens = random.Random(self.greedy_key) if self.params.greedy else self._rng
+
+    def _key(self, position: int) -> bytes:
+        """T=0: the key of the context before ``position`` (a position not reached: its index)."""
+        return self._keys[position] if position < len(self._keys) else f"{self.greedy_key}|{position}".encode()
 
     def runner_up(self, position: int) -> int:
         """T=0: the second most likely token at ``position`` (an ordinary token, never the emitted one)."""
-        rng = random.Random(f"{self.greedy_key}|runner-up|{position}")
-        return rng.randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
+        token = Draws(self._key(position) + b"|runner-up").randrange(FIRST_ORDINARY_TOKEN, self.vocab_size)
+        if token == Draws(self._key(position)).randrange(FIRST_ORDINARY_TOKEN, self.vocab_size):
+            token = FIRST_ORDINARY_TOKEN + (token + 1 - FIRST_ORDINARY_TOKEN) % (self.vocab_size - FIRST_ORDINARY_TOKEN)
+        return token
 
     def margin(self, position: int) -> float:
         """T=0: the top-2 logprob margin (nats) at ``position``; a near-tie fault makes it tiny there."""
         if self.diverge is not None and self.diverge[0] == position and self.diverge[1]:
             return 0.01
-        return 0.5 + 3.0 * random.Random(f"{self.greedy_key}|margin|{position}").random()
+        return 0.5 + 3.0 * Draws(self._key(position) + b"|margin").random()
 
     @property
     def done(self) -> bool:
@@ -194,10 +234,19 @@ class Generation:
         return Step(index, tuple(tokens), drafts, accepted, duration, self.finish_reason, stop_reason)
 
     def _sample(self) -> int:
-        if self.params.greedy and self.diverge is not None and self.generated == self.diverge[0]:
-            # this arm takes the runner-up here, and goes its own way from then on
-            self._tokens = random.Random(f"{self.greedy_key}|diverged")
-            return self.runner_up(self.generated)
+        token = self._draw()
+        if self.params.greedy:
+            self._context.update(array.array("q", (token,)).tobytes())
+        return token
+
+    def _draw(self) -> int:
+        if self.params.greedy:
+            key = self._context.digest()
+            self._keys.append(key)
+            self._tokens = Draws(key)
+            if self.diverge is not None and self.generated == self.diverge[0]:
+                # this arm takes the runner-up here, and goes its own way from then on (its context differs)
+                return self.runner_up(self.generated)
         eos = self.eos_token_id
         eos_masked = self.generated < self.params.min_tokens
         allowed = self.params.allowed_token_ids

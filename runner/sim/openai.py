@@ -41,6 +41,7 @@ __all__ = [
 _SAMPLING_EPS = 1e-5
 IGNORED_MAX_TOKENS = 16   # what a server ignoring max_tokens generates (llama-cpp-python's completion default)
 _MAX_TOKENS_NAMES = ("max_tokens", "max_completion_tokens")
+_REPETITION_NAMES = ("repetition_penalty", "repeat_penalty")
 SPEC_REJECTION = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
 Kind = Literal["completion", "chat"]
 
@@ -181,8 +182,12 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
             "completion). Please reduce the length of the messages or completion.",
             "max_tokens",
         )
-    for name in ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty"):
+    for name in ("temperature", "top_p", "top_k"):
         _float(body, name, 0.0)
+    # vLLM's repetition_penalty, or llama-cpp-python's name for it; else the server's own default
+    repetition = "repetition_penalty" if body.get("repetition_penalty") is not None else "repeat_penalty"
+    penalties = (_float(body, repetition, config.repetition_penalty),
+                 _float(body, "presence_penalty", 0.0), _float(body, "frequency_penalty", 0.0))
     min_p = _float(body, "min_p", 0.0)
     min_tokens = _int(body, "min_tokens", 0, 0) or 0
     seed = _int(body, "seed", None)
@@ -205,6 +210,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         allowed_token_ids=_int_list(body, "allowed_token_ids"),
         stop_token_ids=_int_list(body, "stop_token_ids") or (),
         logit_bias=_bias_pairs(bias),
+        penalties=penalties,
     )
     return ApiRequest(
         kind=kind, model=model, prompt_ids=tuple(prompt_ids), stream=stream, include_usage=include_usage,
@@ -262,7 +268,8 @@ def _carries(body: Mapping[str, Any], name: str) -> bool:
 
 def _without_ignored(body: dict[str, Any], ignored: Sequence[str]) -> dict[str, Any]:
     """The body as a server that does not know the ``ignored`` fields sees it (they are dropped)."""
-    drop = {n for name in ignored for n in (_MAX_TOKENS_NAMES if name == "max_tokens" else (name,))}
+    aliases = {"max_tokens": _MAX_TOKENS_NAMES, "repetition_penalty": _REPETITION_NAMES}
+    drop = {n for name in ignored for n in aliases.get(name, (name,))}
     return {k: v for k, v in body.items() if k not in drop}
 
 

@@ -2,7 +2,10 @@
 
 A stdlib ``ThreadingHTTPServer`` speaking HTTP/1.1 with chunked transfer encoding and
 ``TCP_NODELAY``: one thread per connection, each stream sleeping to absolute planned
-send times (so lateness never accumulates). Every chunk is one engine step
+send times (so lateness never accumulates). A stream that woke late catches up at twice
+its pace, never in a burst: each chunk is written at least half its step after the one
+before (:data:`CATCH_UP`), so a late thread never writes several steps at once, which a
+client would read as one socket read, intervals of exactly 0. Every chunk is one engine step
 (``1 + accepted`` tokens); counters move before the chunk that reports them is
 written, so a scrape made after a client saw ``[DONE]`` includes the whole request.
 
@@ -56,6 +59,7 @@ from .truth import RequestTruth, TruthLog
 __all__ = ["SimServer"]
 
 _SLICE_S = 0.05  # longest single sleep, so stops and stopped engines are noticed
+CATCH_UP = 0.5   # a late stream's chunks come at least this part of their step after the one before
 
 
 def _dumps(value: Any) -> bytes:
@@ -391,6 +395,9 @@ class _Handler(BaseHTTPRequestHandler):
         diverge: tuple[int, bool] | None = None
         if request.params.greedy:
             fault = self.server.faults.take_for("greedy_diverge", engine.arm.name)
+            if fault is None:  # a lossy arm: a request the near tie (if any) spared diverges for real
+                lossy = self.server.faults.take_for("greedy_lossy", engine.arm.name)
+                fault = None if lossy is None else {**lossy, "near_tie": False}
             diverge = None if fault is None else (fault["position"], fault["near_tie"])
         if request.seed is not None:
             # Common random numbers: the same request draws the same uniforms on every arm, so
@@ -409,8 +416,8 @@ class _Handler(BaseHTTPRequestHandler):
             eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,
             start_factor=engine.start_factor, step_jitter=config.step_jitter, ttft_extra_ms=cold,
             cached_tokens=cached,
-            greedy_key=f"{config.seed}|greedy|{fingerprint}", diverge=diverge,
-            draft_past_end=config.metrics_format != "llamacpp",
+            greedy_key=f"{config.seed}|greedy{request.params.penalized}", context=request.prompt_ids,
+            diverge=diverge, draft_past_end=config.metrics_format != "llamacpp",
         )
         return generation, cold
 
@@ -446,6 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
                                 cached_tokens=generation.cached_tokens)
         created = int(time.time())
         planned = truth.arrival if load is None else max(truth.arrival, time.perf_counter())
+        last_sent: float | None = None   # a late stream's chunks may go later than planned, never in a burst
         completion_tokens = 0
         text_parts: list[str] = []   # the full text, for a reply that is not streamed
         stop_tail = ""               # the emitted text's last characters: all a stop string can still span
@@ -504,7 +512,8 @@ class _Handler(BaseHTTPRequestHandler):
                 planned += delay
                 if step.index == 0 and ticket is not None:   # one step's outputs come together
                     planned = engine.queue.prefill_end(ticket, planned)
-                if not server.sleep_until(planned, engine):
+                due = planned if last_sent is None or not request.stream else max(planned, last_sent + delay * CATCH_UP)
+                if not server.sleep_until(due, engine):
                     raise _Aborted
                 if step.index == 0:   # the prefill is done: its tokens return to the budget
                     engine.queue.release(ticket)
@@ -540,6 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
                     stop_tail = (stop_tail + text)[-longest_stop:]
                 truth.planned.append(planned)
                 truth.sent.append(sent)
+                last_sent = time.perf_counter()
                 truth.completion_tokens = completion_tokens
         except (_Aborted, OSError):
             outcome = "aborted"

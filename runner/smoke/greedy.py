@@ -9,6 +9,11 @@ top-2 logprobs there, the margin between them: a divergence at a position where 
 two best tokens were within the registered near-tie margin is a *near tie* (the
 arithmetic of two kernels may order a near tie differently; seed 000's near-tie
 locator), anything else is a greedy-identity failure.
+
+A near tie is followed (``SmokeSession.greedy``): the candidate continues teacher-forced
+from the reference's token there, and the comparison goes on (:func:`first_divergence`
+from an offset); :func:`judged` makes the verdict over every divergence found: a failure
+when any lies outside the margin, a near tie only when all lie within it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any
 
 from ..measure.reply import read_frame
 
-__all__ = ["Emitted", "GreedyComparison", "compare_greedy", "emitted_of", "top2_margin"]
+__all__ = ["Divergence", "Emitted", "GreedyComparison", "comparable", "compare_greedy", "emitted_of",
+           "first_divergence", "judged", "top2_margin"]
 
 CONTINUATION = 16  # tokens of each continuation a comparison keeps from the divergence on
 
@@ -33,6 +39,7 @@ class Emitted:
     top_logprobs: tuple[Mapping[str, float] | None, ...] = ()
     text: str = ""
     finish_reason: str | None = None
+    prompt_ids: tuple[int, ...] | None = None   # the prompt's token ids, where the server gave them
 
     def to_json(self) -> dict[str, Any]:
         return {"sequence": list(self.sequence), "basis": self.basis, "text": self.text,
@@ -73,7 +80,9 @@ def emitted_of(body: Any, compare: str) -> Emitted | None:
     if compare == "token_ids":
         if not isinstance(ids, list) or not all(type(t) is int for t in ids):
             return None
-        return Emitted(tuple(ids), "token_ids", tuple(tops), text, finish)
+        prompt = choice.get("prompt_token_ids")
+        known = tuple(prompt) if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt) else None
+        return Emitted(tuple(ids), "token_ids", tuple(tops), text, finish, known)
     if texts is not None:
         return Emitted(tuple(texts), "token_text", tuple(tops), text, finish)
     return Emitted(tuple(text), "characters", (), text, finish)
@@ -88,39 +97,117 @@ def top2_margin(top: Mapping[str, float] | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class GreedyComparison:
-    identical: bool
-    position: int | None            # the first divergent position (0-based); None when identical
-    margin: float | None            # the smaller top-2 margin of the two starts there, where known
+class Divergence:
+    """One position where the two starts' T=0 tokens differ, and each one's top-2 margin there."""
+
+    position: int                    # 0-based, in the whole continuation
+    reference: Any                   # the reference's token there (None: its sequence ended before)
+    candidate: Any
+    reference_margin: float | None
+    candidate_margin: float | None
     near_tie: bool
+
+    @property
+    def margin(self) -> float | None:
+        """The smaller of the two starts' margins, where known."""
+        known = [m for m in (self.reference_margin, self.candidate_margin) if m is not None]
+        return min(known) if known else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": self.position, "reference": self.reference, "candidate": self.candidate,
+                "reference_margin": self.reference_margin, "candidate_margin": self.candidate_margin,
+                "margin": self.margin, "near_tie": self.near_tie}
+
+
+@dataclass(frozen=True)
+class GreedyComparison:
+    """Greedy identity's verdict: the divergences found, and the one that decides (the first outside the
+    margin, else the first near tie)."""
+
+    identical: bool
+    position: int | None            # the deciding divergent position (0-based); None when identical
+    margin: float | None            # the smaller top-2 margin of the two starts there, where known
+    near_tie: bool                  # every divergence found was within the registered margin
     reference_continuation: tuple[Any, ...] = ()
     candidate_continuation: tuple[Any, ...] = ()
+    divergences: tuple[Divergence, ...] = ()
+    compared: int = 0               # positions compared (the forced continuations included)
+    unfollowed: str | None = None   # why a near tie was not followed to the end, if it was not
 
     def summary(self, reference: str, start: str, basis: str) -> str:
         if self.identical:
             return f"{start} emitted what {reference} emitted at T=0 ({basis})"
         where = f"{start} diverges from {reference} at position {self.position} ({basis})"
         margin = "" if self.margin is None else f", top-2 margin {self.margin:.4f} nats"
-        return where + margin + (": a near tie" if self.near_tie else "")
+        ties = [d for d in self.divergences if d.near_tie]
+        if self.near_tie:
+            more = "" if len(ties) < 2 else f" ({len(ties)} near ties)"
+            if self.unfollowed:
+                return f"{where}{margin}: a near tie{more} ({self.unfollowed})"
+            return f"{where}{margin}: a near tie{more}, followed teacher-forced over {self.compared} positions"
+        if ties:
+            first = ties[0]
+            plural = "s" if len(ties) > 1 else ""
+            return (f"{where}{margin}, past {len(ties)} near tie{plural} (the first at position {first.position}, "
+                    f"margin {first.margin:.4f} nats) followed teacher-forced")
+        return where + margin
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": self.position, "margin": self.margin, "near_tie": self.near_tie,
+                "reference_continuation": list(self.reference_continuation),
+                "candidate_continuation": list(self.candidate_continuation),
+                "divergences": [d.to_json() for d in self.divergences], "compared": self.compared,
+                "unfollowed": self.unfollowed}
+
+
+def first_divergence(reference: Emitted, candidate: Emitted, near_tie_margin: float | None,
+                     offset: int = 0) -> Divergence | None:
+    """The first position where ``candidate`` differs from ``reference`` from ``offset`` on (``candidate``'s
+    own positions count from ``offset``: a forced continuation); a shorter one that is a prefix of the
+    other diverges where it ends."""
+    a, b = reference.sequence[offset:], candidate.sequence
+    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if i is None and len(a) != len(b):
+        i = min(len(a), len(b))
+    if i is None:
+        return None
+    ref_margin = _at(reference.top_logprobs, offset + i)
+    cand_margin = _at(candidate.top_logprobs, i)
+    known = [m for m in (ref_margin, cand_margin) if m is not None]
+    near = bool(known) and near_tie_margin is not None and min(known) <= near_tie_margin
+    return Divergence(offset + i, a[i] if i < len(a) else None, b[i] if i < len(b) else None, ref_margin,
+                      cand_margin, near)
+
+
+def comparable(reference: Emitted, candidate: Emitted) -> tuple[Emitted, Emitted]:
+    """The two sequences on one basis: when one server named its tokens and the other did not, characters."""
+    if reference.basis != candidate.basis:
+        return _characters(reference), _characters(candidate)
+    return reference, candidate
 
 
 def compare_greedy(reference: Emitted, candidate: Emitted, near_tie_margin: float | None) -> GreedyComparison:
-    """Compare two T=0 sequences; a shorter one that is a prefix of the other diverges where it ends."""
-    a, b = reference.sequence, candidate.sequence
-    if reference.basis != candidate.basis:  # one server named its tokens, the other did not: compare characters
-        reference, candidate = _characters(reference), _characters(candidate)
-        a, b = reference.sequence, candidate.sequence
-    position = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-    if position is None and len(a) != len(b):
-        position = min(len(a), len(b))
-    if position is None:
-        return GreedyComparison(True, None, None, False)
-    margins = [m for m in (_at(reference.top_logprobs, position), _at(candidate.top_logprobs, position))
-               if m is not None]
-    margin = min(margins) if margins else None
-    near = margin is not None and near_tie_margin is not None and margin <= near_tie_margin
-    return GreedyComparison(False, position, margin, near, tuple(a[position:position + CONTINUATION]),
-                            tuple(b[position:position + CONTINUATION]))
+    """Compare two T=0 sequences at their first divergence (nothing followed)."""
+    reference, candidate = comparable(reference, candidate)
+    found = first_divergence(reference, candidate, near_tie_margin)
+    if found is None:
+        return GreedyComparison(True, None, None, False, compared=len(reference.sequence))
+    return judged(reference, [(0, candidate)], [found], None)
+
+
+def judged(reference: Emitted, segments: Sequence[tuple[int, Emitted]], found: Sequence[Divergence],
+           unfollowed: str | None) -> GreedyComparison:
+    """The verdict over every divergence found: ``segments`` are the candidate's continuations (the first
+    free, each later one forced from its offset), ``found`` the divergence each ended on."""
+    deciding = next((d for d in found if not d.near_tie), found[0])
+    at = next(i for i, d in enumerate(found) if d is deciding)
+    offset, segment = segments[at]
+    p = deciding.position
+    compared = min(len(reference.sequence), max(o + len(e.sequence) for o, e in segments))
+    return GreedyComparison(False, p, deciding.margin, all(d.near_tie for d in found),
+                            tuple(reference.sequence[p:p + CONTINUATION]),
+                            tuple(segment.sequence[p - offset:p - offset + CONTINUATION]), tuple(found), compared,
+                            unfollowed)
 
 
 def _characters(emitted: Emitted) -> Emitted:

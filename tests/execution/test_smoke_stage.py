@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,18 @@ from .worlds import close, gate_all, run, window, world
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "smoke"
 CANDIDATE_ARM = "k2-sampled-fixed5"
+SHORT_TIME_SCALE = 0.02
 
 
-def _plan_with(smoke: str):  # type: ignore[no-untyped-def]
+def _plan_with(smoke: str, *, short: bool = False):  # type: ignore[no-untyped-def]
+    """The plan with 32-token decode runs and ``smoke``; ``short``: its short cell alone (a quick window)."""
     def edit(text: str) -> str:
-        return text.replace("max_tokens = 1024", "max_tokens = 32") + "\n" + smoke
+        text = text.replace("max_tokens = 1024", "max_tokens = 32") + "\n" + smoke
+        if short:
+            for cell in ("32k", "150k"):
+                text = text.replace(f'[[cells]]\nname = "{cell}"\ncontext = "{cell}"\n', "")
+            text = re.sub(r', (32k|150k) = \["[a-z]+-(32k|150k)-01"\]', "", text)
+        return text
     return edit
 
 
@@ -41,11 +49,13 @@ def _smoke(**extra: Any) -> str:
 
 
 def _window(tmp_path: Path, smoke: str, faults: dict[str, Any] | None = None, window_id: str = "smoke-pp3",
-            sim: dict[str, Any] | None = None) -> tuple[Any, Any, list[Any]]:
+            sim: dict[str, Any] | None = None, short: bool = False) -> tuple[Any, Any, list[Any]]:
     config = dict(sim or {})
     if faults:
         config["faults"] = faults
-    w = world(tmp_path, [window(str(SIMPLE_PP3), window_id, edit=_plan_with(smoke))], sim_config=config)
+    # a short window runs at a slower time scale: a loaded machine's overhead counts less against its budget
+    w = world(tmp_path, [window(str(SIMPLE_PP3), window_id, edit=_plan_with(smoke, short=short))],
+              sim_config=config, **({"time_scale": SHORT_TIME_SCALE} if short else {}))
     gate_all(w)
     result = run(w, window_id)
     events = list(w.book.events(stream=f"window/{window_id}"))
@@ -255,17 +265,21 @@ def test_a_smoke_probe_on_a_field_the_server_ignores_is_refused_before_any_host_
 
 
 @pytest.mark.parametrize(("probe", "field"), [("eos", "min_tokens"), ("stop", "stop"),
-                                            ("structured", "structured_outputs")])
+                                            ("structured", "structured_outputs"),
+                                            ("greedy_identity", "repetition_penalty")])
 def test_a_smoke_probe_the_server_cannot_honour_is_refused_before_the_drain(tmp_path: Path, probe: str,
                                                                             field: str) -> None:
-    """min_tokens, stop strings, the structured-output field: found ignored by the capability probe, refused at fit."""
+    """min_tokens, stop strings, the structured-output field, a repeat penalty the request cannot neutralise
+    (the server's own is 1.1, as llama-cpp-python's, and it reads neither name): found ignored by the capability
+    probe, refused at fit."""
     from ledger.errors import PolicyError
     from runner.execution.fit import recorded_fields, unfit
 
     extra = {"eos_token_id": 1} if probe == "eos" else {}
+    penalty = {"repetition_penalty": 1.1} if field == "repetition_penalty" else {}
     w = world(tmp_path, [window(str(SIMPLE_PP3), "smoke-unfit",
                                 edit=_plan_with(_smoke(starts=["A1", "B1"], probes=[probe], **extra)))],
-              sim_config={"ignore_fields": [field]})
+              sim_config={"ignore_fields": [field], **penalty})
     try:
         gate_all(w)
         gate = next(e.payload for e in w.book.events(stream="window/smoke-unfit", types=["gate.result"])
@@ -298,5 +312,134 @@ def test_a_win2_plan_can_register_smoke_failures_as_inconclusive(tmp_path: Path)
         decision = next(w.book.events(stream="window/smoke-win2i", types=["decision.recorded"]))
         assert decision.payload["input"]["smoke_failures"][0].startswith("greedy-identity: s2")
         _checked(w, "smoke-win2i")
+    finally:
+        close(w)
+
+
+def test_a_candidate_whose_first_divergence_is_a_near_tie_and_later_tokens_differ_is_rejected_naming_the_later(
+        tmp_path: Path) -> None:
+    """The near tie at 3 is followed teacher-forced: the candidate, given the reference's token there, diverges
+    for real at 6 (a lossy kernel): REJECT naming position 6, every divergence and the forced prefix recorded."""
+    w, result, events = _window(tmp_path, _smoke(starts=["A1", "B1"], near_tie_margin=0.05),
+                                {"greedy_diverge": {"arm": CANDIDATE_ARM, "position": 3, "near_tie": True},
+                                 "greedy_lossy": {"arm": CANDIDATE_ARM, "position": 2}}, short=True)
+    try:
+        assert result.decision == "REJECT"
+        failure = next(r for r in result.reasons if r.startswith("failure: greedy-identity"))
+        assert "B1 diverges from A1 at position 6" in failure and "past 1 near tie" in failure
+        b1 = _results(events)[("B1", "greedy_identity")]
+        assert b1["outcome"] == "fail" and b1["position"] == 6 and b1["margin"] > 0.05
+        assert b1["checks"]["divergences"] == 2 and b1["checks"]["near_ties"] == 1
+        divergence = _evidence(w, b1)["divergence"]
+        assert [(d["position"], d["near_tie"]) for d in divergence["divergences"]] == [(3, True), (6, False)]
+        assert all({"reference", "candidate", "reference_margin", "candidate_margin"} <= set(d)
+                   for d in divergence["divergences"])
+        assert [f["offset"] for f in divergence["forced"]] == [4]
+        _checked(w, "smoke-pp3")
+    finally:
+        close(w)
+
+
+def test_a_candidate_whose_only_divergences_are_near_ties_is_a_near_tie_not_rejected(tmp_path: Path) -> None:
+    w, result, events = _window(tmp_path, _smoke(starts=["A1", "B1"], near_tie_margin=0.05, near_tie_follow=3),
+                                {"greedy_diverge": {"arm": CANDIDATE_ARM, "position": 2, "near_tie": True,
+                                                    "count": 2}}, short=True)
+    try:
+        b1 = _results(events)[("B1", "greedy_identity")]
+        assert b1["outcome"] == "near_tie" and b1["position"] == 2, b1["summary"]
+        assert b1["checks"]["near_ties"] == 2 and b1["checks"]["followed"] == 2 and b1["checks"]["compared"] == 16
+        assert result.decision != "REJECT" and not any("greedy-identity" in r for r in result.reasons)
+        plan = registered_plan(w.book, "smoke-pp3").plan
+        assert plan.smoke is not None and plan.smoke.to_json()["near_tie_follow"] == 3
+        _checked(w, "smoke-pp3")
+    finally:
+        close(w)
+
+
+@pytest.mark.parametrize("ignores", [False, True], ids=["honours-stops", "ignores-stops"])
+def test_the_stop_probe_after_a_near_tie_the_repeat_flips_judges_stops_only(tmp_path: Path, ignores: bool) -> None:
+    """The candidate's greedy reply takes a near tie its repeats do not (llama.cpp's prefix cache): the stop probe
+    places its stop in its own reply, so it passes a server that honours stops and fails one that ignores them."""
+    faults: dict[str, Any] = {"greedy_diverge": {"arm": CANDIDATE_ARM, "position": 3, "near_tie": True}}
+    if ignores:
+        faults["ignore_stop"] = {"arm": CANDIDATE_ARM}
+    w, result, events = _window(tmp_path, _smoke(starts=["A1", "B1"], probes=["greedy_identity", "stop"],
+                                                 near_tie_margin=0.05), faults, short=True)
+    try:
+        found = _results(events)
+        assert found[("B1", "greedy_identity")]["outcome"] == "near_tie"
+        stop = found[("B1", "stop")]
+        if ignores:
+            assert stop["outcome"] == "fail" and result.decision == "REJECT"
+            assert any(r.startswith("failure: stop: B1: stop string") for r in result.reasons), result.reasons
+        else:
+            assert stop["outcome"] == "pass", stop["summary"]
+            assert result.decision != "REJECT", result.reasons
+        _checked(w, "smoke-pp3")
+    finally:
+        close(w)
+
+
+SMOKE_STOP_BOUND_S = 2.0   # docs/window.md: a smoke step ends this soon after the signal
+
+
+def test_sigterm_during_the_smoke_stage_reaches_the_safe_ending_and_nothing_after_it_counts(tmp_path: Path) -> None:
+    """A1's greedy request hangs (60 s to its first token, under a 120 s probe timeout): SIGTERM cuts it, the
+    step ends within the documented bound, the probe is recorded as after the signal, and the window restores."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from runner.execution.window import WindowRunner
+
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "smoke-sig", edit=_plan_with(_smoke(
+        starts=["A1", "B1"], probes=["greedy_identity", "stop"], timeout_s=120.0), short=True))],
+              time_scale=SHORT_TIME_SCALE)
+    try:
+        gate_all(w)
+        runner = WindowRunner(w.book, w.root, "smoke-sig", w.driver, time_scale=w.time_scale)
+        fired: dict[str, float] = {}
+
+        def signal_during_smoke() -> None:
+            deadline = time.monotonic() + 300
+            while runner.step_kind != "smoke" and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen = w.sim.truth()["next"]
+            w.sim.set_faults(slow_ttft={"seconds": 60.0, "count": 20})
+            while not any(r["status"] == "running" for r in w.sim.truth(seen)["requests"]) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)   # until the greedy request is in flight, waiting for its first token
+            time.sleep(0.2)
+            fired["at"] = time.perf_counter()
+            os.kill(os.getpid(), signal.SIGTERM)
+            while runner.step_kind == "smoke":
+                time.sleep(0.005)
+            fired["step_ended"] = time.perf_counter()
+
+        thread = threading.Thread(target=signal_during_smoke, daemon=True)
+        thread.start()
+        result = runner.run()
+        returned = time.perf_counter()
+        thread.join(5)
+        assert "at" in fired, "the smoke step never ran"
+        assert fired["step_ended"] - fired["at"] < SMOKE_STOP_BOUND_S
+        assert returned - fired["at"] < 60.0  # the window's safe ending, long before the hung request's reply
+        assert result.ending == "restored" and result.decision is not None
+        events = list(w.book.events(stream="window/smoke-sig"))
+        interrupted = next(e for e in events if e.type == "window.interrupted")
+        assert interrupted.payload["reason"] == "signal" and interrupted.payload["signal"] == "SIGTERM"
+        smoke = [e.payload for e in events if e.type == "smoke.result"]
+        # what ended before the signal counts; the probe in flight (cut: no answer) is recorded as after it
+        assert smoke and {r["start"] for r in smoke} == {"A1"} and smoke[-1]["outcome"] == "interrupted"
+        assert all(r["outcome"] in ("recorded", "pass") for r in smoke[:-1]), smoke
+        cut = smoke[-1]
+        assert "after the stop signal (not counted)" in cut["summary"] and cut["checks"]["outcome_after_stop"]
+        decision = next(e.payload for e in events if e.type == "decision.recorded")
+        reasons = decision["result"]["reasons"]
+        assert not any(r.startswith("failure: ") for r in reasons), reasons  # the cut probe's "fail" never counts
+        assert f"incomplete: smoke probe {cut['probe']} did not run on A1" in reasons
+        assert decision["result"]["decision"] != "CANDIDATE"
+        assert run_audit(book=w.book).ok
     finally:
         close(w)

@@ -54,3 +54,78 @@ def test_the_greedy_identity_probe_runs_on_the_real_pair_and_records_its_evidenc
         assert decision["result"]["decision"] == "REJECT" or not failed
     finally:
         book.close()
+
+
+# ---------------------------------------------------------------------- the smoke stage judges what it measured
+
+STAGE = """
+[smoke]
+starts = ["A1", "B1"]
+probes = ["greedy_identity", "stop"]
+compare = "text"
+max_tokens = 32
+logprobs = 2
+near_tie_margin = 0.15
+timeout_s = 120.0
+"""
+# 0.15 nats: batched draft verification shifts the logprobs of identical tokens by up to 0.14 nats here
+# (measured on this pair); a q4_0 KV cache moves them by more.
+Q4KV_ARM = """
+[arms.lookup-q4kv]            # the lossy candidate: prompt lookup and a q4_0 KV cache (K and V)
+args = ["--logits_all", "True", "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "8",
+        "--type_k", "2", "--type_v", "2", "--flash_attn", "True"]
+speculative = { method = "prompt-lookup-decoding", num_speculative_tokens = 8, verification = "standard" }
+"""
+
+
+def _stage_plan(site: LlamaSite, window_id: str, candidate: str | None = None) -> str:
+    """The example pp3 plan with the issue's smoke stage; ``candidate``: another arm B of the site."""
+    text = (site.directory / "pp3-llamacpp.toml").read_text().replace('"llamacpp-pp3"', f'"{window_id}"')
+    if candidate is not None:
+        config = site.directory / "llamasite.toml"
+        if f"[arms.{candidate}]" not in config.read_text():
+            config.write_text(config.read_text() + Q4KV_ARM)
+        digest = site.script("digest", candidate).stdout.strip().splitlines()[-1]
+        text = text.replace('name = "lookup"', f'name = "{candidate}"').replace(
+            "365da2c0616dd120ce35a235897ebd7c24b1ea7860d02e6c24a670400c8a49c6", digest)
+    name = f"{window_id}.toml"
+    (site.directory / name).write_text(text + STAGE)
+    return name
+
+
+def test_plain_against_honest_prompt_lookup_is_not_rejected_by_the_smoke_stage(
+        llama_site: LlamaSite, home: Path) -> None:  # noqa: F811
+    """Greedy identity (near ties followed teacher-forced) and the stop probe pass an honest candidate; the
+    rehearsal found llama-cpp-python's repeat_penalty honoured, so its T=0 requests were greedy."""
+    window_id, result, book = _window(llama_site, home, _stage_plan(llama_site, "llamacpp-smoke-honest"))
+    try:
+        assert result["ending"] == "restored", result
+        events = _after(llama_site, home, window_id, book)
+        fields = next(e.payload for e in events if e.type == "gate.result" and e.payload["gate"] == "rehearsal")
+        assert fields["evidence"]["fields"]["repetition_penalty"] == "honoured", fields["evidence"]["fields"]
+        results = {(e.payload["start"], e.payload["probe"]): e.payload for e in events if e.type == "smoke.result"}
+        b1 = results[("B1", "greedy_identity")]
+        assert b1["outcome"] in ("pass", "near_tie"), b1["summary"]
+        assert results[("B1", "stop")]["outcome"] in ("pass", "not_exercised"), results[("B1", "stop")]["summary"]
+        decision = next(e.payload for e in events if e.type == "decision.recorded")["result"]
+        assert decision["decision"] != "REJECT", decision["reasons"]
+        assert not any(r.startswith("failure: ") for r in decision["reasons"]), decision["reasons"]
+    finally:
+        book.close()
+
+
+def test_plain_against_prompt_lookup_with_a_q4_0_kv_cache_is_rejected_by_greedy_identity(
+        llama_site: LlamaSite, home: Path) -> None:  # noqa: F811
+    window_id, result, book = _window(llama_site, home,
+                                      _stage_plan(llama_site, "llamacpp-smoke-q4kv", "lookup-q4kv"))
+    try:
+        assert result["ending"] == "restored", result
+        events = _after(llama_site, home, window_id, book)
+        b1 = next(e.payload for e in events if e.type == "smoke.result" and e.payload["start"] == "B1"
+                  and e.payload["probe"] == "greedy_identity")
+        assert b1["outcome"] == "fail" and b1["margin"] is not None and b1["margin"] > 0.15, b1["summary"]
+        decision = next(e.payload for e in events if e.type == "decision.recorded")["result"]
+        assert decision["decision"] == "REJECT"
+        assert any(r.startswith("failure: greedy-identity: B1 diverges from A1") for r in decision["reasons"])
+    finally:
+        book.close()

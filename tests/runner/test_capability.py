@@ -50,8 +50,8 @@ def test_every_field_honoured_by_a_server_without_speculative_decoding() -> None
         result = probe(handle, vllm_checks=False)
     assert result.verdict == "PASS" and result.exit_code == 0, result.summary
     assert statuses(result) == dict.fromkeys(FIELDS, "honoured")
-    # 19 requests and the priority probe (its policy read from /server_info: the simulator reports it)
-    assert len(result.capability_results) == 20 and all(r.answered for r in result.capability_results)
+    # 23 requests and the priority probe (its policy read from /server_info: the simulator reports it)
+    assert len(result.capability_results) == 24 and all(r.answered for r in result.capability_results)
     assert all(r.request["max_tokens"] <= 8 for r in result.capability_results)  # tiny, as the admission's
 
 
@@ -121,6 +121,11 @@ def test_accepted_ignored_fields_pass_but_a_refusal_still_fails() -> None:
     assert still.verdict == "FAIL" and statuses(still)["cache_salt"] == "refused"
 
 
+def forced_neutral(result: Rehearsal) -> bool:
+    neutral = next(r.request for r in result.capability_results if r.name == "penalty-neutral")
+    return neutral["repeat_penalty"] == neutral["repetition_penalty"] == 1.0 and neutral["temperature"] == 0
+
+
 def test_a_server_like_llama_cpp_python() -> None:
     """The fields llama-cpp-python's server drops (plus stop_token_ids, which it does not declare either)."""
     dropped = ["ignore_eos", "allowed_token_ids", "priority", "cache_salt", "return_token_ids", "stream_options",
@@ -132,7 +137,10 @@ def test_a_server_like_llama_cpp_python() -> None:
         "cache_salt": "ignored", "allowed_token_ids": "ignored", "stop_token_ids": "ignored",
         "return_token_ids": "ignored", "stream_options.include_usage": "ignored", "logit_bias": "honoured",
         "min_tokens": "honoured", "stop": "honoured", "structured_outputs": "ignored", "guided_json": "ignored",
-        "response_format": "honoured"}
+        "response_format": "honoured", "repetition_penalty": "honoured", "presence_penalty": "honoured",
+        "frequency_penalty": "honoured"}
+    # its repeat_penalty (default 1.1 there) is neutralised under llama-cpp-python's name as well as vLLM's
+    assert forced_neutral(result)
     # EOS and the stop token were forced with logit_bias, the only forcing this server honours
     forced = {r.name: r.request for r in result.capability_results}
     assert "logit_bias" in forced["ignore-eos"] and "logit_bias" in forced["stop-token-ids"]
@@ -308,3 +316,20 @@ def test_a_natural_stop_does_not_pass_for_a_forced_one() -> None:
     assert got["ignore_eos"] == "ignored" and got["stop_token_ids"] == "ignored"
     forced = {r.name: r.request for r in result.capability_results}
     assert "logit_bias" in forced["ignore-eos"] and "allowed_token_ids" not in forced["ignore-eos"]
+
+
+def test_greedy_identity_refuses_a_repeat_penalty_it_cannot_neutralise_and_accepts_the_others_ignored() -> None:
+    """The repeat penalty must be honoured (llama-cpp-python's default 1.1 stays otherwise); presence and
+    frequency penalties, 0 by default everywhere, need only be accepted."""
+    from runner.plan import load_plan
+    from runner.rehearsal.capability import smoke_needs, smoke_refusals
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    wants = {n.field: n.want for n in smoke_needs(plan)}
+    assert wants["repetition_penalty"] == "honoured"
+    assert wants["presence_penalty"] == wants["frequency_penalty"] == "accepted"
+    quiet = {"repetition_penalty": "honoured", "presence_penalty": "ignored", "frequency_penalty": "ignored"}
+    assert smoke_refusals(plan, quiet) == []
+    refused = smoke_refusals(plan, {**quiet, "repetition_penalty": "ignored", "presence_penalty": "refused"})
+    assert [r.split(" (")[0] for r in refused] == ["the smoke stage relies on repetition_penalty",
+                                                  "the smoke stage relies on presence_penalty"]

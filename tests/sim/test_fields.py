@@ -94,6 +94,9 @@ _SET: dict[str, tuple[dict[str, Any], Any]] = {
     "guided_json": ({"guided_json": {"type": "string"}}, lambda r: r.schema),
     "response_format": ({"response_format": {"type": "json_object", "schema": {"type": "string"}}},
                         lambda r: r.schema),
+    "repetition_penalty": ({"repetition_penalty": 1.3}, lambda r: r.params.penalties[0]),
+    "presence_penalty": ({"presence_penalty": 0.5}, lambda r: r.params.penalties[1]),
+    "frequency_penalty": ({"frequency_penalty": 0.5}, lambda r: r.params.penalties[2]),
 }
 
 

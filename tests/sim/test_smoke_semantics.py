@@ -101,3 +101,47 @@ def test_an_engine_hangs_after_a_cancel_when_the_fault_says_so() -> None:
         began = time.perf_counter()
         _complete(http, handle.url, max_tokens=2)
         assert time.perf_counter() - began > 0.8  # the next request waited out the hang
+
+
+def test_a_t0_prompt_ending_with_part_of_its_continuation_continues_it(server: SimHandle, http: httpx.Client) -> None:
+    """Teacher forcing: at T=0 a token depends on the context before it, so prompt + the first k tokens of the
+    continuation continue with the rest of it, margins included."""
+    whole = _complete(http, server.url, return_token_ids=True, logprobs=2)["choices"][0]
+    prompt, ids = whole["prompt_token_ids"], whole["token_ids"]
+    forced = _complete(http, server.url, prompt=prompt + ids[:9], max_tokens=24 - 9, return_token_ids=True,
+                       logprobs=2)["choices"][0]
+    assert forced["token_ids"] == ids[9:]
+    assert forced["logprobs"]["top_logprobs"] == whole["logprobs"]["top_logprobs"][9:]
+    other = _complete(http, server.url, prompt=[*prompt, ids[0] + 1], max_tokens=8, return_token_ids=True)
+    assert other["choices"][0]["token_ids"] != ids[1:9]  # another token there: another continuation
+
+
+def test_the_lossy_fault_takes_the_request_the_near_tie_spared(server: SimHandle, http: httpx.Client) -> None:
+    before = _complete(http, server.url, return_token_ids=True)["choices"][0]["token_ids"]
+    server.set_faults(greedy_diverge={"arm": "production", "position": 2, "near_tie": True},
+                      greedy_lossy={"arm": "production", "position": 5})
+    tied = _complete(http, server.url, return_token_ids=True, logprobs=2)["choices"][0]
+    assert tied["token_ids"][:2] == before[:2] and tied["token_ids"][2] != before[2]
+    assert min(tied["logprobs"]["top_logprobs"][2].values()) > max(tied["logprobs"]["top_logprobs"][2].values()) - 0.02
+    lossy = _complete(http, server.url, return_token_ids=True, logprobs=2)["choices"][0]
+    assert lossy["token_ids"][:5] == before[:5] and lossy["token_ids"][5] != before[5]
+    top = sorted(lossy["logprobs"]["top_logprobs"][5].values())
+    assert top[1] - top[0] >= 0.5  # an ordinary margin: no near tie
+    assert _complete(http, server.url, return_token_ids=True)["choices"][0]["token_ids"] == before  # both spent
+
+
+def test_a_penalty_changes_the_t0_answer_and_a_default_one_stays_unless_neutralised() -> None:
+    """A server whose own repeat penalty is 1.1 (llama-cpp-python's) answers T=0 otherwise than the raw top-1,
+    until the request sets it neutral, under vLLM's name or llama-cpp-python's; one that ignores the field
+    keeps its default whatever the request says."""
+    neutral = {"repetition_penalty": 1.0}
+    with sim.start(fast_config(), seed=5) as raw, sim.start(fast_config(repetition_penalty=1.1), seed=5) as llama, \
+            sim.start(fast_config(repetition_penalty=1.1, ignore_fields=["repetition_penalty"]), seed=5) as deaf, \
+            httpx.Client(timeout=30) as http:
+        top1 = _complete(http, raw.url)["choices"][0]["text"]
+        assert _complete(http, raw.url, presence_penalty=2.0)["choices"][0]["text"] != top1
+        assert _complete(http, raw.url, frequency_penalty=2.0)["choices"][0]["text"] != top1
+        assert _complete(http, llama.url)["choices"][0]["text"] != top1  # its default is on
+        assert _complete(http, llama.url, **neutral)["choices"][0]["text"] == top1
+        assert _complete(http, llama.url, repeat_penalty=1.0)["choices"][0]["text"] == top1
+        assert _complete(http, deaf.url, **neutral, repeat_penalty=1.0)["choices"][0]["text"] != top1
