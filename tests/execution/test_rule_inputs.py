@@ -21,6 +21,7 @@ from runner.events import payloads as p
 from runner.execution import endings
 from runner.execution import window as execution
 from runner.plan.register import registered_plan
+from runner.report.units import fixed
 from runner.report.window import window_report
 
 from ..runner.script import SIMPLE_PP3
@@ -124,7 +125,7 @@ def test_pp3_uses_every_request_of_every_wave(tmp_path: Path) -> None:
         pooled = sum(r["delivered_tokens"] for r in a1) / sum(r["decode_s"] for r in a1)
         text = Path(window_report(w.book, "two", tmp_path / "report")["markdown"]).read_text()
         row = next(line for line in text.splitlines() if line.startswith("| opinions/short |"))
-        assert row.split("|")[2].strip() == f"{pooled:.4g}"
+        assert row.split("|")[2].strip() == fixed(pooled)   # the report's fixed notation (no e-notation)
     finally:
         close(w)
 

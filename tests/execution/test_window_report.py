@@ -55,11 +55,19 @@ class _Event:
 
 
 def _wave(start: str, load: float, running: float, cpus: int = 2) -> _Event:
-    return _Event(1, "wave.measured", {
-        "start": start, "counters_missing": [],
+    """A complete wave.measured of the seed-003 example's ``start`` with the contention evidence given."""
+    from runner.plan import load_plan
+    from tests.runner.script import EXAMPLES, wave_payload
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    index = next(i for i, spec in enumerate(plan.waves) if spec.start == start)
+    payload, _ = wave_payload(plan, index, "2026-11-01T00:00:00.000000Z", "2026-11-01T00:00:05.000000Z")
+    payload.update({
+        "window": plan.window_id, "plan_sha256": plan.sha256,
         "host_load": {"before": [load, 0.5, 0.5], "after": [load / 2, 0.5, 0.5], "cpus": cpus},
         "gauges": {"before": {"running": running, "waiting": 0.0, "kv_cache_usage": 0.25},
                    "after": {"running": 0.0, "waiting": 1.0, "kv_cache_usage": 0.5}, "series": {}}})
+    return _Event(1, "wave.measured", payload)
 
 
 def test_contention_evidence_is_shown_and_flagged(tmp_path: Path) -> None:
@@ -87,7 +95,9 @@ def test_a_fail_no_later_pass_superseded_is_called_to_attention() -> None:
     plan = load_plan(EXAMPLES / "seed003-abba.toml")
 
     def gate(seq: int, name: str, verdict: str, start: str | None = None) -> _Event:
-        return _Event(seq, "gate.result", {"gate": name, "verdict": verdict, "start": start, "summary": verdict})
+        return _Event(seq, "gate.result", {"window": plan.window_id, "plan_sha256": plan.sha256, "gate": name,
+                                           "verdict": verdict, "evidence": {}, "commit": plan.commit,
+                                           "summary": verdict, **({"start": start} if start else {})})
 
     events = [gate(3, "power", "FAIL"), gate(4, "power", "PASS"), gate(5, "rng", "FAIL"),
               gate(6, "start_config", "FAIL", "A1"), gate(7, "start_config", "PASS", "B1"), _wave("A1", 0.4, 0.0)]

@@ -50,7 +50,8 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
                      # added with several metrics URLs (optional)
                      "counters_by_url"]
     assert [f.name for f in dataclasses.fields(payloads.Counters)] == [
-        "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens", "drafts"]
+        "rounds", "accepted", "draft_tokens", "accepted_per_pos", "decode_s", "generation_tokens", "drafts",
+        "accepted_delivered"]  # added with the accepted cap (optional: accepted at most what was delivered)
     assert [f.name for f in dataclasses.fields(payloads.ClientFigures)] == [
         "requests", "ok", "failed", "timed_out", "cancelled", "censored", "delivered_tokens", "tokens_after_first",
         "decode_s", "decode_tps", "ttft_s", "chunk_interval_ms", "tokens_per_chunk",
