@@ -126,8 +126,8 @@ def test_a_chained_start_on_a_host_at_another_commit_aborts_the_chain(tmp_path: 
 def test_chained_close_runs_the_optional_pair_close_stash_and_commit_close_in_order(tmp_path: Path) -> None:
     import shutil
 
-    from runner.demo.scenarios import EXAMPLES
     from runner.drivers.site import load_site
+    from tests.runner.script import EXAMPLES
 
     w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
     try:
@@ -303,8 +303,8 @@ def test_a_chained_start_on_a_host_without_the_windows_tag_aborts_the_chain(
 def test_command_site_chained_start_reads_each_hosts_tag_file(tmp_path: Path) -> None:
     import shutil
 
-    from runner.demo.scenarios import EXAMPLES
     from runner.drivers.site import load_site
+    from tests.runner.script import EXAMPLES
 
     w = _tagged_chain(tmp_path, "seed000-controlled.toml")   # the command site's P identity is not production's
     try:

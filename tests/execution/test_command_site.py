@@ -14,11 +14,12 @@ from typing import Any
 
 from runner.audit.full import run_audit
 from runner.decide.inputs import replay_window
-from runner.demo.scenarios import EXAMPLES, pass_chain_gate
+from runner.demo.scenarios import pass_chain_gate
 from runner.drivers.base import ActionResult, HostDriver
 from runner.drivers.site import load_site
 from runner.execution.window import RunResult, WindowRunner
 from runner.gates.admission import admit
+from tests.runner.script import EXAMPLES
 
 from .test_identities import COMMIT, MARKOV, TREE, WORKER, declare
 from .worlds import close, gate_all, small, state, window, world

@@ -14,11 +14,11 @@ import pytest
 
 from ledger.errors import PolicyError
 from runner.audit.full import run_audit
-from runner.demo.scenarios import EXAMPLES
 from runner.drivers.site import load_site
 from runner.execution.lock import window_lock
 from runner.execution.steps import next_step
 from runner.execution.window import RunResult, WindowRunner
+from tests.runner.script import EXAMPLES
 
 from .worlds import close, gate_all, run, state, window, world
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from runner.audit.full import run_audit
 from runner.decide.inputs import replay_window
-from runner.demo.scenarios import EXAMPLES, sim_config_for
+from runner.demo.scenarios import sim_config_for
 from runner.drivers.site import load_site
 from runner.execution.window import WindowRunner
 from runner.plan.parse import read_plan_file
+from tests.runner.script import EXAMPLES
 
 from ..runner.script import SIMPLE_PP3
 from .worlds import close, gate_all, run, small, state, window, world

@@ -31,11 +31,11 @@ import ledger.db
 from ledger.store import Ledger
 from ledger.stored import verify_ledger
 from runner.audit.full import run_audit
-from runner.demo.scenarios import EXAMPLES
 from runner.drivers.base import ActionResult, HostDriver
 from runner.drivers.site import load_site
 from runner.execution.window import RunResult, WindowRunner
 from runner.gates.admission import admit
+from tests.runner.script import EXAMPLES
 
 from .worlds import close, gate_all, state, window, world
 
