@@ -41,7 +41,7 @@ def test_win2_window_restores_and_decides(tmp_path: Path, plan: str, window_id: 
         ws = s.windows[window_id]
         assert ws.phase == "decided" and ws.restore.status == "ok" and ws.watch.verdict == "PASS"
         assert [sid for sid in ws.starts] == ["s1", "s2", "s3"]
-        assert all(info["clock_cap_mhz"] == 2300 for info in ws.starts.values())
+        assert all(info.clock_cap_mhz == 2300 for info in ws.starts.values())
         archive = list(w.book.events(stream="archive"))
         assert {e.payload["start"] for e in archive} == {"s1", "s3"}  # the control starts
         _checked(w, window_id)

@@ -62,7 +62,7 @@ def test_a_restore_whose_record_the_ledger_refuses_is_reprobed_and_redone_on_res
         runner_for(book, w.root, WINDOW, w.driver, w.time_scale).run()
     assert _serves(w)                       # the restore ran: production serves, though the ledger cannot say so
     ws = replay(w.book).windows[WINDOW]
-    (open_restore,) = [aid for aid, info in ws.open_actions.items() if info["action"] == "restore"]
+    (open_restore,) = [aid for aid, info in ws.open_actions.items() if info.action == "restore"]
     assert ws.ending is None and ws.restore is None
     result = runner_for(w.book, w.root, WINDOW, w.driver, w.time_scale).run(resume=True)
     assert result.ending == "restored" and result.decision is not None

@@ -77,7 +77,7 @@ def test_an_admission_window_ends_with_restore_and_watch(tmp_path: Path) -> None
         assert result.ending == "restored" and not result.blocked
         assert registered_plan(w.book, "adm-1").plan.window_kind == "admission"
         ws = state(w.book).windows["adm-1"]
-        assert (ws.restore or {}).get("status") == "ok" and (ws.watch or {}).get("verdict") == "PASS"
+        assert ws.restore is not None and ws.restore.status == "ok" and ws.watch is not None and ws.watch.verdict == "PASS"
         assert run_audit(book=w.book).ok
     finally:
         close(w)
