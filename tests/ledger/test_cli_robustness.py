@@ -516,8 +516,12 @@ def _decided_window(workdir: Path) -> None:
     assert tally("window", "register", str(PLAN))[0] == 0
     data = CASES["pp3_reject"][0]()
     book = Ledger.open(str(workdir / "tally.db"))
+    from runner.plan import registered_plan
+
+    reg = registered_plan(book, WINDOW)
     book.append(f"window/{WINDOW}", "decision.recorded",
-                {"input": data, "result": compute(data), "inputs_digest": "sha256:" + "0" * 64},
+                {"window": WINDOW, "plan_sha256": reg.plan_sha256, "rule": data["rule"],
+                 "params": data.get("params", {}), "input": data, "result": compute(data), "inputs_digest": "0" * 64},
                 load_signer(workdir / ".tally" / "root.pem"))
     book.close()
 

@@ -38,7 +38,7 @@ def test_vllm_with_speculative_decoding_passes(site: Site, tmp_path: Path) -> No
                                         "/v1/completions", "/v1/completions"]
     for _, body in seen[:5]:
         assert body["max_tokens"] <= 8 and body["priority"] == 10 and body["stream"] is False
-    assert all(body["max_tokens"] <= 8 for _, body in seen) and len(seen) <= 5 + 19  # the five, the capability probe
+    assert all(body["max_tokens"] <= 8 for _, body in seen) and len(seen) <= 5 + 23  # the five, the capability probe (19) and its four greedy-penalty requests
     assert seen[2][1]["seed"] == 42 and seen[2][1]["temperature"] == 1.0 and seen[2][1]["top_p"] == 1.0
     assert seen[3][1]["allowed_token_ids"] == [1] and "logit_bias" not in seen[3][1]
     assert seen[4][1]["logit_bias"] == {"1": 100}
