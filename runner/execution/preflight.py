@@ -50,5 +50,5 @@ def chain_preflight(ledger: Ledger, driver: HostDriver, window: str | None = Non
         if state.production == "up" and facts.get("serving") not in ("up", None):
             lines.append(f"note: the ledger says production up, the site says {facts.get('serving')}")
     lines.insert(0, f"chain preflight: {'OK' if ok else 'FAIL'}")
-    return {"ok": bool(ok), "serving": facts, "hold": hold, "marker": marker, "placeholders": proofs,
-            "lines": lines}
+    return {"ok": bool(ok), "serving": facts, "hold": None if hold is None else hold.to_json(),
+            "marker": None if marker is None else marker.to_json(), "placeholders": proofs, "lines": lines}

@@ -32,8 +32,8 @@ def _scan_dial_backs(book: Any, ws: WindowState) -> tuple[set[tuple[str, int]], 
 def _scan_block_began(ws: WindowState, start: str) -> Any:
     """What the runner used to compute by a linear scan of the finished host actions."""
     for item in ws.finished:
-        if item["action"] == "start_arm" and item.get("start") == start and item["ok"] and item.get("time"):
-            return parse_time(item.get("started_time") or item["time"])
+        if item.action == "start_arm" and item.start == start and item.ok and item.time:
+            return parse_time(item.started_time or item.time)
     info = ws.starts.get(start)
     began = info.began_time if info else None
     return parse_time(began) if began else None
