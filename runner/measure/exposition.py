@@ -81,8 +81,8 @@ def _plain(text: str) -> list[Sample]:
                 if name != family:
                     family, kind, allowed = name, "untyped", (name,)
                 continue
-            if rest not in _KINDS:
-                raise _Unplain
+            if rest not in _KINDS or (rest == "counter" and name == "_total"):
+                raise _Unplain   # (a counter named ``_total`` leaves its family no name: the parser refuses it)
             if name != family:
                 family = name
             kind = rest

@@ -72,6 +72,7 @@ def test_counter_family_names_its_samples_total_and_strays_are_their_own_family(
     "x 0x10",
     "x{a=\"1\"}  2",                 # two spaces
     "x 1" + "0" * 5000,              # an integer too long for int()
+    "# TYPE _total counter",         # a counter family whose name is all suffix (the parser refuses it)
 ])
 def test_other_forms_are_left_to_the_parser(line: str) -> None:
     text = f"# TYPE x gauge\n{line}\nplain 1\n"
