@@ -110,7 +110,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 continue
             values[name] = values.get(name, 0.0) + value
             peaks[name] = max(value, peaks.get(name, value))
-    except (ValueError, TypeError, IndexError) as exc:
+    except (ValueError, TypeError, IndexError, OverflowError) as exc:   # Overflow: an integer past any float
         raise FormatError(f"metrics text is not Prometheus exposition: {exc}") from None
     return MetricsSnapshot(values, positions.get(_PER_POS, {}), created, peaks, positions)
 

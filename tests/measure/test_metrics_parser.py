@@ -101,3 +101,18 @@ def test_counter_reset_detected() -> None:
 def test_not_exposition_is_format_error() -> None:
     with pytest.raises(FormatError):
         parse_metrics("<html>gateway timeout</html>\n{")
+
+
+def test_an_integer_past_any_float_is_format_error_not_a_crash() -> None:
+    """A hostile server's 400-digit counter: prometheus_client reads it as an int no float can hold."""
+    import httpx
+
+    from runner.measure.wave import scrape_metrics
+
+    huge = "vllm:generation_tokens_total 1" + "0" * 400 + "\n"
+    with pytest.raises(FormatError, match="not Prometheus exposition: int too large"):
+        parse_metrics(huge)
+    with httpx.Client(transport=httpx.MockTransport(
+            lambda _r: httpx.Response(200, stream=httpx.ByteStream(huge.encode())))) as http:
+        scrape = scrape_metrics(http, "http://127.0.0.1:9/metrics")
+    assert scrape.snapshot is None and scrape.problem is not None and "unreadable" in scrape.problem
