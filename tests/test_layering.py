@@ -283,7 +283,7 @@ PAYLOAD_HOMES = ("runner/events/", "runner/state/")
 # The dict reads of payloads left, per module (to be converted to typed events; never more).
 PAYLOAD_GETS_LEFT: dict[str, int] = {
     "runner/execution/recorder.py": 2,   # appended NewEvents' payloads, and the snapshots a restore is given
-    "runner/gates/power.py": 13,         # waves and archive rows handed to the power figures as dicts
+    "runner/gates/power.py": 8,          # waves and archive rows handed to the power figures as dicts
     "runner/promotion/check.py": 19,     # a presented receipt's and bundle's events: hostile input, checked member
     "runner/promotion/looks.py": 2,      # by member (a typed read would turn a failed check into exit 2);
     "runner/app/promotion.py": 2,        # promotion.registered is not a window event (no payload class)

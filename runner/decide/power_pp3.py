@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import pp3
+from .power_sim import Pp3Gains, left_sum
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,14 +48,7 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng([seed, TAG, *key])
 
 
-def _left(columns: Array) -> Array:
-    total = columns[..., 0]
-    for m in range(1, columns.shape[-1]):
-        total = total + columns[..., m]
-    return total
-
-
-class Pp3Sim:
+class Pp3Sim(Pp3Gains):
     """``n`` seeded pp3-v1 windows of ``design`` under ``noise``: gains and bootstrap bounds at effect 0."""
 
     def __init__(self, design: Pp3Design, noise: Pp3Noise, n: int, seed: int) -> None:
@@ -112,7 +106,7 @@ class Pp3Sim:
             tok_b = tokens[:, [1, 2]].sum(axis=(1, 3))
             dec_a = decode[:, [0, 3]].sum(axis=(1, 3))
             dec_b = decode[:, [1, 2]].sum(axis=(1, 3))
-            points.append((_left(tok_b) / _left(dec_b)) / (_left(tok_a) / _left(dec_a)) - 1.0)
+            points.append((left_sum(tok_b) / left_sum(dec_b)) / (left_sum(tok_a) / left_sum(dec_a)) - 1.0)
             lower = np.empty(tok_a.shape[0])
             for lo in range(0, tok_a.shape[0], _BOOT):
                 sums = [v[lo:lo + _BOOT] for v in (tok_b, dec_b, tok_a, dec_a)]
@@ -125,35 +119,9 @@ class Pp3Sim:
         self._point0, self._lower0 = np.concatenate(points), np.concatenate(lowers)
         return self._point0, self._lower0
 
-    def _candidate(self, effect: float) -> npt.NDArray[np.bool_]:
-        point0, lower0 = self._base()
-        p = self.design.params
-        point = (1.0 + effect) * (1.0 + point0) - 1.0
-        lower = (1.0 + effect) * (1.0 + lower0) - 1.0
-        result: npt.NDArray[np.bool_] = (point >= p.min_gain) & (lower > 0)
-        return result
-
-    def outcomes(self, effect: float) -> list[str]:
-        return ["CANDIDATE" if ok else "NO_PROMOTION" for ok in self._candidate(effect)]
-
-    def counts(self, effect: float) -> dict[str, int]:
-        ok = int(self._candidate(effect).sum())
-        return {"CANDIDATE": ok, "NO_PROMOTION": self.n - ok}
-
     def evaluate(self, effects: Sequence[float], *, thresholds: bool = True) -> tuple[list[dict[str, int]],
                                                                                       Array | None]:
         return [self.counts(e) for e in effects], (self.thresholds() if thresholds else None)
-
-    def thresholds(self) -> Array:
-        """Per window, the smallest true effect at which it decides CANDIDATE (the effect scales every gain)."""
-        import numpy as np
-
-        point0, lower0 = self._base()
-        p = self.design.params
-        with np.errstate(divide="ignore"):
-            need = np.maximum((1.0 + p.min_gain) / (1.0 + point0), np.where(lower0 > -1, 1.0 / (1.0 + lower0), np.inf))
-        result: Array = need - 1.0
-        return result
 
     def rule_input(self, index: int, effect: float) -> pp3.Pp3Input:
         """Window ``index`` as a pp3-v1 input: one run per block and pair (bounded runs: status ``bounded``)."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     Array = npt.NDArray[np.float64]
 
-__all__ = ["Pp3Design", "Pp3Draws", "Win2Design", "Win2Draws", "rule_outcomes"]
+__all__ = ["Pp3Design", "Pp3Draws", "Pp3Gains", "Win2Design", "Win2Draws", "left_sum", "rule_outcomes"]
 
 _FAMILIES = ("f1", "f2")          # win2-v1 pools one wave per source family
 _ROUNDS, _ACCEPTED, _DECODE_S = 200, 300, 10.0   # one simulated wave: rate (R + A) / D = 50 tok/s
@@ -157,7 +157,44 @@ class Win2Draws:
         return win2.Win2Input(p, self.design.cells, None, starts, 0, tuple(waves), ())
 
 
-class Pp3Draws:
+class Pp3Gains:
+    """pp3-v1 windows' decisions from their point gains and bootstrap lower bounds at effect 0 (``_base``): a
+    true effect ``E`` scales every gain, ``1 + g -> (1 + E)(1 + g)``, so every effect is decided from one draw."""
+
+    design: Pp3Design
+    n: int
+
+    def _base(self) -> tuple[Array, Array]:
+        raise NotImplementedError
+
+    def _candidate(self, effect: float) -> npt.NDArray[np.bool_]:
+        point0, lower0 = self._base()
+        p = self.design.params
+        point = (1.0 + effect) * (1.0 + point0) - 1.0
+        lower = (1.0 + effect) * (1.0 + lower0) - 1.0
+        result: npt.NDArray[np.bool_] = (point >= p.min_gain) & (lower > 0)
+        return result
+
+    def outcomes(self, effect: float) -> list[str]:
+        return ["CANDIDATE" if ok else "NO_PROMOTION" for ok in self._candidate(effect)]
+
+    def counts(self, effect: float) -> dict[str, int]:
+        ok = int(self._candidate(effect).sum())
+        return {"CANDIDATE": ok, "NO_PROMOTION": self.n - ok}
+
+    def thresholds(self) -> Array:
+        """Per window, the smallest true effect at which it decides CANDIDATE (the effect scales every gain)."""
+        import numpy as np
+
+        point0, lower0 = self._base()
+        p = self.design.params
+        with np.errstate(divide="ignore"):
+            need = np.maximum((1.0 + p.min_gain) / (1.0 + point0), np.where(lower0 > -1, 1.0 / (1.0 + lower0), np.inf))
+        result: Array = need - 1.0
+        return result
+
+
+class Pp3Draws(Pp3Gains):
     """The noise of ``n`` seeded pp3-v1 windows: ``log_rate`` (n, 4 blocks, families, contexts)."""
 
     def __init__(self, design: Pp3Design, spread: Spread, n: int, seed: int) -> None:
@@ -187,7 +224,7 @@ class Pp3Draws:
         dec_b = decode[:, [1, 2]].sum(axis=(1, 3))
         tok = 2.0 * c * t                                 # every family's tokens per arm
         tb_all, ta_all = tok * k, tok * k
-        point = (tb_all / _left(dec_b)) / (ta_all / _left(dec_a)) - 1.0
+        point = (tb_all / left_sum(dec_b)) / (ta_all / left_sum(dec_a)) - 1.0
         idx = np.random.default_rng(p.seed).integers(0, k, size=(p.bootstrap, k))
         lower = np.empty(self.n)
         q = (1 - p.interval) / 2
@@ -203,31 +240,6 @@ class Pp3Draws:
         self._point0, self._lower0 = point, lower
         return point, lower
 
-    def _candidate(self, effect: float) -> npt.NDArray[np.bool_]:
-        point0, lower0 = self._base()
-        p = self.design.params
-        point = (1.0 + effect) * (1.0 + point0) - 1.0
-        lower = (1.0 + effect) * (1.0 + lower0) - 1.0
-        result: npt.NDArray[np.bool_] = (point >= p.min_gain) & (lower > 0)
-        return result
-
-    def outcomes(self, effect: float) -> list[str]:
-        return ["CANDIDATE" if ok else "NO_PROMOTION" for ok in self._candidate(effect)]
-
-    def counts(self, effect: float) -> dict[str, int]:
-        ok = int(self._candidate(effect).sum())
-        return {"CANDIDATE": ok, "NO_PROMOTION": self.n - ok}
-
-    def thresholds(self) -> Array:
-        import numpy as np
-
-        point0, lower0 = self._base()
-        p = self.design.params
-        with np.errstate(divide="ignore"):
-            need = np.maximum((1.0 + p.min_gain) / (1.0 + point0), np.where(lower0 > -1, 1.0 / (1.0 + lower0), np.inf))
-        result: Array = need - 1.0
-        return result
-
     def rule_input(self, index: int, effect: float) -> pp3.Pp3Input:
         """Window ``index`` as a pp3-v1 input: one request per block and pair."""
         requests: list[pp3.Request] = []
@@ -242,7 +254,7 @@ class Pp3Draws:
         return pp3.Pp3Input(self.design.params, True, (), tuple(requests))
 
 
-def _left(columns: Array) -> Array:
+def left_sum(columns: Array) -> Array:
     """Left-to-right sum over the last axis (as the rule adds the families)."""
     total = columns[..., 0]
     for m in range(1, columns.shape[-1]):

@@ -23,7 +23,7 @@ summary and assumed at its conservative value figure by figure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,61 +89,134 @@ class ArchiveSpreads:
     used: tuple[Event, ...]             # the archive events, seq order
 
 
-def _per_repeat(waves: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """Repeat -> pooled rate of one start and cell (repeats with a counted wave per family only)."""
-    families = sorted({w["family"] for w in waves})
-    out: dict[int, float] = {}
-    for repeat in sorted({w["repeat"] for w in waves}):
-        chosen = [w for w in waves if w["repeat"] == repeat]
-        counters = [w.get("counters") or {} for w in chosen]
-        if sorted(w["family"] for w in chosen) != families or not _complete(chosen, counters):
-            continue
-        rate = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
-                             [c["decode_s"] for c in counters], 0, [1.0], [0.0])["pooled_rate_tps"]
-        if rate is not None:
-            out[repeat] = rate
-    return out
-
-
-def _complete(waves: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]) -> bool:
-    return all(w.get("complete", True) for w in waves) and all(
-        isinstance(c.get(k), int | float) and not isinstance(c.get(k), bool) for c in counters
-        for k in ("rounds", "accepted", "decode_s"))
+@dataclass(frozen=True)
+class ArchiveNoise:
+    spreads: dict[str, Spread | None]   # the primary's, per decision cell; None: no matched pair
+    noise: Win2Noise | None             # the whole model (None: a cell has no primary spread)
+    entries: dict[str, int]
+    windows: dict[str, int]
+    used: tuple[Event, ...]
 
 
 def archive_spreads(ledger: Ledger, plan: Plan, until: int | None = None) -> ArchiveSpreads:
     """The spread of every decision cell from the comparable archive entries recorded before ``until``."""
+    walk = _control_pairs(ledger, plan, until, _per_repeat, (PRIMARY,))
+    pairs = {c: [([float(x or 0) for x in p.first[PRIMARY]], [float(x or 0) for x in p.second[PRIMARY]])
+                 for p in walk.pairs[c]] for c in plan.decision_cells}
+    spreads = {c: estimate_spread(pairs[c], source="archive", entries=walk.entries[c]) for c in plan.decision_cells}
+    return ArchiveSpreads(spreads, walk.entries, walk.windows, walk.used)
+
+
+def archive_noise(ledger: Ledger, plan: Plan, until: int | None = None) -> ArchiveNoise:
+    """Model 2's noise of every decision cell from the comparable archive entries recorded before ``until``."""
+    walk = _control_pairs(ledger, plan, until, _per_repeat_metrics, METRICS)
+    spreads, noise = estimate_win2_noise(plan.decision_cells, walk.pairs, source="archive", entries=walk.entries)
+    return ArchiveNoise(spreads, noise, walk.entries, walk.windows, walk.used)
+
+
+_PerRepeat = Callable[[Sequence[Mapping[str, Any]]], dict[int, dict[str, float | None]]]
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """The matched control pairs of every decision cell and the archive events they rest on."""
+
+    pairs: dict[str, list[ControlPair]]
+    entries: dict[str, int]             # comparable archive entries (native and imported) per cell
+    used: tuple[Event, ...]             # seq order
+
+    @property
+    def windows(self) -> dict[str, int]:
+        return {c: len(p) for c, p in self.pairs.items()}
+
+
+def _control_pairs(ledger: Ledger, plan: Plan, until: int | None, per_repeat: _PerRepeat,
+                   metrics: Sequence[str]) -> _Pairs:
+    """Every archived window's first two control starts of a cell, matched repeat by repeat (``per_repeat``:
+    a start's values by repeat from its waves), then the imported rows' likewise (their ``metrics``)."""
     events = [e for e in ledger.events(stream="archive", types=["archive.control_start"], until=until)
               if comparable(plan, e.payload)]
     by_window: dict[str, list[Event]] = {}
     for event in events:
         by_window.setdefault(str(event.payload.get("window")), []).append(event)
-    pairs: dict[str, list[tuple[list[float], list[float]]]] = {c: [] for c in plan.decision_cells}
+    pairs: dict[str, list[ControlPair]] = {c: [] for c in plan.decision_cells}
     for window, archived in by_window.items():
         waves = [e.payload for e in ledger.events(stream=f"window/{window}", types=["wave.measured"], until=until)]
         for cell in plan.decision_cells:
             starts = sorted({str(e.payload.get("start")) for e in archived if e.payload.get("cell") == cell})
             if len(starts) < 2:
                 continue
-            first, second = (_per_repeat([w for w in waves if w.get("start") == s and w.get("cell") == cell])
+            first, second = (per_repeat([w for w in waves if w.get("start") == s and w.get("cell") == cell])
                              for s in starts[:2])
-            matched = sorted(set(first) & set(second))
-            if matched:
-                pairs[cell].append(([first[r] for r in matched], [second[r] for r in matched]))
+            units = sorted(set(first) & set(second))
+            if units:
+                pairs[cell].append(ControlPair(window, {m: [first[u][m] for u in units] for m in metrics},
+                                               {m: [second[u][m] for u in units] for m in metrics}))
     entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
     imported = _imported(ledger, plan, until)
-    for cells in imported.starts.values():
+    for window, cells in imported.starts.items():
         for cell, by_start in cells.items():
             if len(by_start) < 2:
                 continue
-            one, two = (by_start[s]["pooled_rate_tps"] for s in sorted(by_start)[:2])
-            matched = [u for u in range(min(len(one), len(two))) if one[u] and two[u]]
+            one, two = (by_start[s] for s in sorted(by_start)[:2])
+            count = min(len(one[PRIMARY]), len(two[PRIMARY]))
+            matched = [u for u in range(count) if one[PRIMARY][u] and two[PRIMARY][u]]
             if matched:
-                pairs[cell].append(([float(one[u] or 0) for u in matched], [float(two[u] or 0) for u in matched]))
-    entries = {c: entries[c] + imported.entries[c] for c in plan.decision_cells}
-    spreads = {c: estimate_spread(pairs[c], source="archive", entries=entries[c]) for c in plan.decision_cells}
-    return ArchiveSpreads(spreads, entries, {c: len(pairs[c]) for c in plan.decision_cells},
-                          _in_order(events, imported.used))
+                pairs[cell].append(ControlPair(window, {m: [_at(one, m, u) for u in matched] for m in metrics},
+                                               {m: [_at(two, m, u) for u in matched] for m in metrics}))
+    return _Pairs(pairs, {c: entries[c] + imported.entries[c] for c in plan.decision_cells},
+                  _in_order(events, imported.used))
+
+
+def _counted(waves: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, list[Mapping[str, Any]],
+                                                                     list[Mapping[str, Any]]]]:
+    """The repeats of one start and cell with a counted wave per family and complete counters: each with its
+    waves and their counters."""
+    families = sorted({w["family"] for w in waves})
+    for repeat in sorted({w["repeat"] for w in waves}):
+        chosen = [w for w in waves if w["repeat"] == repeat]
+        counters = [w.get("counters") or {} for w in chosen]
+        if sorted(w["family"] for w in chosen) == families and _complete(chosen, counters):
+            yield repeat, chosen, counters
+
+
+def _per_repeat(waves: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float | None]]:
+    """Repeat -> the pooled rate of one start and cell (model 1: the rate alone)."""
+    out: dict[int, dict[str, float | None]] = {}
+    for repeat, _, counters in _counted(waves):
+        rate = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
+                             [c["decode_s"] for c in counters], 0, [1.0], [0.0])[PRIMARY]
+        if rate is not None:
+            out[repeat] = {PRIMARY: rate}
+    return out
+
+
+def _per_repeat_metrics(waves: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float | None]]:
+    """Repeat -> the rate, accepted per round and client decode rate of one start and cell (model 2).
+
+    The repeats ``_per_repeat`` counts; the client decode rate is ``None`` where a wave lacks
+    its client figures.
+    """
+    out: dict[int, dict[str, float | None]] = {}
+    for repeat, chosen, counters in _counted(waves):
+        clients: list[Mapping[str, Any]] = [w["client"] if isinstance(w.get("client"), Mapping) else {} for w in chosen]
+        have_client = all(_number(c.get("tokens_after_first")) and _number(c.get("decode_s")) for c in clients)
+        values = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
+                               [c["decode_s"] for c in counters],
+                               int(sum(c["tokens_after_first"] for c in clients)) if have_client else 0,
+                               [float(c["decode_s"]) for c in clients] if have_client else [0.0], [0.0])
+        if values[PRIMARY] is not None:
+            out[repeat] = {m: values[m] for m in METRICS}
+    return out
+
+
+def _complete(waves: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]) -> bool:
+    return all(w.get("complete", True) for w in waves) and all(
+        _number(c.get(k)) for c in counters for k in ("rounds", "accepted", "decode_s"))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -183,81 +256,6 @@ def _imported(ledger: Ledger, plan: Plan, until: int | None) -> _Imported:
 
 def _in_order(events: Sequence[Event], more: Sequence[Event]) -> tuple[Event, ...]:
     return tuple(sorted([*events, *more], key=lambda e: e.seq))
-
-
-def _per_repeat_metrics(waves: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float | None]]:
-    """Repeat -> the rate, accepted per round and client decode rate of one start and cell (model 2).
-
-    The repeats ``_per_repeat`` counts (a counted wave per family, counters complete); the
-    client decode rate is ``None`` where a wave lacks its client figures.
-    """
-    families = sorted({w["family"] for w in waves})
-    out: dict[int, dict[str, float | None]] = {}
-    for repeat in sorted({w["repeat"] for w in waves}):
-        chosen = [w for w in waves if w["repeat"] == repeat]
-        counters = [w.get("counters") or {} for w in chosen]
-        if sorted(w["family"] for w in chosen) != families or not _complete(chosen, counters):
-            continue
-        clients: list[Mapping[str, Any]] = [w["client"] if isinstance(w.get("client"), Mapping) else {} for w in chosen]
-        have_client = all(_number(c.get("tokens_after_first")) and _number(c.get("decode_s")) for c in clients)
-        values = pooled_values(sum(c["rounds"] for c in counters), sum(c["accepted"] for c in counters),
-                               [c["decode_s"] for c in counters],
-                               int(sum(c["tokens_after_first"] for c in clients)) if have_client else 0,
-                               [float(c["decode_s"]) for c in clients] if have_client else [0.0], [0.0])
-        if values[PRIMARY] is not None:
-            out[repeat] = {m: values[m] for m in METRICS}
-    return out
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class ArchiveNoise:
-    spreads: dict[str, Spread | None]   # the primary's, per decision cell; None: no matched pair
-    noise: Win2Noise | None             # the whole model (None: a cell has no primary spread)
-    entries: dict[str, int]
-    windows: dict[str, int]
-    used: tuple[Event, ...]
-
-
-def archive_noise(ledger: Ledger, plan: Plan, until: int | None = None) -> ArchiveNoise:
-    """Model 2's noise of every decision cell from the comparable archive entries recorded before ``until``."""
-    events = [e for e in ledger.events(stream="archive", types=["archive.control_start"], until=until)
-              if comparable(plan, e.payload)]
-    by_window: dict[str, list[Event]] = {}
-    for event in events:
-        by_window.setdefault(str(event.payload.get("window")), []).append(event)
-    pairs: dict[str, list[ControlPair]] = {c: [] for c in plan.decision_cells}
-    for window, archived in by_window.items():
-        waves = [e.payload for e in ledger.events(stream=f"window/{window}", types=["wave.measured"], until=until)]
-        for cell in plan.decision_cells:
-            starts = sorted({str(e.payload.get("start")) for e in archived if e.payload.get("cell") == cell})
-            if len(starts) < 2:
-                continue
-            first, second = (_per_repeat_metrics([w for w in waves if w.get("start") == s and w.get("cell") == cell])
-                             for s in starts[:2])
-            units = sorted(set(first) & set(second))
-            if units:
-                pairs[cell].append(ControlPair(window, {m: [first[u][m] for u in units] for m in METRICS},
-                                               {m: [second[u][m] for u in units] for m in METRICS}))
-    entries = {c: sum(1 for e in events if e.payload.get("cell") == c) for c in plan.decision_cells}
-    imported = _imported(ledger, plan, until)
-    for window, cells in imported.starts.items():
-        for cell, by_start in cells.items():
-            if len(by_start) < 2:
-                continue
-            one, two = (by_start[s] for s in sorted(by_start)[:2])
-            count = min(len(one["pooled_rate_tps"]), len(two["pooled_rate_tps"]))
-            units = [u for u in range(count) if one["pooled_rate_tps"][u] and two["pooled_rate_tps"][u]]
-            if units:
-                pairs[cell].append(ControlPair(window, {m: [_at(one, m, u) for u in units] for m in METRICS},
-                                               {m: [_at(two, m, u) for u in units] for m in METRICS}))
-    entries = {c: entries[c] + imported.entries[c] for c in plan.decision_cells}
-    spreads, noise = estimate_win2_noise(plan.decision_cells, pairs, source="archive", entries=entries)
-    return ArchiveNoise(spreads, noise, entries, {c: len(pairs[c]) for c in plan.decision_cells},
-                        _in_order(events, imported.used))
 
 
 def _at(per_repeat: Mapping[str, Sequence[float | None]], metric: str, unit: int) -> float | None:

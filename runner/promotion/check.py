@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ledger.errors import FormatError, TallyError, VerificationError
 from ledger.event import Event, event_from_json
@@ -36,6 +36,9 @@ from ledger.strictjson import read_json
 from ..events.receipts import WINDOW_RECEIPTS
 from ..plan.model import Plan, plan_sha256
 from .policy import PromotionPolicy
+
+if TYPE_CHECKING:
+    from ledger.bundle import VerifiedBundle
 
 __all__ = ["Check", "PromotionResult", "ReceiptFiles", "check_promotion"]
 
@@ -369,7 +372,7 @@ def _starts(events: Sequence[Event], data_input: dict[str, Any], checks: _Checks
 
 
 def _looks(events: Sequence[Event] | None, digest: str, payload: dict[str, Any], verified: VerifiedReceipt,
-           event: Event, policy: PromotionPolicy, ledger: Any, ledger_error: str | None,
+           event: Event, policy: PromotionPolicy, ledger: VerifiedBundle | None, ledger_error: str | None,
            checks: _Checks) -> dict[str, Any]:
     from ..decide.rules import compute
     from .looks import looks_checks
@@ -387,7 +390,7 @@ def _looks(events: Sequence[Event] | None, digest: str, payload: dict[str, Any],
     return outcome.summary
 
 
-def check_promotion(files: ReceiptFiles, policy: PromotionPolicy, ledger: Any = None,
+def check_promotion(files: ReceiptFiles, policy: PromotionPolicy, ledger: VerifiedBundle | None = None,
                     ledger_error: str | None = None) -> PromotionResult:
     """Every check of the promotion gate, in order; PROMOTABLE only if every one holds.
 

@@ -22,12 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger import merkle
 from ledger.errors import FormatError
 
 from ..decide.spending import LookBudget, look_test
+
+if TYPE_CHECKING:
+    from ledger.bundle import VerifiedBundle
+    from ledger.event import Event
+    from ledger.receipt import VerifiedReceipt
 
 __all__ = ["POLICY_EVENT", "POLICY_STREAM", "Candidate", "Look", "candidate_of", "count_looks", "looks_checks",
            "registration_payload"]
@@ -132,8 +137,9 @@ def _tree_root(events: Sequence[Any], size: int) -> bytes:
     return merkle.root_from_leaves(merkle.hash_leaf(bytes.fromhex(e.hash)) for e in events[:size])
 
 
-def looks_checks(budget: LookBudget | None, policy_name: str, ledger: Any, ledger_error: str | None,
-                 receipt: Any, decision: Any, plan_json: Any, recomputed: Mapping[str, Any] | None) -> LooksOutcome:
+def looks_checks(budget: LookBudget | None, policy_name: str, ledger: VerifiedBundle | None,
+                 ledger_error: str | None, receipt: VerifiedReceipt, decision: Event, plan_json: Any,
+                 recomputed: Mapping[str, Any] | None) -> LooksOutcome:
     """The three looks checks: ``looks.ledger`` (the presented ledger covers the receipt's tree),
     ``looks.registered`` (the budget registered before the first look), ``looks.budget`` (the presented look
     passes its spent level). ``ledger``: a verified full bundle (``ledger.bundle.VerifiedBundle``) or ``None``."""

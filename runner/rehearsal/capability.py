@@ -582,12 +582,9 @@ def _stop_token_ids(r: Mapping[str, ProbeResult], eos: int) -> _Reading:
 
 def _forcing(r: Mapping[str, ProbeResult], name: str, field: str) -> _Reading:
     """EOS forced on the baseline's prompt: honoured when it stops at once where the baseline ran on."""
-    missing = _missing(r, ["baseline", name])
+    missing = _missing(r, ["baseline", name]) or _refused(r, name)
     if missing:
         return missing
-    refused = _refused(r, name)
-    if refused:
-        return refused
     probe, base = r[name], r["baseline"]
     if base.status != 200 or base.parts.get("finish_reason") != "length":
         return "unclear", f"the baseline itself did not run to length ({_status_of(base)}): cannot tell"
@@ -613,12 +610,9 @@ def assess_logit_bias(results: Mapping[str, ProbeResult]) -> tuple[Status, str]:
 
 
 def _type_checked(r: Mapping[str, ProbeResult], valid: str, wrong: str, field: str) -> _Reading:
-    missing = _missing(r, [valid, wrong])
+    missing = _missing(r, [valid, wrong]) or _refused(r, valid)
     if missing:
         return missing
-    refused = _refused(r, valid)
-    if refused:
-        return refused
     probe = r[wrong]
     if probe.status is not None and 400 <= probe.status < 500:
         return "honoured", f"{wrong}: {field} as an object answered HTTP {probe.status} (the server reads it)"
