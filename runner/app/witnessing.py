@@ -147,12 +147,21 @@ def export_fork_proof(db: str | None, evidence_id: int, out: Path, log_vkeys: li
 
 
 def check_fork_proof(path: Path, vkeys: list[str]) -> Fork:
-    """Verify a fork proof file offline; a file that is not a valid one is refused (``FormatError``, exit 2)."""
+    """Verify a fork proof file offline; a file that is not a valid one is refused (``FormatError``, exit 2).
+
+    ``vkeys`` (inline or files of them, as every ``--vkey``) pin the log's keys; witness vkeys among them
+    are not log keys and are left out. Without any, the file's own keys are used (``verify_fork_proof``).
+    """
     from ledger.forkproof import MAX_FORK_PROOF_BYTES, verify_fork_proof
 
+    from .receipts import _vkeys
+
     text = read_text(path, "fork proof", MAX_FORK_PROOF_BYTES)
+    log_keys = [k.vkey() for k in _vkeys(vkeys) if not k.is_cosigner]  # inline vkeys or files of them
+    if vkeys and not log_keys:
+        raise FormatError("--fork-proof needs the log's vkey; only witness (type 0x04) vkeys were given")
     try:
-        return verify_fork_proof(text, [v for v in vkeys if "+" in v])
+        return verify_fork_proof(text, log_keys)
     except VerificationError as exc:
         raise FormatError(f"not a valid fork proof: {exc.args[0]}") from None
 

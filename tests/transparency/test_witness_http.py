@@ -107,6 +107,24 @@ def test_forged_fork_proof_is_refused(workdir: Path, split_view: tuple[str, str]
     assert code == 2 and "no fork" in err
 
 
+def test_fork_proof_pinned_by_a_vkey_file_refuses_a_strangers_fork(workdir: Path,
+                                                                   split_view: tuple[str, str]) -> None:
+    """A fork proof made up by anyone with a key of their own (named in the file) proves nothing: a --vkey
+    given as a file (as everywhere else) pins the log's key, it is never dropped for the file's own."""
+    _, log_vkey = split_view
+    stranger = Signer.generate()
+    made_up = {"format": "tally-fork-proof/v1", "origin": ORIGIN,
+               "log_vkeys": [notes.vkey(ORIGIN, stranger.public_raw)], "witness": None, "kind": "root_mismatch",
+               "a": signed(ORIGIN, 5, root_of(5), stranger), "b": signed(ORIGIN, 5, OTHER_ROOT, stranger)}
+    (workdir / "made_up.json").write_text(json.dumps(made_up))
+    (workdir / "log.vkey").write_text(log_vkey + "\n")
+    code, out, err = tally("audit", "--fork-proof", "made_up.json", "--vkey", "log.vkey")
+    assert code == 2 and out == "" and "not a valid fork proof" in err
+    witness_only = notes.vkey("witness.test/w1", Signer.generate().public_raw, notes.SIG_COSIGNATURE)
+    code, out, err = tally("audit", "--fork-proof", "made_up.json", "--vkey", witness_only)
+    assert code == 2 and out == "" and "needs the log's vkey" in err
+
+
 # ----------------------------------------------------------------- the quorum client
 
 
