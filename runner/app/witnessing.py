@@ -166,6 +166,28 @@ def check_fork_proof(path: Path, vkeys: list[str]) -> Fork:
         raise FormatError(f"not a valid fork proof: {exc.args[0]}") from None
 
 
+def _bounded_post(url: str, body: bytes, deadline_s: float) -> tuple[int, str, bytes]:
+    """One add-checkpoint request, its whole exchange (headers included) within the deadline, however a
+    witness dribbles, and its reply within ``MAX_REPLY_BYTES`` (``runner.measure.fetch``)."""
+    import httpx
+
+    from ledger.witness_client import MAX_REPLY_BYTES
+
+    from ..measure import ReplyRefused, StampingTransport, fetch
+
+    try:
+        with httpx.Client(transport=StampingTransport(), follow_redirects=False) as client:
+            reply = fetch(client, "POST", url, deadline_s=deadline_s, max_bytes=MAX_REPLY_BYTES,
+                          what="the witness's reply", content=body)
+    except ReplyRefused as exc:
+        raise ExternalError(str(exc)) from None
+    except httpx.TimeoutException:
+        raise ExternalError(f"no whole answer within {deadline_s:.3g} s") from None
+    except httpx.HTTPError as exc:
+        raise ExternalError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    return reply.status, reply.headers.get("content-type", ""), reply.body
+
+
 @dataclass(frozen=True)
 class WitnessedCheckpoint:
     """A checkpoint the ledger signed (stored), with the cosignatures the policy's witnesses gave."""
@@ -192,6 +214,7 @@ def cosign_by_policy(session: Session, policy_file: Path, *, timeout: float, fai
     def proof_for(old: int, new: int) -> list[bytes]:
         return list(book.consistency_proof(old, new))
 
-    collected = collect_cosignatures(signed.note, policy, proof_for, timeout=timeout, fail_open=fail_open)
+    collected = collect_cosignatures(signed.note, policy, proof_for, timeout=timeout, fail_open=fail_open,
+                                     post=_bounded_post)
     note = with_signatures(signed.note, list(collected.lines.values()))
     return WitnessedCheckpoint(signed, created, note, collected)

@@ -200,6 +200,46 @@ def test_a_witness_reply_that_does_not_verify_is_not_attached(workdir: Path) -> 
         assert code == 3 and out == "" and "does not verify" in err
 
 
+def test_a_dribbling_witness_is_cut_at_its_deadline(workdir: Path) -> None:
+    """A witness that sends its status line and then one header byte every 0.2 s never trips a per-read
+    timeout; the witness's deadline (--witness-timeout) covers the whole exchange, so the quorum fails in time."""
+    import socket
+    import threading
+    import time
+
+    _ledger(workdir, 2)
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def dribble() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            end = time.monotonic() + 15
+            while not stop.is_set() and time.monotonic() < end:
+                try:
+                    conn.sendall(b"X")
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+    thread = threading.Thread(target=dribble, daemon=True)
+    thread.start()
+    try:
+        vkey = notes.vkey("witness.test/slow", Signer.generate().public_raw, notes.SIG_COSIGNATURE)
+        policy = _policy(workdir, [("slow", vkey, f"http://127.0.0.1:{listener.getsockname()[1]}")], "1")
+        started = time.monotonic()
+        code, out, err = tally("checkpoint", "--witnesses", str(policy), "--witness-timeout", "1")
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert code == 3 and out == "" and "slow: no whole answer within" in err
+    assert elapsed < 8, elapsed  # the dribble lasts 15 s
+
+
 def test_witness_serve_refuses_a_public_address_without_public(workdir: Path) -> None:
     (workdir / "w.pem").write_bytes(Signer.generate().private_pem())
     code, _, err = tally("witness", "serve", "--key", "w.pem", "--host", "0.0.0.0", "--log",
