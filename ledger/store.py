@@ -62,6 +62,10 @@ _EVENT_COLUMNS = (
     _EVENTS.c.ledger, _EVENTS.c.seq, _EVENTS.c.prev, _EVENTS.c.stream, _EVENTS.c.type,
     _EVENTS.c.time, _EVENTS.c.actor, _EVENTS.c.payload, _EVENTS.c.hash, _EVENTS.c.sig, _EVENTS.c.v,
 )
+# The schema revisions whose ledger tables are this tally's: 0002_witness adds only the HTTP witness's
+# tables, so a ledger made before it (even one on read-only media, which cannot be upgraded) is read,
+# verified and appended to as it is. A revision that changes the ledger's own tables ends this list.
+LEDGER_REVISIONS = ("0001_ledger", HEAD_REVISION)
 APPEND_ROLES = EVENT_ROLES  # the roles that append (verification rule 5 asks the same)
 _ROW_COLUMNS = "ledger, seq, prev, stream, type, time, actor, payload, hash, sig, v"
 _INSERT_EVENT = ("INSERT INTO events (seq, ledger, prev, stream, type, time, actor, payload, hash, sig, v) "
@@ -245,7 +249,7 @@ class Ledger:
 
     @classmethod
     def open(cls, url: str | None = None, **kwargs: Any) -> Ledger:
-        """Open an existing ledger; refuses a database without tally's current schema.
+        """Open an existing ledger; refuses a database whose ledger tables are not this tally's (``LEDGER_REVISIONS``).
 
         A SQLite file tally may not write is opened read-only (``ledger.db``): reads and
         verification work, appends are refused. A directory, a file that is not a
@@ -259,7 +263,7 @@ class Ledger:
         revision = schema_revision(ledger.engine)
         if revision is None:
             raise FormatError(f"no tally ledger at {ledger.display_url}; run `tally init` first")
-        if revision != HEAD_REVISION:
+        if revision not in LEDGER_REVISIONS:
             raise StorageError(
                 f"schema is at {revision}, this tally needs {HEAD_REVISION}; run `tally db upgrade`"
             )

@@ -11,11 +11,14 @@ its own deadline) and keeps what Tessera's client does:
 - one consistency proof per old size, shared by the witnesses that need it;
 - every returned line is verified (a cosignature/v1 by that witness's key over this
   checkpoint) before it is attached; a reply with none that verifies counts as a failure;
-- the quorum is evaluated on what verified; short of it, ``PolicyError`` names each
+- the quorum is evaluated on what verified; short of it, ``ExternalError`` names each
   witness's failure (fail closed) unless the caller asks for what was collected.
 
 Replies are hostile input: a body is read up to ``MAX_REPLY_BYTES``, each request has a
-timeout, redirects are not followed.
+deadline, redirects are not followed. Each request goes through a ``Post``; the default
+(``httpx_post``) bounds every read by what is left and checks the deadline between the
+chunks of the body. ``tally checkpoint --witnesses`` passes one whose deadline covers the
+whole exchange, headers included, however a witness dribbles (``runner.measure.fetch``).
 """
 
 from __future__ import annotations
@@ -31,14 +34,17 @@ from . import note as notes
 from .checkpoint import parse_checkpoint
 from .errors import ExternalError, FormatError, PolicyError, VerificationError
 
-__all__ = ["MAX_POLICY_BYTES", "MAX_REPLY_BYTES", "Collected", "Policy", "PolicyWitness", "collect_cosignatures",
-           "parse_policy"]
+__all__ = ["MAX_POLICY_BYTES", "MAX_REPLY_BYTES", "Collected", "Policy", "PolicyWitness", "Post",
+           "collect_cosignatures", "httpx_post", "parse_policy"]
 
 MAX_POLICY_BYTES = 1 << 20
 MAX_REPLY_BYTES = 64 << 10
 MAX_TRIES = 3
 BACKOFF_FIRST_S, BACKOFF_FACTOR, BACKOFF_MAX_S = 0.010, 5, 0.250
 ProofFetch = Callable[[int, int], Sequence[bytes]]
+Post = Callable[[str, bytes, float], tuple[int, str, bytes]]
+"""POST a body to a URL, the exchange within the deadline (seconds): (status, content type, body of at most
+``MAX_REPLY_BYTES``); ``ExternalError`` when it does not answer so."""
 
 
 @dataclass(frozen=True)
@@ -159,24 +165,30 @@ class _Proofs:
             return self.done[old]
 
 
-def _read_reply(response: object) -> bytes:
+def httpx_post(url: str, body: bytes, deadline_s: float) -> tuple[int, str, bytes]:
+    """The default ``Post``: httpx, no redirects, each read bounded by what is left of the deadline."""
     import httpx
 
-    assert isinstance(response, httpx.Response)
-    chunks, total = [], 0
-    for chunk in response.iter_bytes():
-        total += len(chunk)
-        if total > MAX_REPLY_BYTES:
-            raise ExternalError(f"reply larger than {MAX_REPLY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    deadline = time.monotonic() + deadline_s
+    try:
+        with httpx.Client(timeout=deadline_s, follow_redirects=False) as client, \
+                client.stream("POST", url, content=body) as response:
+            chunks, total = [], 0
+            for chunk in response.iter_bytes():
+                total += len(chunk)
+                if total > MAX_REPLY_BYTES:
+                    raise ExternalError(f"reply larger than {MAX_REPLY_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise ExternalError(f"no whole answer within {deadline_s:g} s")
+                chunks.append(chunk)
+            return response.status_code, response.headers.get("content-type", ""), b"".join(chunks)
+    except httpx.HTTPError as exc:
+        raise ExternalError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _ask(witness: PolicyWitness, note: str, size: int, proofs: _Proofs, timeout: float,
-         sleep: Callable[[float], None]) -> notes.NoteSignature:
+         sleep: Callable[[float], None], post: Post) -> notes.NoteSignature:
     """One witness's cosignature for ``note`` (Tessera's retry rules); raises with the reason."""
-    import httpx
-
     assert witness.url is not None
     url = witness.url.rstrip("/") + "/add-checkpoint"
     text = notes.parse_note(note).text
@@ -187,13 +199,7 @@ def _ask(witness: PolicyWitness, note: str, size: int, proofs: _Proofs, timeout:
         left = deadline - time.monotonic()
         if left <= 0:
             raise ExternalError(f"no answer within {timeout:g} s")
-        try:
-            with httpx.Client(timeout=left, follow_redirects=False) as client, \
-                    client.stream("POST", url, content=body.encode("utf-8")) as response:
-                reply = _read_reply(response)
-                status, kind = response.status_code, response.headers.get("content-type", "")
-        except httpx.HTTPError as exc:
-            raise ExternalError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        status, kind, reply = post(url, body.encode("utf-8"), left)
         if status == 200:
             return _verified_line(witness, text, reply)
         if status == 409 and kind.split(";")[0].strip() == "text/x.tlog.size":
@@ -226,15 +232,16 @@ def _verified_line(witness: PolicyWitness, text: str, reply: bytes) -> notes.Not
 
 
 def collect_cosignatures(note: str, policy: Policy, proof_for: ProofFetch, *, timeout: float = 10.0,
-                         fail_open: bool = False, sleep: Callable[[float], None] = time.sleep) -> Collected:
-    """Cosignatures on the log-signed ``note`` from the policy's witnesses; ``PolicyError`` short of quorum."""
+                         fail_open: bool = False, sleep: Callable[[float], None] = time.sleep,
+                         post: Post = httpx_post) -> Collected:
+    """Cosignatures on the log-signed ``note`` from the policy's witnesses; ``ExternalError`` short of quorum."""
     size = parse_checkpoint(notes.parse_note(note).text).size
     asked = [w for w in policy.witnesses.values() if w.url is not None]
     proofs = _Proofs(proof_for, size)
     collected = Collected()
     if asked:
         with ThreadPoolExecutor(max_workers=min(16, len(asked))) as pool:
-            futures = {w.name: pool.submit(_ask, w, note, size, proofs, timeout, sleep) for w in asked}
+            futures = {w.name: pool.submit(_ask, w, note, size, proofs, timeout, sleep, post) for w in asked}
             for name, future in futures.items():
                 try:
                     collected.lines[name] = future.result()

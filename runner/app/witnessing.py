@@ -147,14 +147,45 @@ def export_fork_proof(db: str | None, evidence_id: int, out: Path, log_vkeys: li
 
 
 def check_fork_proof(path: Path, vkeys: list[str]) -> Fork:
-    """Verify a fork proof file offline; a file that is not a valid one is refused (``FormatError``, exit 2)."""
+    """Verify a fork proof file offline; a file that is not a valid one is refused (``FormatError``, exit 2).
+
+    ``vkeys`` (inline or files of them, as every ``--vkey``) pin the log's keys; witness vkeys among them
+    are not log keys and are left out. Without any, the file's own keys are used (``verify_fork_proof``).
+    """
     from ledger.forkproof import MAX_FORK_PROOF_BYTES, verify_fork_proof
 
+    from .receipts import _vkeys
+
     text = read_text(path, "fork proof", MAX_FORK_PROOF_BYTES)
+    log_keys = [k.vkey() for k in _vkeys(vkeys) if not k.is_cosigner]  # inline vkeys or files of them
+    if vkeys and not log_keys:
+        raise FormatError("--fork-proof needs the log's vkey; only witness (type 0x04) vkeys were given")
     try:
-        return verify_fork_proof(text, [v for v in vkeys if "+" in v])
+        return verify_fork_proof(text, log_keys)
     except VerificationError as exc:
         raise FormatError(f"not a valid fork proof: {exc.args[0]}") from None
+
+
+def _bounded_post(url: str, body: bytes, deadline_s: float) -> tuple[int, str, bytes]:
+    """One add-checkpoint request, its whole exchange (headers included) within the deadline, however a
+    witness dribbles, and its reply within ``MAX_REPLY_BYTES`` (``runner.measure.fetch``)."""
+    import httpx
+
+    from ledger.witness_client import MAX_REPLY_BYTES
+
+    from ..measure import ReplyRefused, StampingTransport, fetch
+
+    try:
+        with httpx.Client(transport=StampingTransport(), follow_redirects=False) as client:
+            reply = fetch(client, "POST", url, deadline_s=deadline_s, max_bytes=MAX_REPLY_BYTES,
+                          what="the witness's reply", content=body)
+    except ReplyRefused as exc:
+        raise ExternalError(str(exc)) from None
+    except httpx.TimeoutException:
+        raise ExternalError(f"no whole answer within {deadline_s:.3g} s") from None
+    except httpx.HTTPError as exc:
+        raise ExternalError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    return reply.status, reply.headers.get("content-type", ""), reply.body
 
 
 @dataclass(frozen=True)
@@ -183,6 +214,7 @@ def cosign_by_policy(session: Session, policy_file: Path, *, timeout: float, fai
     def proof_for(old: int, new: int) -> list[bytes]:
         return list(book.consistency_proof(old, new))
 
-    collected = collect_cosignatures(signed.note, policy, proof_for, timeout=timeout, fail_open=fail_open)
+    collected = collect_cosignatures(signed.note, policy, proof_for, timeout=timeout, fail_open=fail_open,
+                                     post=_bounded_post)
     note = with_signatures(signed.note, list(collected.lines.values()))
     return WitnessedCheckpoint(signed, created, note, collected)

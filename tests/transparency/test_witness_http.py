@@ -107,6 +107,24 @@ def test_forged_fork_proof_is_refused(workdir: Path, split_view: tuple[str, str]
     assert code == 2 and "no fork" in err
 
 
+def test_fork_proof_pinned_by_a_vkey_file_refuses_a_strangers_fork(workdir: Path,
+                                                                   split_view: tuple[str, str]) -> None:
+    """A fork proof made up by anyone with a key of their own (named in the file) proves nothing: a --vkey
+    given as a file (as everywhere else) pins the log's key, it is never dropped for the file's own."""
+    _, log_vkey = split_view
+    stranger = Signer.generate()
+    made_up = {"format": "tally-fork-proof/v1", "origin": ORIGIN,
+               "log_vkeys": [notes.vkey(ORIGIN, stranger.public_raw)], "witness": None, "kind": "root_mismatch",
+               "a": signed(ORIGIN, 5, root_of(5), stranger), "b": signed(ORIGIN, 5, OTHER_ROOT, stranger)}
+    (workdir / "made_up.json").write_text(json.dumps(made_up))
+    (workdir / "log.vkey").write_text(log_vkey + "\n")
+    code, out, err = tally("audit", "--fork-proof", "made_up.json", "--vkey", "log.vkey")
+    assert code == 2 and out == "" and "not a valid fork proof" in err
+    witness_only = notes.vkey("witness.test/w1", Signer.generate().public_raw, notes.SIG_COSIGNATURE)
+    code, out, err = tally("audit", "--fork-proof", "made_up.json", "--vkey", witness_only)
+    assert code == 2 and out == "" and "needs the log's vkey" in err
+
+
 # ----------------------------------------------------------------- the quorum client
 
 
@@ -180,6 +198,46 @@ def test_a_witness_reply_that_does_not_verify_is_not_attached(workdir: Path) -> 
         policy = _policy(workdir, [("w1", claimed, s1.url)], "1")
         code, out, err = tally("checkpoint", "--witnesses", str(policy))
         assert code == 3 and out == "" and "does not verify" in err
+
+
+def test_a_dribbling_witness_is_cut_at_its_deadline(workdir: Path) -> None:
+    """A witness that sends its status line and then one header byte every 0.2 s never trips a per-read
+    timeout; the witness's deadline (--witness-timeout) covers the whole exchange, so the quorum fails in time."""
+    import socket
+    import threading
+    import time
+
+    _ledger(workdir, 2)
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def dribble() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            end = time.monotonic() + 15
+            while not stop.is_set() and time.monotonic() < end:
+                try:
+                    conn.sendall(b"X")
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+    thread = threading.Thread(target=dribble, daemon=True)
+    thread.start()
+    try:
+        vkey = notes.vkey("witness.test/slow", Signer.generate().public_raw, notes.SIG_COSIGNATURE)
+        policy = _policy(workdir, [("slow", vkey, f"http://127.0.0.1:{listener.getsockname()[1]}")], "1")
+        started = time.monotonic()
+        code, out, err = tally("checkpoint", "--witnesses", str(policy), "--witness-timeout", "1")
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert code == 3 and out == "" and "slow: no whole answer within" in err
+    assert elapsed < 8, elapsed  # the dribble lasts 15 s
 
 
 def test_witness_serve_refuses_a_public_address_without_public(workdir: Path) -> None:
