@@ -1,4 +1,5 @@
-"""Shared fixtures: one throwaway PostgreSQL cluster per session, ledgers, signers.
+"""Shared fixtures: one throwaway PostgreSQL cluster per session, ledgers, signers, and the installed wheel
+with its one run of each demo scenario per session (``tests/demo_runs.py``).
 
 PostgreSQL tests skip (with the reason) when no server can be started here, unless
 ``TALLY_REQUIRE_POSTGRES=1`` (set by ``.ci/run``), which turns that into a failure.
@@ -17,6 +18,7 @@ from ledger.keys import Signer
 from ledger.store import Ledger
 
 from . import pgcluster
+from .demo_runs import DemoRuns, install_wheel
 
 settings.register_profile("ci", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -73,3 +75,17 @@ def ledger(tmp_path: Path, root: Signer) -> Iterator[Ledger]:
     book.init("tally.test/ledger", root)
     yield book
     book.close()
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the package's sources, installed in a fresh virtualenv (one per session)."""
+    return install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def demo_runs(installed_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRuns]:
+    """The installed wheel's ``tally demo`` runs, each scenario at most once per session, from outside the checkout."""
+    runs = DemoRuns(installed_wheel, tmp_path_factory.mktemp("elsewhere"))
+    yield runs
+    runs.close()

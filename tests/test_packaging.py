@@ -4,20 +4,15 @@ runs every demo scenario from anywhere, the license as an SPDX string, and examp
 from __future__ import annotations
 
 import filecmp
-import json
-import os
-import shutil
 import subprocess
-import sys
 import tomllib
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from runner.app import DEMO_SCENARIOS
 from runner.demo.scenarios import DATA, DATA_FILES
+from tests.demo_runs import DemoRuns, wheel_env
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -72,60 +67,25 @@ def test_example_site_runs_leave_nothing_untracked() -> None:
 # --------------------------------------------------------------------------- the installed wheel
 
 
-@pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The wheel built from the package's sources, installed in a fresh virtualenv (one per session).
-
-    Its dependencies come from the machine's package index (pip's own configuration)."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for package in ("ledger", "runner", "cli", "migrations"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    dist = root / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist),
-                            str(source)], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
-    (wheel,) = dist.glob("tally-*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
-                             capture_output=True, text=True, timeout=1200)
-    assert install.returncode == 0, install.stderr[-3000:]
-    yield venv
-
-
 @pytest.mark.slow
-def test_installed_wheel_runs_every_demo_scenario_from_another_directory(installed: Path,
-                                                                        tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = subprocess.run([str(installed / "bin" / "python"), "-c", "import runner; print(runner.__file__)"],
-                           cwd=elsewhere, env=env, capture_output=True, text=True, check=True)
-    assert str(installed) in where.stdout and str(REPO) not in where.stdout  # the wheel's copy, not the checkout's
-    tally = str(installed / "bin" / "tally")
-
-    def run(scenario: str) -> tuple[str, subprocess.CompletedProcess[str]]:
-        args = [tally, "demo", "--dir", f"demo-{scenario}"] + ([] if scenario == "window" else
-                                                              ["--scenario", scenario])
-        if scenario != "ledger":
-            args.append("--json")
-        return scenario, subprocess.run(args, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
-
-    # two at a time: each scenario is one process on one core, and the machines have two
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(run, DEMO_SCENARIOS))
-    assert [scenario for scenario, _ in done] == list(DEMO_SCENARIOS)
-    for scenario, proc in done:
+def test_installed_wheel_runs_every_demo_scenario_from_another_directory(installed_wheel: Path,
+                                                                        demo_runs: DemoRuns) -> None:
+    """The wheel's ``tally demo`` runs each scenario from outside the checkout (the session's shared runs,
+    ``tests/demo_runs.py``, which ``tests/test_readme.py`` reads too)."""
+    done = demo_runs.get(*DEMO_SCENARIOS)
+    elsewhere = demo_runs.elsewhere
+    where = subprocess.run([str(installed_wheel / "bin" / "python"), "-c", "import runner; print(runner.__file__)"],
+                           cwd=elsewhere, env=wheel_env(), capture_output=True, text=True, check=True)
+    assert str(installed_wheel) in where.stdout and str(REPO) not in where.stdout  # the wheel's copy, not the checkout's
+    assert [run.scenario for run in done] == list(DEMO_SCENARIOS)
+    for run in done:
+        proc, scenario = run.proc, run.scenario
         assert proc.returncode == 0, f"{scenario}: {proc.stderr[-3000:]}"
         assert "Traceback" not in proc.stderr
+        assert run.directory.parent == elsewhere and (run.directory / "tally.db").is_file()
         if scenario == "ledger":
             assert "caught" in proc.stdout
             continue
-        summary = json.loads(proc.stdout)
+        summary = run.summary
         assert summary["ok"] and summary["bundle_audit"], scenario
         assert all(w.get("replay", "MATCH") == "MATCH" for w in summary["windows"]), scenario
-        assert (elsewhere / f"demo-{scenario}" / "tally.db").is_file()

@@ -1,4 +1,9 @@
-"""The README's commands: `make demo` runs `tally demo`; every demo scenario does what it says."""
+"""The README's commands: `make demo` runs `tally demo`; every demo scenario does what it says.
+
+The scenarios' runs are the session's shared ones (``tests/demo_runs.py``: the installed wheel's
+``tally demo``, each scenario once, which ``tests/test_packaging.py`` reads too); the power
+scenario, whose step lines are read, runs here in the process.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import pytest
 
 from runner.demo.ledger_tour import ledger_tour
 from runner.demo.scenarios import run_demo
+from tests.demo_runs import DemoRuns
 from tests.ledger.independent_checker import check_events_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,19 +81,17 @@ def test_ledger_tour_catches_its_tamper(tmp_path: Path) -> None:
     assert_same_shapes("ledger", tmp_path / "tour" / "tally.db")
 
 
-def test_tally_demo_default_window(tmp_path: Path) -> None:
-    directory = tmp_path / "demo"
-    proc = subprocess.run([TALLY, "demo", "--dir", str(directory), "--json"], capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout)
+def test_tally_demo_default_window(demo_runs: DemoRuns) -> None:
+    """``tally demo`` (what ``make demo`` runs): the session's shared run of the default scenario."""
+    (run,) = demo_runs.get("window")
+    directory, summary = run.directory, run.summary
     assert summary["ok"] and summary["bundle_audit"]
     (only,) = summary["windows"]
     assert only["ending"] == "restored" and only["replay"] == "MATCH" and only["waves"] == 36
     assert summary["audit"]["protocol"]["ok"] and not summary["audit"]["protocol"]["violations"]
     assert (directory / "tally.db").exists() and (directory / "bundle" / "checkpoint.txt").exists()
     assert_same_shapes("window", directory / "tally.db")
-    html = Path(only["report"]).read_text()
+    html = run.path(only["report"]).read_text()
     assert only["decision"] in html and "data:image/svg+xml;base64," in html
     assert (directory / ".tally-demo").is_file()  # the marker that lets the next demo refresh it
     audit = subprocess.run([TALLY, "audit", str(directory / "bundle")], capture_output=True, text=True)
@@ -99,10 +103,11 @@ def test_tally_demo_default_window(tmp_path: Path) -> None:
     ("chain", ["chained", "chained", "restored"], {"WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"}),
     ("faults", ["restored"], {"INCONCLUSIVE"}),
 ])
-def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decisions: set[str]) -> None:
-    summary = run_demo(tmp_path / scenario, scenario, quiet=True, time_scale=0.01)
+def test_demo_scenarios(demo_runs: DemoRuns, scenario: str, endings: list[str], decisions: set[str]) -> None:
+    (run,) = demo_runs.get(scenario)
+    summary = run.summary
     assert summary["ok"], summary
-    assert_same_shapes(scenario, tmp_path / scenario / "tally.db")
+    assert_same_shapes(scenario, run.directory / "tally.db")
     assert [w["ending"] for w in summary["windows"]] == endings
     assert all(w["decision"] in decisions and w["replay"] == "MATCH" for w in summary["windows"])
     if scenario == "faults":
@@ -110,11 +115,12 @@ def test_demo_scenarios(tmp_path: Path, scenario: str, endings: list[str], decis
         assert "thermal dial-back inside the HOLD" in reasons and "wave not counted" in reasons
 
 
-def test_demo_looks_scenario_refuses_the_best_no_effect_window_and_promotes_a_real_effect(tmp_path: Path) -> None:
+def test_demo_looks_scenario_refuses_the_best_no_effect_window_and_promotes_a_real_effect(demo_runs: DemoRuns) -> None:
     """Equal arms in three chained windows, then another candidate with a real effect: the promotion gate counts
     the chain's three looks (not the other candidate's) and refuses its best; the effect is look 1 of 1, promoted."""
-    summary = run_demo(tmp_path / "looks", "looks", quiet=True, time_scale=0.01)
-    assert_same_shapes("looks", tmp_path / "looks" / "tally.db")
+    (run,) = demo_runs.get("looks")
+    summary = run.summary
+    assert_same_shapes("looks", run.directory / "tally.db")
     assert [w["ending"] for w in summary["windows"]] == ["chained", "chained", "restored", "restored"]
     no_effect, effect = summary["promotion"]
     chain = [e for e in summary["windows"] if e["window"].startswith("looks-aa-")]
@@ -123,14 +129,14 @@ def test_demo_looks_scenario_refuses_the_best_no_effect_window_and_promotes_a_re
     assert effect["window"] == "looks-effect" and effect["looks"] == 1 and effect["index"] == 1
     assert effect["verdict"] == "PROMOTABLE", effect
     assert summary["ok"], summary
-    assert (tmp_path / "looks" / "looks" / "bundle" / "events.jsonl").exists()
+    assert (run.directory / "looks" / "bundle" / "events.jsonl").exists()
 
 
-def test_tally_demo_ledger_scenario(tmp_path: Path) -> None:
-    proc = subprocess.run([TALLY, "demo", "--scenario", "ledger", "--dir", str(tmp_path / "d")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "caught" in proc.stdout
+def test_tally_demo_ledger_scenario(demo_runs: DemoRuns) -> None:
+    (run,) = demo_runs.get("ledger")
+    assert run.proc.returncode == 0, run.proc.stderr
+    assert "caught" in run.proc.stdout
+    assert_same_shapes("ledger", run.directory / "tally.db")
 
 
 def test_demo_power_scenario_refuses_three_repeats_and_passes_with_the_repeats_it_names(tmp_path: Path) -> None:
@@ -241,7 +247,8 @@ def test_readme_recipe_runs_verbatim_and_replay_verdict_matches(tmp_path: Path) 
 
     script = tmp_path / "recipe.sh"
     script.write_text(recipe())
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PORT": str(_free_port()),
+    # the simulator at 0.02 (the demo's own scale), not the reader's 0.03: the window's 85 minutes in under 2
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PORT": str(_free_port()), "SIM_TIME_SCALE": "0.02",
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen(["bash", str(script)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -65,12 +65,16 @@ def check_out(path: Path | None, *names: str, option: str = "--out") -> None:
         _check_target(path / name, _lstat(path / name), option)
 
 
-def _check_target(path: Path, info: os.stat_result | None, option: str) -> None:
+def _check_target(path: Path, info: os.stat_result | None, option: str, *, directory: bool = False) -> None:
+    """Refuse what ``info`` (an ``lstat`` of ``path``, ``None``: nothing there) shows planted: a symlink, or
+    not a regular file (``directory``: not a directory)."""
     if info is None:
         return
     if stat.S_ISLNK(info.st_mode):
         raise FormatError(f"{option}: {path} is a symbolic link; refusing to write through it")
-    if not stat.S_ISREG(info.st_mode):
+    if directory and not stat.S_ISDIR(info.st_mode):
+        raise FormatError(f"{option}: {path} exists and is not a directory")
+    if not directory and not stat.S_ISREG(info.st_mode):
         raise FormatError(f"{option}: {path} exists and is not a regular file")
 
 
@@ -109,13 +113,13 @@ class OutDir:
         """A subdirectory (``plots``), created if needed, opened without following a symlink."""
         _plain_name(name)
         target = self.path / name
-        _check_dir(target, _lstat(name, self.fd), self.option)
+        _check_target(target, _lstat(name, self.fd), self.option, directory=True)
         try:
             with suppress(FileExistsError):
                 os.mkdir(name, 0o777, dir_fd=self.fd)
             fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=self.fd)
         except OSError as exc:
-            _check_dir(target, _lstat(name, self.fd), self.option)
+            _check_target(target, _lstat(name, self.fd), self.option, directory=True)
             raise FormatError(f"{self.option}: cannot create {target}: {exc.strerror or exc}") from None
         try:
             yield OutDir(target, fd, self.option)
@@ -213,15 +217,6 @@ class OutDir:
                     sub.publish(entry)
             elif entry.is_file():
                 self.write(entry.name, entry.read_bytes())
-
-
-def _check_dir(path: Path, info: os.stat_result | None, option: str) -> None:
-    if info is None:
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise FormatError(f"{option}: {path} is a symbolic link; refusing to write through it")
-    if not stat.S_ISDIR(info.st_mode):
-        raise FormatError(f"{option}: {path} exists and is not a directory")
 
 
 def _plain_name(name: str) -> None:

@@ -33,11 +33,11 @@ class DemoDisplay:
         self._task: Any = None
         if bar and verbosity >= 0:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from ..execution import wave_bar
 
             self._console = Console(file=self.out, width=width, highlight=False, markup=False)
-            self._bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self._console, transient=True)
+            self._bar = wave_bar(self._console, transient=True)
 
     def __enter__(self) -> DemoDisplay:
         if self._bar is not None:

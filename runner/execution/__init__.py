@@ -14,7 +14,7 @@
 - ``lock``: one runner per window, one HOLD opening at a time;
 - ``dryrun``: ``tally window run --dry-run``, its steps from ``dryfold`` (the step machine over an
   "everything succeeds" fold); ``preflight``: ``tally chain preflight``;
-- ``progress``: the terminal's progress bar.
+- ``progress``: the terminal's progress bar (``wave_bar``: the bar itself, which the demo shows too).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from .dryrun import dry_run_report
 from .lock import window_lock
 from .preflight import chain_preflight
-from .progress import Progress
+from .progress import Progress, wave_bar
 from .window import RunResult, WindowRunner, owner_name
 
 __all__ = [
@@ -32,5 +32,6 @@ __all__ = [
     "chain_preflight",
     "dry_run_report",
     "owner_name",
+    "wave_bar",
     "window_lock",
 ]

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..plan.model import Plan
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "wave_bar"]
+
+
+def wave_bar(console: Any = None, *, transient: bool = False) -> Any:
+    """A rich progress bar over waves (description, bar, done of total, time elapsed) on ``console`` (default:
+    rich's), its description shown as given: a label is text, never rich markup."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    return Bar(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), console=console, transient=transient)
 
 
 class Progress:
@@ -25,11 +35,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
-
-            self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), transient=False)
+            self._bar = wave_bar()
             self._bar.__enter__()
         return self
 
@@ -49,7 +55,7 @@ class Progress:
         if not self.echo:
             return
         if self._bar is not None:
-            self._bar.console.print(text, highlight=False)
+            self._bar.console.print(text, highlight=False, markup=False)  # a server's [/x] is text
         else:
             print(text, file=sys.stdout, flush=True)
 
