@@ -12,15 +12,12 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from .sitecopy import SiteCopy, copy_example, free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "site-llamacpp"
 MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,39 +35,11 @@ def unavailable() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
-class LlamaSite:
+class LlamaSite(SiteCopy):
     """A copy of the example site, on its own port, with production started."""
 
-    directory: Path
-    port: int
-
-    @property
-    def site(self) -> Path:
-        return self.directory / "site.toml"
-
-    @property
-    def state(self) -> Path:
-        return self.directory / "state"
-
-    @property
-    def serving_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def script(self, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(self.directory / "site-scripts" / "llamasite.py"), str(self.state),
-                               *args], capture_output=True, text=True, timeout=timeout, cwd=self.directory)
-
-    def facts(self, action: str) -> dict[str, Any]:
-        done = self.script(action)
-        line = next(line for line in done.stdout.splitlines() if line.startswith("TALLY-FACTS "))
-        return dict(json.loads(line[len("TALLY-FACTS "):]))
+    SCRIPT = "llamasite.py"
 
     def engine_pid(self) -> int | None:
         try:
@@ -88,13 +57,10 @@ class LlamaSite:
 
 
 def make_site(directory: Path) -> LlamaSite:
-    shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("state", "__pycache__"))
     port = free_port()
+    copy_example(EXAMPLE, directory, 8090, port)
     config = directory / "llamasite.toml"
     config.write_text(config.read_text().replace("port = 8090", f"port = {port}"))
-    site = directory / "site.toml"
-    text = site.read_text().replace("127.0.0.1:8090", f"127.0.0.1:{port}")
-    site.write_text(text.replace('command = "python3 ', f'command = "{sys.executable} '))
     made = LlamaSite(directory, port)
     started = made.script("start-production")
     if started.returncode != 0:

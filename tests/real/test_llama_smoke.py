@@ -87,7 +87,7 @@ def _stage_plan(site: LlamaSite, window_id: str, candidate: str | None = None) -
             config.write_text(config.read_text() + Q4KV_ARM)
         digest = site.script("digest", candidate).stdout.strip().splitlines()[-1]
         text = text.replace('name = "lookup"', f'name = "{candidate}"').replace(
-            "365da2c0616dd120ce35a235897ebd7c24b1ea7860d02e6c24a670400c8a49c6", digest)
+            "30871e973a08e4bbbf455b0c70edee9ff847364a1831727c7c7bd6b586bfa056", digest)
     name = f"{window_id}.toml"
     (site.directory / name).write_text(text + STAGE)
     return name

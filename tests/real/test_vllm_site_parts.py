@@ -20,7 +20,8 @@ import pytest
 import runner.sim as sim
 from tests.simhelpers import fast_config
 
-from .vllmpair import EXAMPLE, free_port
+from .sitecopy import free_port
+from .vllmpair import EXAMPLE
 
 
 def _site_module() -> ModuleType:

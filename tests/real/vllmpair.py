@@ -17,15 +17,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .sitecopy import SiteCopy, alive, copy_example, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "site-vllm"
@@ -59,46 +58,18 @@ def unavailable() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
-class VllmSite:
+class VllmSite(SiteCopy):
     """A copy of the example site, resident, on ports of its own."""
 
-    directory: Path
-    port: int
-    ports: dict[str, int]
+    SCRIPT = "vllmsite.py"
+    ports: dict[str, int] = field(default_factory=dict)
     started_s: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def site(self) -> Path:
-        return self.directory / "site.toml"
-
-    @property
-    def state(self) -> Path:
-        return self.directory / "state"
-
-    @property
-    def serving_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def url(self, arm: str) -> str:
         """The engine's own URL (not through the router); the engine is started first if need be."""
         self.ensure(arm)
         return f"http://127.0.0.1:{self.ports[arm]}"
-
-    def script(self, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(self.directory / "site-scripts" / "vllmsite.py"), str(self.state),
-                               *args], capture_output=True, text=True, timeout=timeout, cwd=self.directory)
-
-    def facts(self, action: str) -> dict[str, Any]:
-        done = self.script(action)
-        line = next(line for line in done.stdout.splitlines() if line.startswith("TALLY-FACTS "))
-        return dict(json.loads(line[len("TALLY-FACTS "):]))
 
     def records(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -109,7 +80,7 @@ class VllmSite:
         return out
 
     def running(self) -> list[str]:
-        return sorted(arm for arm, r in self.records().items() if _alive(int(r["pid"])))
+        return sorted(arm for arm, r in self.records().items() if alive(int(r["pid"])))
 
     def ensure(self, *arms: str) -> None:
         """Have these engines up (started side by side), stopping others so that at most two run."""
@@ -123,9 +94,8 @@ class VllmSite:
             if other not in keep:
                 self.script("stop-engine", other, timeout=120)
         started = time.monotonic()
-        children = [(arm, subprocess.Popen([sys.executable, str(self.directory / "site-scripts" / "vllmsite.py"),
-                                            str(self.state), "launch", arm], cwd=self.directory,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        children = [(arm, subprocess.Popen(self.command("launch", arm), cwd=self.directory, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True))
                     for arm in missing]
         failures = []
         for arm, child in children:
@@ -148,21 +118,10 @@ class VllmSite:
                 os.killpg(pid, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def make_site(directory: Path) -> VllmSite:
     """Copy the example site, point it at this machine's install, make it resident (nothing started yet)."""
-    shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("state", "__pycache__"))
     port = free_port()
+    copy_example(EXAMPLE, directory, 8100, port)
     ports = {"plain": free_port(), "ngram": free_port(), "prio": free_port()}
     config = directory / "vllmsite.toml"
     text = config.read_text()
@@ -176,7 +135,4 @@ def make_site(directory: Path) -> VllmSite:
     text += (f'\n[arms.prio]\nport = {ports["prio"]}\nargs = ["--scheduling-policy", "priority"]\n'
              'env = { VLLM_CPU_OMP_THREADS_BIND = "1" }\n')
     config.write_text(text)
-    site = directory / "site.toml"
-    text = site.read_text().replace("127.0.0.1:8100", f"127.0.0.1:{port}")
-    site.write_text(text.replace('command = "python3 ', f'command = "{sys.executable} '))
     return VllmSite(directory, port, ports)
