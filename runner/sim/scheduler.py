@@ -81,12 +81,22 @@ class PrefillQueue:
             self._cond.notify_all()   # the next in line may fit beside it
         return ticket
 
-    def prefill_end(self, ticket: Ticket, end: float) -> float:
+    def prefill_end(self, ticket: Ticket, end: float, stopped: Callable[[], bool] = lambda: False) -> float:
         """When the prefill of ``ticket`` (its model time ending at ``end``) ends: not before the prefills
-        admitted before it that are still under way."""
+        admitted before it that are still under way.
+
+        An earlier prefill whose end is not known yet (its thread has not reached this call) is waited
+        for, until it reports its end or leaves: otherwise a short request admitted just after a long
+        one would end first whenever the long one's thread ran late (a loaded machine), and overtake
+        it. ``stopped()`` ends the wait (the end is then taken from what is known)."""
         with self._cond:
-            earlier = self._prefilling[:self._prefilling.index(ticket)] if ticket in self._prefilling else []
+            while True:
+                earlier = self._prefilling[:self._prefilling.index(ticket)] if ticket in self._prefilling else []
+                if all(t.end != float("inf") for t in earlier) or stopped():
+                    break
+                self._cond.wait(_WAIT_SLICE_S)
             ticket.end = max([end, *(t.end for t in earlier if t.end != float("inf"))])
+            self._cond.notify_all()   # a later prefill may be waiting for this end
             return ticket.end
 
     def release(self, ticket: Ticket | None) -> None:

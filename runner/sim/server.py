@@ -511,7 +511,8 @@ class _Handler(BaseHTTPRequestHandler):
                 previous = planned
                 planned += delay
                 if step.index == 0 and ticket is not None:   # one step's outputs come together
-                    planned = engine.queue.prefill_end(ticket, planned)
+                    planned = engine.queue.prefill_end(ticket, planned,
+                                                      lambda: server.stopping.is_set() or engine.stopped)
                 due = planned if last_sent is None or not request.stream else max(planned, last_sent + delay * CATCH_UP)
                 if not server.sleep_until(due, engine):
                     raise _Aborted

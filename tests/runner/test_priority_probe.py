@@ -146,3 +146,28 @@ def test_the_simulators_queue_serves_by_policy() -> None:
         for thread in threads:
             thread.join(5)
         assert served == order, (policy, served)
+
+
+def test_a_prefill_admitted_later_never_ends_before_one_whose_end_is_not_known_yet() -> None:
+    """A long prompt admitted first whose thread runs late (its end not reported yet) still ends first: the short
+    request admitted beside it waits for that end instead of taking its own (it overtook a holder under load)."""
+    queue = PrefillQueue("priority", budget=2048)
+    long = queue.admit(1000, 20, lambda: False)
+    short = queue.admit(10, 30, lambda: False)
+    assert long is not None and short is not None
+    ends: list[float] = []
+    thread = threading.Thread(target=lambda: ends.append(queue.prefill_end(short, 1.0)))
+    thread.start()
+    time.sleep(0.2)
+    assert thread.is_alive() and not ends   # waiting: the earlier prefill's end is not known
+    assert queue.prefill_end(long, 5.0) == 5.0
+    thread.join(5)
+    assert ends == [5.0]                    # with the long one's outputs, not before them
+    queue.release(long)
+    queue.release(short)
+    # a prefill that leaves without an end (aborted) no longer holds the later one back
+    first = queue.admit(1000, 20, lambda: False)
+    second = queue.admit(10, 30, lambda: False)
+    assert first is not None and second is not None
+    queue.leave(first)
+    assert queue.prefill_end(second, 2.0) == 2.0
