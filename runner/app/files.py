@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.errors import FormatError
 
-__all__ = ["MAX_INPUT_BYTES", "read_bounded", "read_json_arg", "read_json_file", "read_optional_text", "read_text"]
+if TYPE_CHECKING:
+    from ledger.note import Verifier
+
+__all__ = ["MAX_INPUT_BYTES", "read_bounded", "read_json_arg", "read_json_file", "read_optional_text", "read_text",
+           "read_vkeys"]
 
 MAX_INPUT_BYTES = 64 << 20  # the most a command reads of any one input file (strictjson's document bound)
 
@@ -84,3 +88,18 @@ def read_optional_text(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> s
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise FormatError(f"{what} {path} is not UTF-8 text") from None
+
+
+def read_vkeys(values: list[str]) -> list[Verifier]:
+    """vkeys given inline, or files holding one vkey per line (every ``--vkey``)."""
+    from ledger.note import parse_vkey
+
+    out: list[Verifier] = []
+    for value in values:
+        path = Path(value)
+        if "+" not in value and path.is_file():
+            lines = [line.strip() for line in read_text(path, "vkey file").splitlines()]
+            out.extend(parse_vkey(line) for line in lines if line and not line.startswith("#"))
+        else:
+            out.append(parse_vkey(value))
+    return out

@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING
 
 from ledger.errors import FormatError, VerificationError
 
-from .files import read_optional_text, read_text
+from .files import read_optional_text, read_text, read_vkeys
 from .outdir import OutDir, check_out
 
 if TYPE_CHECKING:
     from ledger.checkpoint import SignedCheckpoint
-    from ledger.note import Verifier
     from ledger.receipt import VerifiedReceipt
     from ledger.store import Ledger
 
@@ -102,21 +101,6 @@ def export_receipt(session: Session, seq: int, out: Path, *, checkpoint_file: Pa
                            tuple(out / name for name in context_names))
 
 
-def _vkeys(values: list[str]) -> list[Verifier]:
-    """vkeys given inline, or files holding one vkey per line."""
-    from ledger.note import parse_vkey
-
-    out: list[Verifier] = []
-    for value in values:
-        path = Path(value)
-        if "+" not in value and path.is_file():
-            lines = [line.strip() for line in read_text(path, "vkey file").splitlines()]
-            out.extend(parse_vkey(line) for line in lines if line and not line.startswith("#"))
-        else:
-            out.append(parse_vkey(value))
-    return out
-
-
 def _sibling(path: Path, suffix: str) -> Path:
     name = path.name
     stem = name[: -len(".dsse.json")] if name.endswith(".dsse.json") else path.stem
@@ -133,7 +117,7 @@ def verify_receipt_files(envelope_file: Path, vkeys: list[str], *, proof: Path |
 
     from ..events import WINDOW_RECEIPTS
 
-    keys = _vkeys(vkeys)
+    keys = read_vkeys(vkeys)
     log_keys = [k for k in keys if not k.is_cosigner]
     witnesses = [k for k in keys if k.is_cosigner]
     proof_path = proof or _sibling(envelope_file, ".tlog-proof")

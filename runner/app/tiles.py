@@ -55,9 +55,9 @@ def publish_tiles(session: Session, out: Path, *, checkpoint_file: Path | None =
 
 
 def _keys(vkeys: list[str]) -> tuple[list[Verifier], list[Verifier]]:
-    from .receipts import _vkeys
+    from .files import read_vkeys
 
-    parsed = _vkeys(vkeys)  # inline vkeys or files of them
+    parsed = read_vkeys(vkeys)  # inline vkeys or files of them
     log = [k for k in parsed if not k.is_cosigner]
     if not log:
         raise FormatError("--tiles needs the log's vkey (--vkey)")

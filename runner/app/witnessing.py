@@ -154,10 +154,10 @@ def check_fork_proof(path: Path, vkeys: list[str]) -> Fork:
     """
     from ledger.forkproof import MAX_FORK_PROOF_BYTES, verify_fork_proof
 
-    from .receipts import _vkeys
+    from .files import read_vkeys
 
     text = read_text(path, "fork proof", MAX_FORK_PROOF_BYTES)
-    log_keys = [k.vkey() for k in _vkeys(vkeys) if not k.is_cosigner]  # inline vkeys or files of them
+    log_keys = [k.vkey() for k in read_vkeys(vkeys) if not k.is_cosigner]  # inline vkeys or files of them
     if vkeys and not log_keys:
         raise FormatError("--fork-proof needs the log's vkey; only witness (type 0x04) vkeys were given")
     try:
