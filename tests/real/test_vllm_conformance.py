@@ -29,6 +29,7 @@ def test_the_live_vllm_pair_answers_as_recorded_and_the_simulator_deviates_only_
     plain, spec = conformance.sim_configs()
     with sim.start(plain, seed=3) as a, sim.start(spec, seed=3) as b:
         simulated = conformance.observe({"plain": a.url, "spec": b.url})
-    uncovered, unused = conformance.unexplained(conformance.steady(conformance.differences(simulated, live)),
+    uncovered, unused = conformance.unexplained(conformance.steady(conformance.differences(simulated, live),
+                                                                      conformance.LOAD_DEPENDENT),
                                                 conformance.documented_deviations())
     assert not uncovered and not unused, (sorted(uncovered), sorted(unused))

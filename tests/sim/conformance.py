@@ -308,17 +308,20 @@ def observe(urls: dict[str, str], timeout: float = 120.0) -> Features:
     return out
 
 
-TRAFFIC_DEPENDENT = ("metrics.*.http_*", "*.completion.tokens_per_chunk")
-"""Features that depend on the traffic a server has seen or on how busy its host is: the HTTP
-instrumentation's label sets appear as handlers are hit, and a stream's tokens per chunk grow past k+1
-when the host is loaded (vLLM's output collector merges the steps a stream has not sent yet into one
-chunk, docs/measure.md; seen on the 2-core CI host during a full test run). Left out when a live
-server is compared, with its recorded observations and with the simulator."""
+TRAFFIC_DEPENDENT = ("metrics.*.http_*",)
+"""Features that depend on the traffic a server has seen (the HTTP instrumentation's label sets appear as
+handlers are hit): left out when a live server is compared with its recorded observations."""
+LOAD_DEPENDENT = ("*.completion.tokens_per_chunk",)
+"""Features that depend on how busy the server's host is: a stream's tokens per chunk grow past k+1 on a
+loaded host (vLLM's output collector merges the steps a stream has not sent yet into one chunk,
+docs/measure.md; seen on the 2-core CI host during a full test run). Left out when a live server is
+compared, with its recorded observations and with the simulator (which is held to the recorded value)."""
 
 
-def steady(diffs: set[str]) -> set[str]:
-    """The differences that do not depend on traffic or load (:data:`TRAFFIC_DEPENDENT`)."""
-    return {key for key in diffs if not any(fnmatch.fnmatchcase(key, p) for p in TRAFFIC_DEPENDENT)}
+def steady(diffs: set[str], patterns: Iterable[str] = TRAFFIC_DEPENDENT + LOAD_DEPENDENT) -> set[str]:
+    """The differences no pattern of ``patterns`` covers."""
+    patterns = tuple(patterns)
+    return {key for key in diffs if not any(fnmatch.fnmatchcase(key, p) for p in patterns)}
 
 
 def differences(sim: Features, real: Features) -> set[str]:
