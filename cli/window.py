@@ -29,6 +29,7 @@ from runner.app import (
 
 from .common import (
     EXIT_FAILED,
+    EXIT_OK,
     JsonOpt,
     QuietOpt,
     SiteOpt,
@@ -88,8 +89,9 @@ def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, re
         _print_result(result, json_out, owner_name())
     except (OSError, ValueError):
         discard_stdout()
-    if result.blocked or result.escalated or (not abort and result.ending == "aborted"):
-        raise typer.Exit(EXIT_FAILED)
+    code = result.exit_code(abort=abort)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
 
 
 def print_verdict(decision: Decision | None) -> None:
@@ -108,8 +110,9 @@ def print_verdict(decision: Decision | None) -> None:
 
 
 def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
-    """Print the run's outcome (``_execute`` then exits 1 when it stopped, escalated, or (run/resume)
-    ended aborted).
+    """Print the run's outcome (``_execute`` then exits with ``RunResult.exit_code``: 1 when it stopped,
+    escalated, (run/resume) ended aborted, or did not decide because a step failed; 130 when a signal
+    stopped it and it then ended safely).
 
     An aborted window is restored and decided REJECT: the run did its job safely, but the
     window failed, and a script that runs it must see that. ``tally window abort`` asked
@@ -119,6 +122,8 @@ def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
         print_json(result.to_json() | {"runner": runner})
     else:
         print(f"\nwindow {result.window}: ending {result.ending or '-'}, decision {result.decision or '-'}")
+        for cause in result.causes:
+            print(f"  cause: {cause}")
         for reason in result.reasons:
             print(f"  reason: {reason}")
         if result.waves:

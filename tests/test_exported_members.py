@@ -124,8 +124,8 @@ FACES: dict[str, list[str]] = {
         "GateView", "Hold", "Interruption", "JSONValue", "Marker", "MeasurementEnd", "OpenAction", "PlaceholderUp",
         "Priming", "RestoreView", "StartView", "State", "ThermalEntry", "TypedPayload", "UnmappedCell", "Warmup",
         "WatchView", "WaveKeys", "WindowState", "admission_blockers", "archive_rows", "comparability_key",
-        "day_to_day_rows", "fold", "parse_archive_mapping", "production_commit", "replay", "touched", "typed_payload",
-        "validate_import_row",
+        "day_to_day_rows", "ending_causes", "fold", "parse_archive_mapping", "production_commit", "replay", "touched",
+        "typed_payload", "validate_import_row",
     ],
     "runner.measure.sources": [
         "COUNTER_SOURCES", "GAUGE_KEYS", "CounterSource", "CounterSourceName", "GaugeReading", "LlamaCppSource",

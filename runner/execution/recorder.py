@@ -71,6 +71,22 @@ class RunResult:
     host_s: float = 0.0        # inside the site's host actions (start an engine, drain, restore...)
     runner_s: float = 0.0      # the runner's own time: the run's wall time but load_s and host_s
     runner_cpu_s: float = 0.0  # CPU time of the thread that ran the window (the runner's work; not the requests')
+    interrupted: str | None = None   # the signal (SIGINT, SIGTERM) this run was stopped by, if any
+    measurement: str | None = None   # how the measurement ended (measurement.ended's reason), if it did
+    causes: list[str] = field(default_factory=list)   # why it ended so (runner.state.ending_causes)
+
+    def exit_code(self, *, abort: bool = False) -> int:
+        """0 when the window ended safely and decided; 1 when it stopped before it was safe, its restore
+        escalated, it ended aborted (but under ``tally window abort``, which asked for it), or it did not
+        decide because a step failed (INCONCLUSIVE after a failed measurement); 130 when a signal stopped it
+        and it then ended safely (``docs/window.md``)."""
+        if self.blocked or self.escalated or (not abort and self.ending == "aborted"):
+            return 1
+        if self.interrupted is not None and self.ending is not None:
+            return 130
+        if self.decision == "INCONCLUSIVE" and self.measurement == "failed":
+            return 1
+        return 0
 
     def to_json(self) -> dict[str, Any]:
         gaps = sorted(self.wave_gaps_s)
@@ -79,7 +95,8 @@ class RunResult:
                 "measuring_s": round(self.measuring_s, 4), "overhead_s": round(self.overhead_s, 4),
                 "replay_s": round(self.replay_s, 4), "load_s": round(self.load_s, 4),
                 "host_s": round(self.host_s, 4), "runner_s": round(self.runner_s, 4),
-                "runner_cpu_s": round(self.runner_cpu_s, 4),
+                "runner_cpu_s": round(self.runner_cpu_s, 4), "interrupted": self.interrupted,
+                "measurement_ended": self.measurement, "causes": self.causes,
                 "wave_gap_ms": {"p50": round(gaps[len(gaps) // 2] * 1000, 3) if gaps else None,
                                 "max": round(gaps[-1] * 1000, 3) if gaps else None, "total": round(sum(gaps), 4)}}
 

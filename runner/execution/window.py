@@ -25,6 +25,7 @@ from ledger.errors import ExternalError, PolicyError, StorageError, TallyError
 from ..events import payloads as p
 from ..events import read_payload
 from ..plan.register import registered_plan
+from ..state.causes import ending_causes
 from ..state.fold import WindowState, admission_blockers, fold
 from ..state.replay import replay
 from . import endings, opening, smoke, starts
@@ -169,6 +170,14 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         result.runner_cpu_s = time.thread_time() - cpu
         ws = self.ws
         result.ending = ws.ending
+        result.interrupted = self.signal_name
+        result.measurement = None if ws.measurement_ended is None else ws.measurement_ended.reason
+        if ws.ending is not None or result.blocked:
+            try:   # the window is over and recorded: a ledger that cannot be read now costs the lines only
+                result.causes = ending_causes(self.ledger.events(ws.registered_seq or 0,
+                                                                 stream=f"window/{self.window}"))
+            except TallyError as exc:
+                result.causes = [f"(the causes could not be read from the ledger: {exc})"]
         if ws.decision is not None:
             result.decision = ws.decision.verdict
             result.reasons = list(ws.decision.reason_lines)
@@ -187,7 +196,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
             self.cancel.set()
             self.say(f"{self.signal_name}: stopping measurement, then ending the window as the plan allows")
         else:
-            self.say(f"{signal.Signals(signum).name} again: the window is being ended; wait for it")
+            self.say(f"{signal.Signals(signum).name} again: the window is being ended safely (production is "
+                     f"restored as its plan allows); wait for it. If this process is killed, "
+                     f"`tally window resume {self.window}` finds where it stopped and restores production")
 
     def _loop(self, result: RunResult) -> None:
         errors = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,14 +18,16 @@ if TYPE_CHECKING:
 __all__ = ["ending_lines", "window_report"]
 
 
-def ending_lines(ending: str | None) -> list[str]:
-    """How the window ended, said first under the decision: the place for its cause (a failed step, an
-    interrupt) as the window's events record it."""
+def ending_lines(ending: str | None, causes: Sequence[str] = ()) -> list[str]:
+    """How the window ended, said first under the decision, then its causes (a failed step and its error,
+    an interrupt and when: ``runner.state.ending_causes``) as the window's events record them."""
     if ending is None:
-        return ["Ending: the window is not closed yet"]
-    meaning = {"restored": "production restored and watched", "chained": "production left down for the next "
-               "chained window", "aborted": "aborted: production restored, decision REJECT"}
-    return [f"Ending: {ending} ({meaning.get(ending, ending)})"]
+        head = "Ending: the window is not closed yet"
+    else:
+        meaning = {"restored": "production restored and watched", "chained": "production left down for the next "
+                   "chained window", "aborted": "aborted: production restored, decision REJECT"}
+        head = f"Ending: {ending} ({meaning.get(ending, ending)})"
+    return [head, *(f"Cause: {cause}" for cause in causes)]
 
 
 def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
@@ -58,6 +61,7 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
         computed["decision"] = "REJECT"
         computed["reasons"] = list(result.get("reasons", [])) + computed.get("reasons", [])
         result = computed
+    from ..state import ending_causes
     from .evidence import window_evidence
     from .power import power_head
 
@@ -65,5 +69,5 @@ def window_report(ledger: Ledger, window: str, out: Path) -> dict[str, Any]:
     evidence = window_evidence(reg.plan, events)
     paths = write_report(made.input, result, out, title=f"tally window {window}", context=context,
                          banners=[*evidence.head_sections(), *power_head(reg.plan, made.input, result, events)],
-                         appendix=evidence.sections(), ending=ending_lines(ending))
+                         appendix=evidence.sections(), ending=ending_lines(ending, ending_causes(events)))
     return {**paths.to_json(), "decision": made.result.get("decision")}

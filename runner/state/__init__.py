@@ -32,6 +32,7 @@ from .archive import (
     validate_import_row,
 )
 from .archive_map import IMPORT_ROW_FIELDS, ArchiveMapping, UnmappedCell, parse_archive_mapping
+from .causes import ending_causes
 from .fold import Folding, State, TypedPayload, WaveKeys, admission_blockers, fold, typed_payload
 from .replay import replay
 from .touched import touched
@@ -98,6 +99,7 @@ __all__ = [
     "archive_rows",
     "comparability_key",
     "day_to_day_rows",
+    "ending_causes",
     "fold",
     "parse_archive_mapping",
     "production_commit",

@@ -148,6 +148,8 @@ def test_placeholders_come_down_after_an_aborted_chained_close(tmp_path: Path) -
         assert set(state(w.book).placeholders) == {"sim-head", "sim-worker"}
         aborted = _runner(w, "half-chained").run(abort=True)
         assert aborted.ending == "aborted" and aborted.decision == "REJECT"
+        assert first.exit_code() == 1 and aborted.exit_code(abort=True) == 0 and aborted.exit_code() == 1
+        assert any(c.startswith("`tally window abort` at ") for c in aborted.causes), aborted.causes
         s = state(w.book)
         assert s.production == "up" and not s.placeholders and s.marker is None and s.hold is None
         _ok(w)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -113,8 +114,12 @@ def test_signal_records_interruption_then_ends_the_window(tmp_path: Path, chain:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err   # stopped by a signal, then ended safely
+        printed = json.loads(out)
+        assert printed["interrupted"] == signal.Signals(sig).name and printed["ending"] == ending
+        assert printed["causes"][0].startswith(f"interrupted by {signal.Signals(sig).name} at ")
+        assert printed["causes"][-1].startswith("measurement ended: interrupted, after ")
         events = list(w.book.events(stream="window/signalled"))
         interrupted = [e.payload for e in events if e.type == "window.interrupted"]
         assert interrupted and interrupted[0]["reason"] == "signal"
@@ -124,6 +129,14 @@ def test_signal_records_interruption_then_ends_the_window(tmp_path: Path, chain:
         assert s.windows["signalled"].ending == ending and s.windows["signalled"].decision is not None
         assert s.windows["signalled"].decision.verdict == "INCONCLUSIVE"  # type: ignore[union-attr]  # waves are missing
         assert run_audit(book=w.book).ok
+        # the report opens with the decision, then the ending and its cause: the signal and when
+        report = subprocess.run([TALLY, "window", "report", "signalled", "--out", str(tmp_path / "report")], env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert report.returncode == 0, report.stderr
+        lines = _report_lines(tmp_path / "report" / "report.md")
+        assert lines[0].startswith("# ") and lines[2] == "## Decision" and lines[3].startswith(f"Ending: {ending} ")
+        assert lines[4].startswith(f"Cause: interrupted by {signal.Signals(sig).name} at "), lines[:6]
+        assert not any(line.startswith("|") for line in lines[:5])   # before any table
     finally:
         close(w)
 
@@ -150,5 +163,44 @@ def test_start_arm_timeout_on_a_command_site(tmp_path: Path) -> None:
         assert ended["reason"] == "failed"
         assert state(w.book).production == "up"
         assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def _report_lines(path: Path) -> list[str]:
+    """The report's non-empty lines, its bold paragraphs as plain text."""
+    return [line.strip().removeprefix("**").removesuffix("**") for line in path.read_text().splitlines()
+            if line.strip()]
+
+
+def test_a_failed_start_exits_1_and_the_output_and_report_name_the_failed_step(tmp_path: Path) -> None:
+    """A start whose start_arm times out twice: the window ends restored but INCONCLUSIVE (it did not decide, exit
+    1); the run's causes and the report's first lines name the failed step and its error, before any table."""
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-failed", chain="none")])
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        site = _command_site(tmp_path, w.sim.url)
+        site.write_text(site.read_text().replace('start_arm {arm} {role}"\ntimeout_s = 1800',
+                                                 'start_arm {arm} {role}"\ntimeout_s = 2'))
+        (tmp_path / "site-state" / "inject").mkdir(parents=True)
+        (tmp_path / "site-state" / "inject" / "start_arm.hang").write_text("")
+        proc = subprocess.run([TALLY, "window", "run", "cmd-failed", "--site", str(site), "--execute"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert "ending restored, decision INCONCLUSIVE" in proc.stdout
+        causes = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("cause: ")]
+        assert causes[0].startswith("cause: start_arm on site failed at ") and "timed out after 2 s" in causes[0]
+        assert causes[-1] == "cause: measurement ended: a step failed, after 0 wave(s)"
+        assert state(w.book).production == "up"
+        report = subprocess.run([TALLY, "window", "report", "cmd-failed", "--out", str(tmp_path / "report")],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert report.returncode == 0, report.stderr
+        lines = _report_lines(tmp_path / "report" / "report.md")
+        first_table = next(i for i, line in enumerate(lines) if line.startswith("|"))
+        head = lines[:first_table]
+        assert any(line.startswith("Ending: restored") for line in head), head
+        assert any(line.startswith("Cause: start_arm on site failed at ") and "timed out after 2 s" in line
+                   for line in head), head
     finally:
         close(w)
