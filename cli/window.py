@@ -83,6 +83,7 @@ def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, re
     result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
                         progress=not json_out and sys.stdout.isatty(), echo=not (json_out or quiet),
                         guard=never_fails)
+    _ignore_signals()   # the window is over and safe: a late Ctrl-C must not cut its result or its exit code
     try:  # the window is over and recorded: a failed print loses only the report, never the exit code
         if not json_out and result.decision is not None:
             print_verdict(recorded_decision(session.ledger(), window))
@@ -92,6 +93,16 @@ def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, re
     code = result.exit_code(abort=abort)
     if code != EXIT_OK:
         raise typer.Exit(code)
+
+
+def _ignore_signals() -> None:
+    """SIGINT and SIGTERM ignored from here on (the main thread only: the rest of the command prints and exits)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def print_verdict(decision: Decision | None) -> None:

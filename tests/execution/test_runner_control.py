@@ -204,3 +204,34 @@ def test_a_failed_start_exits_1_and_the_output_and_report_name_the_failed_step(t
                    for line in head), head
     finally:
         close(w)
+
+
+def test_a_second_ctrl_c_still_ends_the_window_safely_and_says_how_to_resume(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "twice", chain="none")])
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        gate_all(w)
+        proc = subprocess.Popen([TALLY, "window", "run", "twice", "--site", str(tmp_path / "site.toml"), "--execute"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while state(w.book).windows["twice"].waves < 3:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:   # the second Ctrl-C once the first one was taken: the window is being ended
+            lines.append(line)
+            if line.startswith("SIGINT: stopping measurement"):
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=120)
+        out = "".join(lines) + rest
+        assert proc.returncode == 130, out[-2000:]
+        assert "SIGINT again: the window is being ended safely" in out
+        assert "`tally window resume twice` finds where it stopped and restores production" in out
+        s = state(w.book)
+        assert s.windows["twice"].ending == "restored" and s.production == "up"
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
