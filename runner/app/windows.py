@@ -77,6 +77,8 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
     book = session.ledger()
     signer = session.signer(book.url)
     registered(book, window)  # an unknown window is refused before the site is read or touched
+    if not abort:
+        _refuse_unadmitted(book, window)   # before the site is read: a server that is down must not hide it
     driver, scale = site_driver(site)
     with window_lock(book, window), Progress(enabled=progress, echo=echo) as bar:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
@@ -89,6 +91,19 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
         result = runner.run(resume=resume, abort=abort)
     driver.close()
     return result
+
+
+def _refuse_unadmitted(book: Ledger, window: str) -> None:
+    """A window not yet admitted (and not ended) is refused, one line (exit 1), as ``WindowRunner.run`` does."""
+    from ledger.errors import PolicyError
+
+    from ..state import admission_blockers, replay
+
+    state = replay(book)
+    ws = state.windows.get(window)
+    if ws is not None and ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None:
+        blockers = admission_blockers(state, window)
+        raise PolicyError(f"window {window} is not admitted: " + ("; ".join(blockers) or ws.phase))
 
 
 def owner_name() -> str:

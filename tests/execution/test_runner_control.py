@@ -19,6 +19,7 @@ from runner.drivers.site import load_site
 from runner.execution.lock import window_lock
 from runner.execution.steps import next_step
 from runner.execution.window import RunResult, WindowRunner
+from runner.plan.register import register_plan
 from tests.runner.script import EXAMPLES
 
 from .worlds import close, gate_all, run, state, window, world
@@ -233,5 +234,31 @@ def test_a_second_ctrl_c_still_ends_the_window_safely_and_says_how_to_resume(tmp
         s = state(w.book)
         assert s.windows["twice"].ending == "restored" and s.production == "up"
         assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_not_admitted_is_said_before_the_site_is_read_even_with_no_server_up(tmp_path: Path) -> None:
+    """With no server at the site's address, `--execute` before the gates says "not admitted" (exit 1), not that the
+    simulator did not give its config (exit 3): what is known from the ledger is said before the site is asked."""
+    import socket
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "early", chain="none")])
+    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    try:
+        with socket.socket() as probe:   # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        site = tmp_path / "site-down.toml"
+        site.write_text(f'kind = "sim"\nurl = "http://127.0.0.1:{port}"\n')
+        for item in w.plans:   # registered, no gate run
+            register_plan(w.book, w.root, item)
+        before = len(list(w.book.events()))
+        for verb in (["run", "early", "--execute"], ["resume", "early"]):
+            proc = subprocess.run([TALLY, "window", *verb, "--site", str(site)], env=env, capture_output=True,
+                                  text=True, timeout=60)
+            assert proc.returncode == 1, (verb, proc.stderr)
+            assert proc.stderr.startswith("tally: window early is not admitted: ") and "did not give" not in proc.stderr
+        assert len(list(w.book.events())) == before   # nothing appended
     finally:
         close(w)
