@@ -33,6 +33,7 @@ from .common import (
     JsonOpt,
     QuietOpt,
     SiteOpt,
+    VerboseOpt,
     WindowArg,
     command,
     discard_stdout,
@@ -76,12 +77,12 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
         print(f"window {window} admitted at seq {admission.seq}" + (" (already)" if admission.already else ""))
 
 
-def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, resume: bool = False, abort: bool = False,
-             chain_production: Path | None = None) -> None:
+def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, verbose: bool = False,
+             resume: bool = False, abort: bool = False, chain_production: Path | None = None) -> None:
     # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
     # must not leave production drained (never_fails); the window runs on to its recorded end.
     result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
-                        progress=not json_out and sys.stdout.isatty(), echo=not (json_out or quiet),
+                        progress=not json_out and sys.stdout.isatty(), echo=not (json_out or quiet), verbose=verbose,
                         guard=never_fails)
     _ignore_signals()   # the window is over and safe: a late Ctrl-C must not cut its result or its exit code
     try:  # the window is over and recorded: a failed print loses only the report, never the exit code
@@ -157,6 +158,7 @@ def window_run(
     execute: Annotated[bool, typer.Option("--execute", help="Run the window for real (needs admission).")] = False,
     chain_production: ChainProductionOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Dry-run or execute a registered window against a site."""
@@ -172,20 +174,20 @@ def window_run(
         if report["refusals"]:  # the site cannot give the window what its rule needs
             raise typer.Exit(EXIT_FAILED)
         return
-    _execute(window, site, json_out, quiet=quiet, chain_production=chain_production)
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, chain_production=chain_production)
 
 
 def window_resume(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
                   chain_production: ChainProductionOpt = None, quiet: QuietOpt = False,
-                  json_out: JsonOpt = False) -> None:
+                  verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
     """Continue a window from replayed state (after a crash or an escalated restore)."""
-    _execute(window, site, json_out, quiet=quiet, resume=True, chain_production=chain_production)
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, resume=True, chain_production=chain_production)
 
 
 def window_abort(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
-                 quiet: QuietOpt = False, json_out: JsonOpt = False) -> None:
+                 quiet: QuietOpt = False, verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
     """Stop a window: restore production and record decision REJECT."""
-    _execute(window, site, json_out, quiet=quiet, abort=True)
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, abort=True)
 
 
 def window_report(

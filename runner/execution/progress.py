@@ -1,12 +1,16 @@
 """What a running window shows on a terminal: a progress bar over waves, and step lines.
 
 Quiet (no bar, lines only when asked) when stdout is not a terminal or in ``--json``
-mode. Rich is imported only when the bar is shown.
+mode. Rich is imported only when the bar is shown. Each distinct step line is printed
+once; a line already shown (the runner's ``read_thermal s1: ok`` before every wave of
+start s1) is counted, not printed again, and the count is said when the window's run
+ends. ``verbose`` (``-v``) prints every line.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +31,12 @@ def wave_bar(console: Any = None, *, transient: bool = False) -> Any:
 
 
 class Progress:
-    def __init__(self, *, enabled: bool, echo: bool = True) -> None:
+    def __init__(self, *, enabled: bool, echo: bool = True, verbose: bool = False) -> None:
         self.enabled = enabled
         self.echo = echo
+        self.verbose = verbose
+        self.folded: Counter[str] = Counter()
+        self._seen: set[str] = set()
         self._bar: Any = None
         self._task: Any = None
 
@@ -41,6 +48,10 @@ class Progress:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
+        if self.folded:
+            count, most = sum(self.folded.values()), self.folded.most_common(1)[0][0]
+            self.folded.clear()
+            self._print(f"  ({count} repeated step line(s) like '{most}' not printed again; -v prints every line)")
         if self._bar is not None:
             self._bar.__exit__(kind, value, traceback)
 
@@ -54,6 +65,14 @@ class Progress:
     def say(self, text: str) -> None:
         if not self.echo:
             return
+        shape = text.strip()
+        if not self.verbose and shape and shape in self._seen:
+            self.folded[shape] += 1
+            return
+        self._seen.add(shape)
+        self._print(text)
+
+    def _print(self, text: str) -> None:
         if self._bar is not None:
             self._bar.console.print(text, highlight=False, markup=False)  # a server's [/x] is text
         else:

@@ -39,3 +39,18 @@ def test_demo_display_prints_a_line_with_brackets_as_it_is() -> None:
         display.wave(1, 2, "s1 [/short-b1]")
         display.close()
     assert LINE in out.getvalue()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_window_progress_prints_a_repeated_step_line_once_unless_verbose(verbose: bool,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with Progress(enabled=False, verbose=verbose) as bar:
+        for _ in range(3):
+            bar.say("read_thermal s1: ok")
+        bar.say("start_arm s2: ok")
+    lines = capsys.readouterr().out.splitlines()
+    if verbose:
+        assert lines == ["read_thermal s1: ok"] * 3 + ["start_arm s2: ok"]
+    else:
+        assert lines == ["read_thermal s1: ok", "start_arm s2: ok",
+                         "  (2 repeated step line(s) like 'read_thermal s1: ok' not printed again; -v prints every line)"]

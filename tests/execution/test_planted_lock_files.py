@@ -81,7 +81,11 @@ def test_a_planted_window_lock_file_is_refused_and_the_victim_untouched(workdir:
     else:
         lock.write_bytes(VICTIM)  # a regular file of one link, but not what tally writes there
     before = events(workdir)
+    # `window run` refuses the window (not admitted) before it reaches the lock; `window abort`, which needs no
+    # admission, takes the lock first: the planted file is refused there
     code, out, err = tally("window", "run", WINDOW, "--site", "site.toml", "--execute")
+    assert code == 1 and "is not admitted" in err, err
+    code, out, err = tally("window", "abort", WINDOW, "--site", "site.toml")
     assert code == 2 and out == "", err
     assert "Traceback" not in err and err.count("\n") == 1
     assert err.startswith(f"tally: the window's lock file {lock.name} "), err
