@@ -116,7 +116,12 @@ def test_pp3_permuting_requests_changes_nothing(seed: int, shuffler: random.Rand
     data = random_pp3(random.Random(seed))
     permuted = clone(data)
     shuffler.shuffle(permuted["requests"])
-    assert compute(permuted) == compute(data)
+    a, b = compute(permuted), compute(data)
+    # Everything but the order of the reason lines is invariant. Reasons are listed by block and pair; several
+    # requests of one pair in one block (prompts) keep the input's order, which the input builder fixes (seq
+    # order), so a recorded decision recomputes byte for byte (seed 233 lists two lost prompts of one pair).
+    assert sorted(a.pop("reasons")) == sorted(b.pop("reasons"))
+    assert a == b
 
 
 def _dump(result: dict[str, Any]) -> str:
