@@ -8,6 +8,7 @@ PostgreSQL tests skip (with the reason) when no server can be started here, unle
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,14 @@ settings.register_profile("dev", max_examples=20, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# Tests send SIGINT to the commands they start (`tally measure`, `tally window run`) and check what they do
+# with it. A test session started in the background of a non-interactive shell (`make test &`, nohup)
+# inherits SIGINT ignored, and every child would inherit that too: Python then keeps SIGINT ignored and the
+# Ctrl-C under test never arrives. The session takes Python's own handler back, so that its children start
+# with the default disposition as they do from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
