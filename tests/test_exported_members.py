@@ -69,8 +69,8 @@ FACES: dict[str, list[str]] = {
         "validate_payload", "window_event",
     ],
     "runner.execution": [
-        "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name", "wave_bar",
-        "window_lock",
+        "LineFolder", "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name",
+        "refuse_unadmitted", "wave_bar", "window_lock",
     ],
     "runner.gates": [
         "Admission", "AdmissionReceipt", "BudgetGate", "BudgetReport", "ChainPrevOkGate", "ClockReading", "Finding",

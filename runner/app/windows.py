@@ -74,18 +74,21 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
     (each distinct one once; ``verbose``: every one);
     ``guard`` wraps every output callback (the CLI's makes a failed print harmless, so that a closed pipe
     mid-HOLD never stops the window before its recorded end)."""
-    from ..execution import Progress, WindowRunner, window_lock
+    from ..execution import Progress, WindowRunner, refuse_unadmitted, window_lock
+    from ..state import replay
 
     book = session.ledger()
     signer = session.signer(book.url)
     registered(book, window)  # an unknown window is refused before the site is read or touched
+    state = replay(book)
     if not abort:
-        _refuse_unadmitted(book, window)   # before the site is read: a server that is down must not hide it
+        refuse_unadmitted(state, window)   # before the site is read: a server that is down must not hide it
     driver, scale = site_driver(site)
     with window_lock(book, window), Progress(enabled=progress, echo=echo, verbose=verbose) as bar:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
                               say=guard(bar.say) if echo else (lambda _t: None),
-                              on_wave=guard(bar.wave), owner=window, chain_production=chain_production)
+                              on_wave=guard(bar.wave), owner=window, chain_production=chain_production,
+                              state=state)   # the replay above, brought up to date (not a second full one)
         guard(bar.begin)(len(runner.plan.waves), runner.plan)
         if not resume and not abort and (runner.ws.actions or runner.ws.ending is not None):
             raise FormatError(f"window {window} has already run (phase {runner.ws.phase}); "
@@ -93,19 +96,6 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
         result = runner.run(resume=resume, abort=abort)
     driver.close()
     return result
-
-
-def _refuse_unadmitted(book: Ledger, window: str) -> None:
-    """A window not yet admitted (and not ended) is refused, one line (exit 1), as ``WindowRunner.run`` does."""
-    from ledger.errors import PolicyError
-
-    from ..state import admission_blockers, replay
-
-    state = replay(book)
-    ws = state.windows.get(window)
-    if ws is not None and ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None:
-        blockers = admission_blockers(state, window)
-        raise PolicyError(f"window {window} is not admitted: " + ("; ".join(blockers) or ws.phase))
 
 
 def owner_name() -> str:

@@ -12,9 +12,10 @@ width (never cut inside a word); elsewhere lines are printed as they are, unwrap
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from types import TracebackType
 from typing import Any, TextIO
+
+from ..execution import LineFolder
 
 __all__ = ["DemoDisplay"]
 
@@ -26,8 +27,7 @@ class DemoDisplay:
                  width: int | None = None) -> None:
         self.verbosity = verbosity
         self.out = out or sys.stdout
-        self.folded: Counter[str] = Counter()
-        self._seen: set[str] = set()
+        self.lines = LineFolder(every=verbosity > 0)
         self._console: Any = None
         self._bar: Any = None
         self._task: Any = None
@@ -53,13 +53,10 @@ class DemoDisplay:
         """One line of the demo or of the runner."""
         if self.verbosity < 0:
             return
-        shape = text.strip()
-        if self.verbosity == 0 and shape and shape in self._seen:
-            self.folded[shape] += 1
+        if self.lines.repeat(text):
             if self._bar is not None and self._task is not None:
                 self._bar.update(self._task, description=text.strip()[:60])
             return
-        self._seen.add(shape)
         if text.startswith("\nstage ") or text.startswith("stage "):
             self._summarise_folded()
         self._print(text)
@@ -80,11 +77,10 @@ class DemoDisplay:
             self._summarise_folded()
 
     def _summarise_folded(self) -> None:
-        if not self.folded:
+        folded = self.lines.take()
+        if folded is None:
             return
-        count = sum(self.folded.values())
-        most = self.folded.most_common(1)[0][0]
-        self.folded.clear()
+        count, most = folded
         self._print(f"  ({count} more routine line(s) like '{most}' folded into the progress display; "
                     "-v shows every line)")
 

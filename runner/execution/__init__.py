@@ -22,16 +22,18 @@ from __future__ import annotations
 from .dryrun import dry_run_report
 from .lock import window_lock
 from .preflight import chain_preflight
-from .progress import Progress, wave_bar
-from .window import RunResult, WindowRunner, owner_name
+from .progress import LineFolder, Progress, wave_bar
+from .window import RunResult, WindowRunner, owner_name, refuse_unadmitted
 
 __all__ = [
+    "LineFolder",
     "Progress",
     "RunResult",
     "WindowRunner",
     "chain_preflight",
     "dry_run_report",
     "owner_name",
+    "refuse_unadmitted",
     "wave_bar",
     "window_lock",
 ]

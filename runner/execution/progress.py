@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..plan.model import Plan
 
-__all__ = ["Progress", "wave_bar"]
+__all__ = ["LineFolder", "Progress", "wave_bar"]
 
 
 def wave_bar(console: Any = None, *, transient: bool = False) -> Any:
@@ -30,13 +30,37 @@ def wave_bar(console: Any = None, *, transient: bool = False) -> Any:
                TimeElapsedColumn(), console=console, transient=transient)
 
 
+class LineFolder:
+    """Which lines to print: each distinct one once (every one when ``every``); the repeats are counted."""
+
+    def __init__(self, *, every: bool = False) -> None:
+        self.every = every
+        self.folded: Counter[str] = Counter()
+        self._seen: set[str] = set()
+
+    def repeat(self, text: str) -> bool:
+        """Is ``text`` a line already shown (then counted, not to be printed)?"""
+        shape = text.strip()
+        if not self.every and shape and shape in self._seen:
+            self.folded[shape] += 1
+            return True
+        self._seen.add(shape)
+        return False
+
+    def take(self) -> tuple[int, str] | None:
+        """How many repeats were counted since the last take, and the most frequent one; ``None``: none."""
+        if not self.folded:
+            return None
+        count, most = sum(self.folded.values()), self.folded.most_common(1)[0][0]
+        self.folded.clear()
+        return count, most
+
+
 class Progress:
     def __init__(self, *, enabled: bool, echo: bool = True, verbose: bool = False) -> None:
         self.enabled = enabled
         self.echo = echo
-        self.verbose = verbose
-        self.folded: Counter[str] = Counter()
-        self._seen: set[str] = set()
+        self.lines = LineFolder(every=verbose)
         self._bar: Any = None
         self._task: Any = None
 
@@ -48,10 +72,10 @@ class Progress:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        if self.folded:
-            count, most = sum(self.folded.values()), self.folded.most_common(1)[0][0]
-            self.folded.clear()
-            self._print(f"  ({count} repeated step line(s) like '{most}' not printed again; -v prints every line)")
+        folded = self.lines.take()
+        if folded is not None:
+            self._print(f"  ({folded[0]} repeated step line(s) like '{folded[1]}' not printed again; -v prints "
+                        "every line)")
         if self._bar is not None:
             self._bar.__exit__(kind, value, traceback)
 
@@ -65,12 +89,8 @@ class Progress:
     def say(self, text: str) -> None:
         if not self.echo:
             return
-        shape = text.strip()
-        if not self.verbose and shape and shape in self._seen:
-            self.folded[shape] += 1
-            return
-        self._seen.add(shape)
-        self._print(text)
+        if not self.lines.repeat(text):
+            self._print(text)
 
     def _print(self, text: str) -> None:
         if self._bar is not None:

@@ -26,7 +26,7 @@ from ..events import payloads as p
 from ..events import read_payload
 from ..plan.register import registered_plan
 from ..state.causes import ending_causes
-from ..state.fold import WindowState, admission_blockers, fold
+from ..state.fold import State, WindowState, admission_blockers, fold
 from ..state.replay import replay
 from . import endings, opening, smoke, starts
 from .appends import RECORD_WAIT_S, Appender
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..drivers.base import HostDriver
     from ..measure.family import Prompt
 
-__all__ = ["CRASH_ENV", "STEP_HANDLERS", "RunResult", "WindowRunner", "owner_name"]
+__all__ = ["CRASH_ENV", "STEP_HANDLERS", "RunResult", "WindowRunner", "owner_name", "refuse_unadmitted"]
 
 OPENING_STEPS = frozenset({"preflight", "snapshot", "drain", "hold_open", "placeholder_proof", "quiet_proof"})
 SITE_LOCK = "__site-hold__"  # the lock name for opening a HOLD (one window at a time)
@@ -56,6 +56,14 @@ LOOP_KINDS = frozenset({"done", "blocked"})  # what the loop itself answers; eve
 
 STEP_HANDLERS: dict[StepKind, StepHandler] = {**opening.HANDLERS, **starts.HANDLERS, **endings.HANDLERS,
                                               **smoke.HANDLERS}
+
+
+def refuse_unadmitted(state: State, window: str) -> None:
+    """``PolicyError`` (one line, exit 1) naming the missing gates when ``window`` is neither admitted nor ended."""
+    ws = state.windows.get(window)
+    if ws is not None and ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None:
+        blockers = admission_blockers(state, window)
+        raise PolicyError(f"window {window} is not admitted: " + ("; ".join(blockers) or ws.phase))
 
 
 class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
@@ -73,6 +81,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         on_wave: Callable[[int, int, str], None] | None = None,
         owner: str | None = None,
         chain_production: Path | None = None,
+        state: State | None = None,
     ) -> None:
         self.ledger = ledger
         self.signer = signer
@@ -84,7 +93,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         self.say = say or (lambda _text: None)
         self.on_wave = on_wave
         self.owner = owner or window
-        self.state = replay(ledger)
+        self.state = replay(ledger, state)   # ``state``: one the caller replayed already (only new events fold)
         self.cancel = threading.Event()
         self.signal_name: str | None = None
         self.prompts: dict[str, dict[str, Prompt]] | None = None
@@ -123,9 +132,8 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         started, cpu = time.perf_counter(), time.thread_time()
         self.refresh()
         ws = self.ws
-        if ws.ending is None and ws.admitted_seq is None and ws.chain_aborted is None and not abort:
-            blockers = admission_blockers(self.state, self.window)
-            raise PolicyError(f"window {self.window} is not admitted: " + ("; ".join(blockers) or ws.phase))
+        if not abort:
+            refuse_unadmitted(self.state, self.window)
         hold = self.state.hold
         if hold is not None and hold.owner != self.owner and ws.ending is None:
             raise PolicyError(f"the HOLD is owned by {hold.owner} (seq {hold.seq}); refusing to run")
