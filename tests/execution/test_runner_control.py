@@ -22,9 +22,26 @@ from runner.execution.window import RunResult, WindowRunner
 from runner.plan.register import register_plan
 from tests.runner.script import EXAMPLES
 
-from .worlds import close, gate_all, run, state, window, world
+from .worlds import World, close, gate_all, run, state, window, world
 
 TALLY = str(Path(sys.executable).with_name("tally"))
+
+
+def _cli_env(tmp_path: Path) -> dict[str, str]:
+    """The environment a `tally` child runs in against the world's ledger and key."""
+    return dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+
+
+def _run_until_waves(w: World, env: dict[str, str], window_id: str, waves: int, *args: str,
+                     stderr: int) -> subprocess.Popen[str]:
+    """`tally window run WINDOW --execute ARGS` on the world's site, returned once ``waves`` waves are recorded."""
+    proc = subprocess.Popen([TALLY, "window", "run", window_id, "--site", str(w.directory / "site.toml"), "--execute",
+                             *args], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    deadline = time.monotonic() + 60
+    while state(w.book).windows[window_id].waves < waves:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    return proc
 
 
 def _command_site(tmp_path: Path, serving_url: str) -> Path:
@@ -65,7 +82,7 @@ def test_chained_close_order_on_a_command_site(tmp_path: Path) -> None:
 
 def test_second_runner_on_the_same_window_refuses(tmp_path: Path) -> None:
     w = world(tmp_path, [window("seed000-controlled.toml", "one-runner", chain="none")])
-    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    env = _cli_env(tmp_path)
     try:
         gate_all(w)
         with window_lock(w.book, "one-runner"):  # the first runner holds the window
@@ -104,16 +121,10 @@ def test_a_window_waits_while_another_holds_the_hold(tmp_path: Path) -> None:
 def test_signal_records_interruption_then_ends_the_window(tmp_path: Path, chain: str, sig: int,
                                                           ending: str) -> None:
     w = world(tmp_path, [window("seed000-controlled.toml", "signalled", chain=chain)])
-    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    env = _cli_env(tmp_path)
     try:
         gate_all(w)
-        proc = subprocess.Popen([TALLY, "window", "run", "signalled", "--site", str(tmp_path / "site.toml"),
-                                 "--execute", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        deadline = time.monotonic() + 60
-        while state(w.book).windows["signalled"].waves < 4:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        proc = _run_until_waves(w, env, "signalled", 4, "--json", stderr=subprocess.PIPE)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err   # stopped by a signal, then ended safely
@@ -178,7 +189,7 @@ def test_a_failed_start_exits_1_and_the_output_and_report_name_the_failed_step(t
     """A start whose start_arm times out twice: the window ends restored but INCONCLUSIVE (it did not decide, exit
     1); the run's causes and the report's first lines name the failed step and its error, before any table."""
     w = world(tmp_path, [window("seed000-controlled.toml", "cmd-failed", chain="none")])
-    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    env = _cli_env(tmp_path)
     try:
         gate_all(w)
         site = _command_site(tmp_path, w.sim.url)
@@ -209,15 +220,10 @@ def test_a_failed_start_exits_1_and_the_output_and_report_name_the_failed_step(t
 
 def test_a_second_ctrl_c_still_ends_the_window_safely_and_says_how_to_resume(tmp_path: Path) -> None:
     w = world(tmp_path, [window("seed000-controlled.toml", "twice", chain="none")])
-    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    env = _cli_env(tmp_path)
     try:
         gate_all(w)
-        proc = subprocess.Popen([TALLY, "window", "run", "twice", "--site", str(tmp_path / "site.toml"), "--execute"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
-        while state(w.book).windows["twice"].waves < 3:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        proc = _run_until_waves(w, env, "twice", 3, stderr=subprocess.STDOUT)
         proc.send_signal(signal.SIGINT)
         assert proc.stdout is not None
         lines = []
@@ -244,7 +250,7 @@ def test_not_admitted_is_said_before_the_site_is_read_even_with_no_server_up(tmp
     import socket
 
     w = world(tmp_path, [window("seed000-controlled.toml", "early", chain="none")])
-    env = dict(os.environ, TALLY_DB=str(tmp_path / "tally.db"), TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    env = _cli_env(tmp_path)
     try:
         with socket.socket() as probe:   # a port nothing listens on
             probe.bind(("127.0.0.1", 0))
@@ -262,3 +268,23 @@ def test_not_admitted_is_said_before_the_site_is_read_even_with_no_server_up(tmp
         assert len(list(w.book.events())) == before   # nothing appended
     finally:
         close(w)
+
+
+@pytest.mark.parametrize(("fields", "abort", "code"), [
+    ({"ending": "restored", "decision": "WIN", "measurement": "complete"}, False, 0),
+    ({"ending": "restored", "decision": "INCONCLUSIVE", "measurement": "complete"}, False, 0),  # decided: can't tell
+    ({"ending": "restored", "decision": "INCONCLUSIVE", "measurement": "failed"}, False, 1),    # did not decide
+    ({"ending": "restored", "decision": "INCONCLUSIVE", "measurement": "interrupted", "interrupted": "SIGINT"},
+     False, 130),
+    ({"ending": "chained", "decision": "INCONCLUSIVE", "measurement": "interrupted", "interrupted": "SIGTERM"},
+     False, 130),
+    ({"ending": None, "decision": None, "blocked": "restore failed", "interrupted": "SIGINT"}, False, 1),  # not safe
+    ({"ending": "aborted", "decision": "REJECT"}, False, 1),
+    ({"ending": "aborted", "decision": "REJECT"}, True, 0),
+    ({"ending": "restored", "decision": "WIN", "escalated": True}, False, 1),
+])
+def test_exit_code_of_a_run(fields: dict[str, object], abort: bool, code: int) -> None:
+    result = RunResult("w", None, None, [])
+    for name, value in fields.items():
+        setattr(result, name, value)
+    assert result.exit_code(abort=abort) == code
