@@ -331,9 +331,8 @@ def differences(sim: Features, real: Features) -> set[str]:
 def unexplained(diffs: set[str], patterns: Iterable[str]) -> tuple[set[str], set[str]]:
     """(differences no pattern covers, patterns that cover no difference): both must be empty."""
     patterns = tuple(patterns)
-    uncovered = {key for key in diffs if not any(fnmatch.fnmatchcase(key, p) for p in patterns)}
     unused = {p for p in patterns if not any(fnmatch.fnmatchcase(key, p) for key in diffs)}
-    return uncovered, unused
+    return steady(diffs, patterns), unused
 
 
 def recorded() -> Features:
