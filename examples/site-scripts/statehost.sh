@@ -23,6 +23,9 @@
 #          inject/host_cap.HOST holds MHz: the next read_clock_cap or restore logs that cap on HOST
 #          (a restore prints each host's own line for the hosts in $TALLY_HOSTS).
 #          commit.HOST (not a fault): the commit checked out on HOST, reported by placeholder_proof.
+#          arms.json (not a fault): what list_arms lists, the `arms` fact ({name: {config_digest?,
+#          speculative_config?}}); without it list_arms fails (a site file names list_arms only when
+#          the host can say which arms it starts).
 set -euo pipefail
 
 S=${1:?state dir}
@@ -230,6 +233,10 @@ print(json.dumps(out)[1:-1])')
     done <"$S/thermal.log"
     now=$(grep -m1 '^clock cap ' "$S/engine.log" | tr -dc '0-9')
     facts "{\"current_clock_mhz\":${now:-null},\"dial_backs\":[$out]}"
+    ;;
+  list_arms)
+    [ -f "$S/arms.json" ] || fail "no arms.json in $S: this host cannot say which arms it starts"
+    facts "{\"arms\":$(tr -d '\n' <"$S/arms.json")}"
     ;;
   *)
     CODE=2 fail "unknown action"

@@ -36,20 +36,23 @@ __all__ = [
     "SERVING_STATES",
     "ActionResult",
     "HostDriver",
+    "ServedArm",
     "check_action",
+    "served_from_facts",
     "settle",
     "unreachable_allowed",
 ]
 
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
            "quiet_proof", "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof",
-           "restore", "watch", "read_clock_cap", "probe", "read_thermal", "pair_close", "hold_stash", "commit_close")
+           "restore", "watch", "read_clock_cap", "probe", "read_thermal", "pair_close", "hold_stash", "commit_close",
+           "list_arms")
 
 # Actions that only look at the hosts and change nothing on them. Every other action (a drain, a
 # start or stop of an engine, a fence, a placeholder, a restore, and any action added later) may
 # change a host: once its start is recorded, the window counts as having touched production.
 OBSERVING_ACTIONS = frozenset({"preflight", "probe", "snapshot", "read_clock_cap", "read_thermal", "watch",
-                               "quiet_proof", "placeholder_proof", "production_down_proof"})
+                               "quiet_proof", "placeholder_proof", "production_down_proof", "list_arms"})
 
 # Run once per host (host given); every other action is run once, site-wide (host None).
 PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "placeholder_proof"})
@@ -59,7 +62,7 @@ CHAIN_ACTIONS = frozenset({"fence", "experiment_stop", "quiet_proof", "placehold
                            "placeholder_proof"})
 
 # A site may offer them; the runner uses them when it does (docs/site.md, "Optional actions").
-OPTIONAL_ACTIONS = frozenset({"read_thermal", "pair_close", "hold_stash", "commit_close"})
+OPTIONAL_ACTIONS = frozenset({"read_thermal", "pair_close", "hold_stash", "commit_close", "list_arms"})
 # Optional steps of a chained close, run when the site has them (docs/window.md, the chained close).
 CLOSE_ACTIONS = frozenset({"pair_close", "hold_stash", "commit_close"})
 
@@ -69,10 +72,13 @@ DEFAULT_TIMEOUTS_S: Mapping[str, float] = {
     "warmup": 600.0, "fence": 120.0, "experiment_stop": 300.0, "quiet_proof": 120.0,
     "production_down_proof": 120.0, "placeholder_up": 120.0, "placeholder_down": 120.0,
     "placeholder_proof": 60.0, "restore": 1800.0, "watch": 900.0, "read_clock_cap": 60.0, "probe": 60.0,
-    "read_thermal": 60.0, "pair_close": 300.0, "hold_stash": 120.0, "commit_close": 120.0,
+    "read_thermal": 60.0, "pair_close": 300.0, "hold_stash": 120.0, "commit_close": 120.0, "list_arms": 60.0,
 }
 
 SERVING_STATES = ("up", "down", "draining")
+
+MAX_SERVED_ARMS = 1000      # arms a site may list (``list_arms``); more is a failure of the action
+MAX_ARM_NAME_CHARS = 200
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -95,6 +101,21 @@ class ActionResult:
         """Everything but the raw output (a ``host.action`` payload adds the output blobs)."""
         return {"action": self.action, "host": self.host, "ok": self.ok, "exit_code": self.exit_code,
                 "duration_s": self.duration_s, "timed_out": self.timed_out, "facts": dict(self.facts)}
+
+
+@dataclass(frozen=True)
+class ServedArm:
+    """An arm a site says ``start_arm`` can start, and what a start of it would report.
+
+    ``config_digest`` and ``speculative_config`` are what the start's facts would say
+    (``start_config`` compares them with the arm's declaration); ``None`` for the digest,
+    or ``reports_speculative`` false, when the site does not say before starting it.
+    """
+
+    name: str
+    config_digest: str | None = None
+    speculative_config: Mapping[str, Any] | None = None
+    reports_speculative: bool = False
 
 
 @runtime_checkable
@@ -146,9 +167,11 @@ class HostDriver(Protocol):
         """The actions this site can run (a command site may lack :data:`CHAIN_ACTIONS`)."""
         ...
 
-    def served_arms(self) -> tuple[str, ...] | None:
-        """The arm names ``start_arm`` can start on this site, when the site can say (``None``: it cannot;
-        a simulator lists its configured arms). Read before the drain, to refuse a plan it cannot run."""
+    def served_arms(self) -> Mapping[str, ServedArm] | None:
+        """The arms ``start_arm`` can start on this site, by name, when the site can say (``None``: it
+        cannot; a simulator lists its configured arms, a command site its ``list_arms`` action's).
+        Read before the drain, to refuse a plan it cannot run; ``ExternalError`` when the site
+        was asked and could not answer."""
         ...
 
     def timeout_s(self, action: str) -> float:
@@ -200,6 +223,7 @@ _REQUIRED: Mapping[str, tuple[str, ...]] = {
     "read_clock_cap": ("clock_cap_mhz",),
     "warmup": (),
     "watch": ("watch",),
+    "list_arms": ("arms",),
 }
 
 
@@ -221,6 +245,8 @@ def _fact_problem(name: str, value: Any) -> str | None:
     if name in ("placeholders", "fenced") and (
             not isinstance(value, list) or not all(isinstance(h, str) for h in value)):
         return f"{name} must be a list of host names, got {value!r}"
+    if name == "arms":
+        return _arms_problem(value)
     if name == "quiet" and not isinstance(value, bool):
         return f"quiet must be true or false, got {value!r}"
     if name in ("arm", "role", "engine", "log_line", "commit", "worker_identity", "markov_identity",
@@ -228,6 +254,41 @@ def _fact_problem(name: str, value: Any) -> str | None:
             and not isinstance(value, str):
         return f"{name} must be a string or null, got {value!r}"
     return None
+
+
+def _arms_problem(value: Any) -> str | None:
+    """Why a ``list_arms`` ``arms`` fact has the wrong shape: an object, arm name -> an object whose
+    members (all optional) are ``config_digest`` (64 hex) and ``speculative_config`` (an object or null)."""
+    if not isinstance(value, dict):
+        return f"arms must be an object of arm name -> what a start of it reports, got {type(value).__name__}"
+    if len(value) > MAX_SERVED_ARMS:
+        return f"arms lists {len(value)} arms, more than {MAX_SERVED_ARMS}"
+    for name, arm in value.items():
+        shown = repr(name[:MAX_ARM_NAME_CHARS])
+        if not name or len(name) > MAX_ARM_NAME_CHARS:
+            return f"arms: an arm name must have 1 to {MAX_ARM_NAME_CHARS} characters, got {shown}"
+        if not isinstance(arm, dict):
+            return f"arms: arm {shown} must be an object (config_digest, speculative_config), got {arm!r:.80}"
+        unknown = sorted(set(arm) - {"config_digest", "speculative_config"})
+        if unknown:
+            return f"arms: arm {shown} has unknown members {', '.join(unknown)[:200]}"
+        digest = arm.get("config_digest")
+        if digest is not None and (not isinstance(digest, str) or not _HEX64.fullmatch(digest)):
+            return f"arms: arm {shown}: config_digest must be 64 lowercase hex characters, got {digest!r:.80}"
+        spec = arm.get("speculative_config")
+        if spec is not None and not isinstance(spec, dict):
+            return f"arms: arm {shown}: speculative_config must be an object or null, got {spec!r:.80}"
+    return None
+
+
+def served_from_facts(value: Any) -> dict[str, ServedArm]:
+    """The arms a ``list_arms`` ``arms`` fact lists (``FormatError`` naming the problem when malformed)."""
+    problem = _arms_problem(value)
+    if problem is not None:
+        raise FormatError(problem)
+    return {name: ServedArm(name, arm.get("config_digest"), arm.get("speculative_config"),
+                            "speculative_config" in arm)
+            for name, arm in value.items()}
 
 
 def settle(action: str, host: str | None, params: Mapping[str, Any], ok: bool,

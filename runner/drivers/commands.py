@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from ledger.canonical import canonical
-from ledger.errors import FormatError
+from ledger.errors import ExternalError, FormatError
 from ledger.strictjson import read_json
 
 from ..vocabulary import CounterSourceName
-from .base import ACTIONS, ActionResult, check_action, settle
+from .base import ACTIONS, ActionResult, ServedArm, check_action, served_from_facts, settle
 
 __all__ = ["INHERITED_ENV", "PLACEHOLDERS", "CommandTemplate", "CommandsDriver", "command_environment",
            "group_members", "is_plain_word", "parse_facts", "parse_template", "reparsed_arguments"]
@@ -346,6 +346,7 @@ class CommandsDriver:
         self.cwd = cwd
         self.state_dir = state_dir
         self.kill_grace_s = kill_grace_s
+        self._served: dict[str, ServedArm] | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -375,9 +376,24 @@ class CommandsDriver:
     def clocks(self) -> bool:
         return self._cap is not None
 
-    def served_arms(self) -> tuple[str, ...] | None:
-        """A command site's ``start_arm`` is the operator's script: which arms it starts, it does not say."""
-        return None
+    def served_arms(self) -> Mapping[str, ServedArm] | None:
+        """What the site's optional ``list_arms`` command lists (``None`` without one: a command site's
+        ``start_arm`` is the operator's script, and which arms it starts it does not say otherwise).
+
+        Run once per driver, read-only, before the drain; not recorded (like the fit probes of the
+        serving endpoint, it runs before the window's first recorded step, and a refusal appends
+        nothing). A failed or malformed answer is ``ExternalError``: the site was asked and could not say.
+        """
+        if "list_arms" not in self._commands:
+            return None
+        if self._served is None:
+            result = self.run("list_arms", None, {})
+            if not result.ok:
+                error = str(result.facts.get("error") or f"exit {result.exit_code}")[:300]
+                raise ExternalError(f"the site's list_arms action failed, so the arms it can start are not known: "
+                                    f"{error}")
+            self._served = served_from_facts(result.facts["arms"])
+        return self._served
 
     @property
     def actions(self) -> frozenset[str]:

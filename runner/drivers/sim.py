@@ -26,7 +26,15 @@ import httpx
 from ledger.errors import ExternalError, FormatError
 
 from ..vocabulary import CounterSourceName
-from .base import ACTIONS, CLOSE_ACTIONS, DEFAULT_TIMEOUTS_S, ActionResult, check_action, settle
+from .base import (
+    ACTIONS,
+    CLOSE_ACTIONS,
+    DEFAULT_TIMEOUTS_S,
+    ActionResult,
+    ServedArm,
+    check_action,
+    settle,
+)
 
 __all__ = ["SimDriver"]
 
@@ -38,6 +46,15 @@ _ROUTES: Mapping[str, str | None] = {
 
 _CONNECT_TIMEOUT_S = 10.0
 _HOST_IDENTITIES = ("worker_identity", "markov_identity", "experiment_commit", "worker_tree")   # as the plan's
+
+
+def _served(name: str, said: Mapping[str, Any] | None) -> ServedArm:
+    """A simulator arm and what its start reports (``said``: the config's ``reported`` member of it)."""
+    if said is None:
+        return ServedArm(name)
+    digest, spec = said.get("config_digest"), said.get("speculative_config")
+    return ServedArm(name, digest if isinstance(digest, str) else None, spec if isinstance(spec, dict) else None,
+                     "speculative_config" in said and (spec is None or isinstance(spec, dict)))
 
 
 def _roles(hosts: tuple[str, ...]) -> dict[str, str]:
@@ -61,7 +78,7 @@ class SimDriver:
         self._cap = production_clock_cap_mhz
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
-        self._arms: tuple[str, ...] | None = None
+        self._arms: dict[str, ServedArm] | None = None
 
     @classmethod
     def for_handle(cls, handle: Any, *, timeouts: Mapping[str, float] | None = None,
@@ -86,7 +103,11 @@ class SimDriver:
         arms = body.get("arms")
         if not isinstance(arms, dict) or not all(isinstance(name, str) for name in arms):
             raise ExternalError(f"simulator at {self.url} gave a config without its arms")
-        self._arms = tuple(name[:200] for name in list(arms)[:1000])
+        reported = body.get("reported")   # absent from an older simulator: the names alone
+        self._arms = {}
+        for name in list(arms)[:1000]:
+            said = reported.get(name) if isinstance(reported, dict) else None
+            self._arms[name[:200]] = _served(name[:200], said if isinstance(said, dict) else None)
         if self._cap is None:
             self._cap = int(arms[body["production_arm"]]["clock_cap_mhz"])
 
@@ -126,15 +147,17 @@ class SimDriver:
     def clocks(self) -> bool:
         return self._clocks
 
-    def served_arms(self) -> tuple[str, ...] | None:
-        """The arms the simulator is configured with (``GET /_sim/config``; the production arm among them)."""
+    def served_arms(self) -> Mapping[str, ServedArm] | None:
+        """The arms the simulator is configured with (``GET /_sim/config``; the production arm among them),
+        each with the config digest its start reports (the config's ``reported_digests``)."""
         if self._arms is None:
             self._config()
         return self._arms
 
     @property
     def actions(self) -> frozenset[str]:
-        return frozenset(ACTIONS) - CLOSE_ACTIONS   # the simulator has no pair to close, no scoped HOLD
+        # no pair to close, no scoped HOLD; its arms come from its config, not from an action
+        return frozenset(ACTIONS) - CLOSE_ACTIONS - {"list_arms"}
 
     def timeout_s(self, action: str) -> float:
         check_action(self, action, None)

@@ -78,6 +78,9 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
     under_marker = state.marker is not None and state.marker.window != window
     refusals = unfit(plan, driver, production_serves=not under_marker, fields=recorded_fields(ledger, window)) \
         if ws.ending is None and not ws.actions else []
+    # whether the fit check can hold the plan's arms against the site's (the simulator lists its own)
+    arms_checked = None if ws.ending is not None or ws.actions else (driver.kind == "sim"
+                                                                      or "list_arms" in driver.actions)
     power_line = None  # the power gate: its recorded result, else what the archive says now
     if "power" in plan.required_gates:
         recorded = ws.gates.get("power")
@@ -109,12 +112,16 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
                                           f"measurement end {row.to_json()['measurement_end']}" if row else ""),
         f"budget gate would say: {report.verdict}: {report.summary}",
         *([power_line] if power_line is not None else []),
+        *(["arms: not checked before the drain (the site cannot list what its start_arm starts; a command "
+            "site can, with a list_arms action): a start of an arm it lacks fails after the HOLD"]
+          if arms_checked is False else []),
         *(f"REFUSED: {reason}" for reason in refusals),
         "would execute:" if not refusals else "would refuse to execute; the steps it would take:",
         *(f"  {i + 1:>3}. {a}" for i, a in enumerate(actions)),
     ]
     return {"window": window, "plan_sha256": reg.plan_sha256, "admitted": ws.admitted_seq is not None,
             "blockers": blockers, "refusals": refusals, "under_marker": under_marker, "actions": actions,
+            "arms_checked": arms_checked,
             "lines": lines, "steps": [item.to_json() for item in steps],
             "host_actions": [call.to_json() for item in steps for call in item.calls], "stops": stops,
             "budget": {"verdict": report.verdict, "summary": report.summary,

@@ -145,22 +145,43 @@ def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
 
 
 def arm_refusals(plan: Plan, driver: HostDriver) -> list[str]:
-    """The plan's arms the site says it cannot start (nothing when the site cannot say).
+    """The plan's arms the site says it cannot start as declared (nothing when the site cannot say).
 
     A start of an arm the site does not serve fails only after the drain and the HOLD (the
-    simulator answers ``unknown arm``): the window would be used up restoring. The simulator
-    lists its arms; ``tally sim config --plan PLAN`` writes one serving exactly a plan's.
+    simulator answers ``unknown arm``), and so does a start whose reported config digest or
+    speculative config is not the arm's declared one (``start_config``): the window would be
+    used up restoring. The simulator lists its arms and what their starts report; a command
+    site does when it has a ``list_arms`` action. ``tally sim config --plan PLAN`` writes a
+    simulator config serving exactly a plan's arms.
     """
     served = driver.served_arms()
     if served is None:
         return []
+    hint = ("`tally sim config --plan PLAN.toml` writes a simulator config serving the plan's arms"
+            if driver.kind == "sim" else "the site's list_arms command says what its start_arm can start")
     missing = [arm.name for arm in plan.arms if arm.name not in served]
-    if not missing:
-        return []
-    return [f"the {driver.kind} site serves no arm named {', '.join(repr(m) for m in missing)} (it serves "
-            f"{', '.join(repr(s) for s in served[:20])}): a start of {'it' if len(missing) == 1 else 'them'} would "
-            f"fail after the drain; `tally sim config --plan PLAN.toml` writes a simulator config serving the "
-            f"plan's arms"]
+    refusals = []
+    if missing:
+        names = list(served)
+        refusals.append(f"the {driver.kind} site serves no arm named {', '.join(repr(m) for m in missing)} (it serves "
+                        f"{', '.join(repr(s) for s in names[:20])}{' ...' if len(names) > 20 else ''}): a start of "
+                        f"{'it' if len(missing) == 1 else 'them'} would fail after the drain; {hint}")
+    for arm in plan.arms:
+        site = served.get(arm.name)
+        if site is None:
+            continue
+        if site.config_digest is not None and site.config_digest != arm.config_digest:
+            refusals.append(f"arm {arm.name!r} declares config_digest {arm.config_digest[:16]}..., but the site "
+                            f"says a start of it reports {site.config_digest[:16]}...: start_config would fail "
+                            "after the drain (register the digest the site reports, or fix the site's arm)")
+        runs_spec = bool(site.speculative_config)   # start_config's rule: a non-empty config is speculative
+        if site.reports_speculative and runs_spec != arm.speculates:
+            refusals.append(f"arm {arm.name!r} declares " + ("speculative decoding" if arm.speculates else
+                                                              'speculative = "none"')
+                            + ", but the site says a start of it runs " + ("speculative decoding" if runs_spec else
+                                                                           "none")
+                            + ": start_config would fail after the drain")
+    return refusals
 
 
 def refuse_unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,

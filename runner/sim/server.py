@@ -256,7 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.host.state())
 
     def _config(self, _query: dict[str, list[str]]) -> None:
-        self._json(200, self.server.config.to_dict())
+        """The config, and (``reported``) what a start of each arm reports: its config digest and
+        speculative config, read by a site before the drain (``served_arms``)."""
+        config = self.server.config
+        reported = {arm.name: {"config_digest": arm.reported_config_digest(),
+                               "speculative_config": arm.speculative_config()} for arm in config.arms}
+        self._json(200, {**config.to_dict(), "reported": reported})
 
     def _faults_get(self, _query: dict[str, list[str]]) -> None:
         self._json(200, {"faults": self.server.faults.snapshot()})

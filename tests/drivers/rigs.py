@@ -38,8 +38,8 @@ def commands_site_text(timeouts: Mapping[str, float] | None = None, *, kill_grac
              "[endpoints]", 'serving_url = "http://127.0.0.1:8000"',
              'metrics_urls = ["http://127.0.0.1:8000/metrics", "http://127.0.0.1:8001/metrics"]', ""]
     for action in ACTIONS:
-        if action in drop:
-            continue
+        if action in drop or (action == "list_arms" and "list_arms" not in (commands or {})):
+            continue   # list_arms only when asked: statehost.sh lists arms only from its arms.json
         command = (commands or {}).get(action) or f"site-scripts/statehost.sh {{state_dir}} {action} {ARGS.get(action, '')}"
         lines += [f"[actions.{action}]", f"command = {json.dumps(command.strip())}"]
         if timeouts and action in timeouts:

@@ -61,7 +61,7 @@ def _window(site: LlamaSite, home: Path, plan_name: str) -> tuple[str, dict[str,
     assert fields["stop"] == fields["min_tokens"] == fields["response_format"] == "honoured", fields
     assert fields["structured_outputs"] == fields["guided_json"] == "ignored", fields
     dry = json.loads(_ok(_tally(home, "window", "run", window_id, "--site", str(site.site), "--dry-run", "--json")))
-    assert dry["admitted"] and dry["refusals"] == []
+    assert dry["admitted"] and dry["refusals"] == [] and dry["arms_checked"]   # the site's list_arms: as declared
     result = json.loads(_ok(_tally(home, "window", "run", window_id, "--site", str(site.site), "--execute",
                                    "--json")))
     _write_figure(plan_name, result)
@@ -166,3 +166,26 @@ def test_the_example_site_refuses_a_round_guard_before_any_host_action(llama_sit
     assert dry.returncode == 1
     refusals = json.loads(dry.stdout)["refusals"]
     assert len(refusals) == 1 and 'guard = "tpot_ms"' in refusals[0] and "not an engine step" in refusals[0]
+
+
+def test_the_example_site_refuses_an_arm_it_would_start_with_another_digest(llama_site: LlamaSite,
+                                                                            home: Path) -> None:
+    """The site's list_arms says what each start would report: a plan declaring another config_digest for
+    the candidate (a stale digest, another model file) is refused before any host action."""
+    plan = llama_site.directory / "pp3-stale.toml"
+    text = (llama_site.directory / "pp3-llamacpp.toml").read_text()
+    stale = "30871e973a08e4bbbf455b0c70edee9ff847364a1831727c7c7bd6b586bfa056"
+    assert stale in text
+    plan.write_text(text.replace(stale, "ab" * 32).replace('"llamacpp-pp3"', '"llamacpp-stale"'))
+    home.mkdir()
+    _ok(_tally(home, "init"))
+    _ok(_tally(home, "window", "register", str(plan)))
+    log = llama_site.site.parent / "state" / "actions.log"
+    before = log.read_text().splitlines() if log.exists() else []
+    dry = _tally(home, "window", "run", "llamacpp-stale", "--site", str(llama_site.site), "--dry-run", "--json")
+    assert dry.returncode == 1, dry.stderr
+    refusals = json.loads(dry.stdout)["refusals"]
+    assert len(refusals) == 1 and "arm 'lookup' declares config_digest abababab" in refusals[0], refusals
+    assert "reports 30871e973a08e4bb" in refusals[0]   # the digest the real site computes from its model file
+    after = log.read_text().splitlines()
+    assert after[len(before):] == ["list_arms"] and llama_site.facts("preflight")["serving"] == "up"

@@ -326,6 +326,17 @@ def quiet_proof(cfg: dict[str, Any], state: Path) -> None:
     facts({"quiet": True})
 
 
+def list_arms(cfg: dict[str, Any], state: Path) -> None:
+    """The arms start_arm can start, with the config_digest and speculative config a start of each reports
+    (read before the drain: a plan naming another arm, or another digest, is refused before any host action)."""
+    arms = {}
+    for name in sorted(cfg.get("arms", {})):
+        engine = engine_config(cfg, name, state)
+        arms[name] = {"config_digest": engine["config_digest"], "speculative_config": engine["speculative_config"]}
+    print(f"{len(arms)} arms: {', '.join(arms)}")
+    facts({"arms": arms})
+
+
 def production_down_proof(cfg: dict[str, Any], state: Path) -> None:
     if serving(cfg, state) != "down":
         raise Refused("production is up")
@@ -365,6 +376,8 @@ def main(argv: list[str]) -> int:
             quiet_proof(cfg, state)
         elif action == "production_down_proof":
             production_down_proof(cfg, state)
+        elif action == "list_arms":
+            list_arms(cfg, state)
         elif action == "start-production":
             launch(cfg, state, "production", "production")
         elif action == "stop-all":

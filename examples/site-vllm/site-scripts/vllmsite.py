@@ -525,6 +525,16 @@ def quiet_proof(cfg: dict[str, Any], state: Path) -> None:
     facts({"quiet": True})
 
 
+def list_arms(cfg: dict[str, Any], state: Path) -> None:
+    """The arms start_arm can start and the config_digest a start of each reports (read before the drain:
+    a plan naming another arm, or another digest, is refused before any host action). The speculative
+    config is not listed: a start reads it from the engine's start-up line."""
+    arms = {name: {"config_digest": engine_config(cfg, name, state)["config_digest"]}
+            for name in sorted(cfg.get("arms", {}))}
+    print(f"{len(arms)} arms: {', '.join(arms)}")
+    facts({"arms": arms})
+
+
 def production_down_proof(cfg: dict[str, Any], state: Path) -> None:
     if serving(cfg, state) != "down":
         raise Refused("production is up")
@@ -599,6 +609,8 @@ def main(argv: list[str]) -> int:
             quiet_proof(cfg, state)
         elif action == "production_down_proof":
             production_down_proof(cfg, state)
+        elif action == "list_arms":
+            list_arms(cfg, state)
         elif action == "up":
             up(cfg, state)
         elif action == "launch":   # one engine (``up`` starts several side by side this way)
