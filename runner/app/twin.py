@@ -50,7 +50,8 @@ def twin_pilot(path: Path, plan: Plan) -> tuple[dict[str, Any], str]:
             for r in range(REPEATS):
                 jobs = [sim.Job(PROMPT_TOKENS, MAX_TOKENS)] * WAVE_REQUESTS
                 result = sim.simulate(jobs, k=arm.k, costs=scaled, budgets=budgets, acceptance=acceptance,
-                                      seed=hash((w, s, r)) & 0xFFFFFFFF, jitter=config.step_jitter)
+                                      seed=hash((w, s, r)) & 0xFFFFFFFF, jitter=config.step_jitter,
+                                      draft_rate=arm.draft_rate)
                 tokens = sum(o.generated - o.chunk_tokens[0] for o in result.outcomes)
                 seconds = sum(o.chunk_ms[-1] - o.chunk_ms[0] for o in result.outcomes) / 1000.0
                 units.append(tokens / seconds)

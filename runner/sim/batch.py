@@ -207,10 +207,14 @@ class _Live:
 
 def simulate(jobs: Sequence[Job], *, k: int, costs: StepCosts, budgets: Budgets = Budgets(),
              acceptance: Acceptance | dict[str, Acceptance] = Acceptance(0.0), concurrency: int = 1,
-             seed: int = 0, jitter: float = 0.0, max_steps: int = 2_000_000) -> SimResult:
-    """Serve ``jobs`` on one engine; closed loop with ``concurrency`` clients (timed jobs arrive on time)."""
+             seed: int = 0, jitter: float = 0.0, max_steps: int = 2_000_000,
+             draft_rate: float = 1.0) -> SimResult:
+    """Serve ``jobs`` on one engine; closed loop with ``concurrency`` clients (timed jobs arrive on time).
+
+    ``draft_rate``: the share of decode steps that draft (each decides on its own; 1: every step)."""
     rng = random.Random(seed)
     draw_rng = random.Random(f"{seed}|acceptance")
+    draft_rng = random.Random(f"{seed}|drafting")   # drawn only when draft_rate < 1: other results unchanged
     families = acceptance if isinstance(acceptance, dict) else {}
     default = acceptance if isinstance(acceptance, Acceptance) else next(iter(acceptance.values()), Acceptance(0.0))
     outcomes = [Outcome(i, job, (families.get(job.family) or default).draw(draw_rng, i)) for i, job in enumerate(jobs)]
@@ -252,6 +256,8 @@ def simulate(jobs: Sequence[Job], *, k: int, costs: StepCosts, budgets: Budgets 
                 if phase == "decode":
                     remaining = live.out.job.max_tokens - live.out.generated
                     drafts = min(k, remaining - 1) if k > 0 else 0
+                    if drafts and draft_rate < 1.0 and draft_rng.random() >= draft_rate:
+                        drafts = 0
                     want, n_drafts = 1 + drafts, drafts
                 else:
                     want, n_drafts = live.target - live.computed, 0

@@ -207,6 +207,7 @@ class ArmFit:
     notes: list[str] = field(default_factory=list)
     step_residual: float = 0.0       # relative RMS of the decode-step regression
     ttft_residual: float = 0.0       # relative RMS of the prefill regression
+    draft_rate: float = 1.0          # the share of decode steps that drafted (drafting steps / decode steps)
 
     def acceptance(self) -> Acceptance:
         if not self.families:
@@ -231,7 +232,7 @@ class Calibration:
                             "prefill_fixed_ms": fit.costs.prefill_fixed_ms,
                             "per_prefill_token_ms": fit.costs.per_prefill_token_ms,
                             "per_kv_token_us": fit.costs.per_kv_token_us, "max_num_seqs": fit.max_num_seqs,
-                            "token_burst_ms": fit.token_burst_ms,
+                            "token_burst_ms": fit.token_burst_ms, "draft_rate": fit.draft_rate,
                             "families": {f: {"rate": a.rate, "concentration": a.concentration}
                                          for f, a in fit.families.items()},
                             "step_residual": fit.step_residual, "ttft_residual": fit.ttft_residual,
@@ -335,7 +336,10 @@ def _solve_rate(mean_accepted: float, k: int) -> float:
 def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
     notes: list[str] = []
     depth = sum(r.depth for r in runs) / len(runs)
-    k = round(max((r.draft_tokens or 0) / max(r.drafting_rounds or 1, 1) for r in runs)) if depth else 0
+    # the draft tokens a drafting step schedules, over all runs (a draft model: always its depth; prompt
+    # lookup: as long as the match it found, so fewer on average than its most)
+    drafting = sum(r.drafting_rounds or 0 for r in runs if r.draft_tokens)
+    k = max(1, round(sum(r.draft_tokens or 0 for r in runs) / drafting)) if depth and drafting else 0
     # prefill first: TTFT at concurrency 1 (no queue); the lowest quarter of TTFTs when no such run
     alone = [r for run in runs if run.concurrency == 1 for r in run.requests]
     if not alone:
@@ -376,6 +380,7 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
     if most < top:
         notes.append(f"at most {most} request(s) decoded at once at concurrency {top}: max_num_seqs = {most}")
     families: dict[str, Acceptance] = {}
+    draft_rate = _draft_rate(runs) if k else 1.0
     if k:
         by_family: dict[str, list[Run]] = {}
         for run in runs:
@@ -386,19 +391,42 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
             if not rounds:
                 notes.append(f"family {family}: no speculative counters; its acceptance is the arm's mean")
                 continue
-            families[family] = _family_acceptance(group, k, _solve_rate(accepted / rounds, k))
+            families[family] = _family_acceptance(group, k, _solve_rate(accepted / rounds, k), draft_rate)
         if not families:
             raise FormatError(f"arm {arm}: drafts counted but no accepted counters to fit acceptance")
     gaps = [g for run in runs for r in run.requests for g in r.token_gaps_ms() if g < 0.5 * fixed]
     burst = float(np.median(gaps)) if gaps else 0.0
     costs = StepCosts(fixed, per_token, prefill_fixed_ms=prefill_fixed, per_prefill_token_ms=per_prefill,
                       per_kv_token_us=per_kv_ms * 1000.0)
-    return ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms)
+    if draft_rate < 1.0:
+        notes.append(f"{draft_rate:.0%} of decode steps drafted (the counters' drafting steps over decode steps)")
+    return ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate)
 
 
-def _family_acceptance(runs: Sequence[Run], k: int, pooled: float) -> Acceptance:
+DRAFTS_EVERY_STEP = 0.95   # drafting steps over the steps that could draft, at or above which every step drafts
+
+
+def _draft_rate(runs: Sequence[Run]) -> float:
+    """The share of decode steps that draft, where the counters tell drafting steps apart (1 where not).
+
+    A request's last step with one token left drafts nothing on any server, so the steps that could
+    draft are the decode steps less one per request; a draft model drafting at every other step
+    reads about 1 (taken as 1), prompt lookup well below it."""
+    counted = [r for r in runs if r.drafts is not None and r.rounds]
+    could = sum((r.rounds or 0) - len(r.requests) for r in counted)
+    if could <= 0:
+        return 1.0
+    rate = sum(r.drafts or 0 for r in counted) / could
+    return 1.0 if rate >= DRAFTS_EVERY_STEP else rate
+
+
+def _family_acceptance(runs: Sequence[Run], k: int, pooled: float, draft_rate: float = 1.0) -> Acceptance:
     """A family's rate and Beta concentration: from the per-request rates where chunks are engine steps (the
-    pooled counters weigh low-acceptance requests more: they take more rounds), else the pooled rate alone."""
+    pooled counters weigh low-acceptance requests more: they take more rounds), else the pooled rate alone.
+    Where not every step drafts, a request's tokens per step mix its luck in drafting with its acceptance:
+    the pooled rate of the drafting steps alone (the counters) is the family's, without a spread."""
+    if draft_rate < 1.0:
+        return Acceptance(pooled)
     rates = []
     for run in runs:
         if not run.chunks_are_steps:
@@ -453,6 +481,7 @@ def _config_table(fits: Mapping[str, ArmFit], runs: Sequence[Run]) -> dict[str, 
             "ttft_base_ms": fit.costs.prefill_fixed_ms or fit.costs.fixed_ms,
             "ttft_per_1k_tokens_ms": fit.costs.per_prefill_token_ms * 1000.0,
             "step_per_kv_token_us": fit.costs.per_kv_token_us, "max_num_seqs": fit.max_num_seqs,
+            **({"draft_rate": fit.draft_rate} if fit.k and fit.draft_rate < 1.0 else {}),
             **({"acceptance_rate": acceptance.rate, "acceptance_concentration": acceptance.concentration,
                 "families": {f: {"rate": a.rate, "concentration": a.concentration}
                              for f, a in fit.families.items()}} if fit.k else {}),
@@ -489,9 +518,11 @@ def predict(config: SimConfig, run: Run, *, seed: int = 0, concurrency: int | No
     arm = config.arm(run.arm)
     costs, budgets, acceptance = arm_model(arm)
     family = run.family if isinstance(acceptance, dict) and run.family in acceptance else ""
-    jobs = [Job(r.prompt_tokens or 0, run.max_tokens, family=family) for r in run.requests]
+    # a request whose prompt tokens the server did not say (no usage) still has its prefill: one token stands
+    # for it (the fit then folded the per-token part into the fixed cost); 0 would make it a decode step
+    jobs = [Job(max(1, r.prompt_tokens or 0), run.max_tokens, family=family) for r in run.requests]
     result = simulate(jobs, k=arm.k, costs=costs, budgets=budgets, acceptance=acceptance,
-                      concurrency=concurrency or run.concurrency, seed=seed)
+                      concurrency=concurrency or run.concurrency, seed=seed, draft_rate=arm.draft_rate)
     burst = config.token_burst_ms if config.stream_mode == "token" else 0.0
     return _sim_figures(result, burst, per_step=run.chunks_are_steps)
 
@@ -505,7 +536,8 @@ def _sim_figures(result: SimResult, burst_ms: float, per_step: bool) -> dict[str
             itl.append(gap)
             if not per_step:
                 itl.extend([burst_ms] * (n - 1))
-    rounds = sum(1 for o in result.outcomes for d in o.drafts if d)
+    # per decode step, drafting or not, as a run's counters give it (accepted over decode steps)
+    rounds = sum(len(o.drafts) for o in result.outcomes) if any(d for o in result.outcomes for d in o.drafts) else 0
     accepted = sum(a for o in result.outcomes for a, d in zip(o.accepted, o.drafts, strict=True) if d)
     apr = [(o.generated - o.chunk_tokens[0]) / (len(o.chunk_ms) - 1) - 1.0 for o in result.outcomes
            if len(o.chunk_ms) > 1 and any(o.drafts)]

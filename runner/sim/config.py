@@ -109,6 +109,9 @@ class ArmConfig:
     acceptance_rate: float | None = None         # None: the per-position ``acceptance`` list
     acceptance_concentration: float = 0.0        # 0: every request has the rate itself
     families: Mapping[str, Mapping[str, float]] | None = field(default=None, hash=False)
+    # The share of decode steps that draft (1: every step, as vLLM's draft models do; llama.cpp's prompt
+    # lookup drafts only where the context repeats itself): a step that does not draft schedules one token.
+    draft_rate: float = 1.0
 
     @property
     def speculative(self) -> bool:
@@ -166,7 +169,7 @@ class ArmConfig:
 
 _BATCH_DEFAULTS: dict[str, Any] = {"step_per_kv_token_us": 0.0, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
                                    "kv_cache_blocks": 0, "acceptance_rate": None, "acceptance_concentration": 0.0,
-                                   "families": None}
+                                   "families": None, "draft_rate": 1.0}
 
 
 def _default_arms() -> tuple[ArmConfig, ...]:
@@ -386,6 +389,8 @@ def _arm(name: str, f: Fields) -> ArmConfig:
         kw["acceptance_rate"] = f.number("acceptance_rate", low=0, high=1)
     if f.has("acceptance_concentration"):
         kw["acceptance_concentration"] = f.number("acceptance_concentration", low=0)
+    if f.has("draft_rate"):
+        kw["draft_rate"] = f.number("draft_rate", low=0, high=1)
     if f.has("families"):
         table = f.table("families")
         families: dict[str, dict[str, float]] = {}

@@ -207,6 +207,8 @@ class Generation:
             remaining = self.params.max_tokens - self.generated
             depth = self.arm.k if self.draft_past_end else min(self.arm.k, remaining - 1)
             drafts = depth if self.arm.speculative else 0
+            if drafts and self.arm.draft_rate < 1.0 and self._rng.random() >= self.arm.draft_rate:
+                drafts = 0   # a step that finds nothing to draft (prompt lookup without a match)
             accepted = 0
             for position in range(drafts):
                 chance = self.arm.acceptance[position] if self.rate is None else self.rate

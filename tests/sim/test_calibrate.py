@@ -71,6 +71,44 @@ def test_calibration_finds_a_server_that_serves_one_at_a_time(tmp_path: Path) ->
     assert abs(row["error"]["ttft_ms"]["p50"]) < 0.10
 
 
+def test_a_server_without_usage_still_prefills_in_the_twin(tmp_path: Path) -> None:
+    """No prompt token counts (llama-cpp-python streams no usage): prefill is fitted as one fixed cost, and the
+    twin's TTFT at concurrency 1 is that cost, not one decode step (the prediction once dropped the prefill)."""
+    specs = []
+    for c in (1, 2):
+        path = measured(tmp_path / f"plain-{c}", k=0, costs=TRUE, acceptance=Acceptance(0.0), concurrency=c,
+                        prompts=PROMPTS, max_tokens=64, seed=c, jitter=0.02, usage=False)
+        specs.append(f"plain={path}")
+    fit = sim.calibrate(_read(specs))
+    costs = fit.arms["plain"].costs
+    assert any("no usage" in note for note in fit.arms["plain"].notes)
+    mean_prefill = TRUE.prefill_fixed_ms + TRUE.per_prefill_token_ms * sum(PROMPTS) / len(PROMPTS)   # 50 ms
+    assert costs.prefill_fixed_ms == pytest.approx(mean_prefill, rel=COST_ERROR)
+    row = next(r for r in fit.residuals if r["concurrency"] == 1)
+    assert row["predicted"]["ttft_ms"]["p50"] == pytest.approx(costs.prefill_fixed_ms, rel=0.01)
+    assert abs(row["error"]["ttft_ms"]["p50"]) < 0.25   # the prompts' own spread (100-800 tokens) remains
+
+
+def test_a_server_that_drafts_in_some_steps_is_fitted_with_its_draft_rate(tmp_path: Path) -> None:
+    """Prompt lookup drafts only where the context repeats: the fit finds the share of steps that draft
+    (the counters' drafting steps), and the twin's accepted per decode step and TPOT follow it; a draft
+    model (every step) keeps draft_rate 1, absent from the twin's file."""
+    specs = []
+    for c in (1, 2, 4):
+        path = measured(tmp_path / f"lookup-{c}", k=4, costs=TRUE, acceptance=Acceptance(0.7), concurrency=c,
+                        prompts=PROMPTS, max_tokens=64, seed=c, jitter=0.02, draft_rate=0.3)
+        specs.append(f"lookup={path}")
+    fit = sim.calibrate(_read(specs))
+    assert fit.arms["lookup"].draft_rate == pytest.approx(0.3, abs=0.05)
+    assert fit.arms["lookup"].k == 4 and fit.config.arm("lookup").draft_rate == fit.arms["lookup"].draft_rate
+    for row in fit.residuals:   # per request, accepted per step also carries each request's luck in drafting
+        assert abs(row["error"]["accepted_per_round"]["p50"]) < 0.25, row["error"]
+        assert abs(row["error"]["tpot_ms"]["p50"]) < 0.10, row["error"]
+    every = sim.calibrate(_read(_runs(tmp_path / "every")))
+    assert every.arms["spec"].draft_rate == 1.0 and "draft_rate" not in every.table["arms"]["spec"]
+    assert sim.config_from_dict(fit.config.to_dict()).arm("lookup").draft_rate == fit.arms["lookup"].draft_rate
+
+
 def test_calibration_refuses_too_little_data(tmp_path: Path) -> None:
     one_level = _read(_runs(tmp_path / "a", levels=(2,)))
     with pytest.raises(FormatError, match="calibration needs at least 2"):

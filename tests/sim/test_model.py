@@ -63,6 +63,18 @@ def test_step_time_grows_with_depth_and_clock_dial_back() -> None:
     assert gen.next_step(clock_factor=1.15).duration_ms == 10 * 1.15  # type: ignore[union-attr]
 
 
+def test_a_draft_rate_below_one_drafts_in_that_share_of_steps() -> None:
+    """draft_rate 0.3 (prompt lookup): about 30 % of decode steps draft, the others schedule one token and
+    cost a plain step; at the default 1 every decode step but none drafts."""
+    arm = ArmConfig("lookup", k=4, acceptance=(0.5,) * 4, step_base_ms=10, step_per_token_ms=1, draft_rate=0.3)
+    steps = [s for key in range(20) for s in run(arm, 200, key=f"r{key}", ignore_eos=True)[1:]]
+    drafting = [s for s in steps if s.drafts]
+    assert 0.25 < len(drafting) / len(steps) < 0.35, len(drafting) / len(steps)
+    assert all(s.duration_ms == 11.0 for s in steps if not s.drafts)   # one token: base + 1 x per token
+    every = run(ArmConfig("draft", k=4, acceptance=(0.5,) * 4), 200, ignore_eos=True)[1:]
+    assert all(s.drafts == 4 for s in every)
+
+
 def test_ttft_depends_on_prompt_length() -> None:
     arm = ArmConfig("x", ttft_base_ms=40, ttft_per_1k_tokens_ms=12)
     short = Generation(arm=arm, params=SamplingParams(max_tokens=2), prompt_tokens=1000, seed_key="a").next_step()
