@@ -2,9 +2,9 @@
 
     python bench/twin.py [--markdown]
 
-Reads ``bench/twin/*.json`` (written by ``tests/real/test_twin_llama.py``: calibrate on one
-family and two concurrency levels, predict the other family at two levels) and prints, per
-server, arm and concurrency level, the twin's relative error (twin - measured) / measured of
+Reads ``bench/out/twin-*.json`` (written by ``tests/real/test_twin_llama.py``: per held-out split,
+another concurrency level or another family, a twin calibrated on the other runs) and prints, per
+server, split, arm and concurrency level, the twin's relative error (twin - measured) / measured of
 the per-request median and p95 of TPOT, ITL and TTFT and of accepted per round. The target is
 within 10 %; never asserts (the machine is shared and noisy).
 """
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent / "twin"
+HERE = Path(__file__).resolve().parent / "out"
 FIGURES = (("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("ttft_ms", "TTFT"), ("accepted_per_round", "accepted/round"))
 
 
@@ -26,10 +26,10 @@ def _cell(error: dict[str, float | None] | None) -> str:
     return f"{error['p50']:+.1%} / {error['p95']:+.1%}"
 
 
-def table(report: dict, markdown: bool) -> list[str]:
+def table(split: dict, markdown: bool) -> list[str]:
     head = ["arm", "c", "family", *(f"{label} p50 / p95" for _k, label in FIGURES)]
     rows = [[r["arm"], str(r["concurrency"]), r["family"], *(_cell(r["error"].get(k)) for k, _l in FIGURES)]
-            for r in report["held_out_errors"]]
+            for r in split["held_out_errors"]]
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     widths = [max(len(x) for x in column) for column in zip(head, *rows, strict=True)]
@@ -40,20 +40,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    files = sorted(HERE.glob("*.json"))
+    files = sorted(HERE.glob("twin-*.json"))
     if not files:
         print("no recorded twin errors yet (docs/sim.md, \"The twin's error on real servers\")")
         return 0
     for path in files:
         report = json.loads(path.read_text())
-        print(f"{path.name}: {report['server']}; calibrated on {report['calibrated_on']}, held out "
-              f"{report['held_out']}; {report['requests_per_run']} requests x {report['max_tokens']} tokens a run; "
-              f"load average {', '.join(f'{x:.1f}' for x in report['load_average'])} on {report['host_cpus']} CPUs")
-        for line in table(report, args.markdown):
-            print(line)
-        median, most = report.get("median_abs_error"), report.get("max_abs_error")
-        if median is not None:
-            print(f"median |error| {median:.1%}, largest {most:.1%} (target: within 10 %)")
+        print(f"{path.name}: {report['server']}; {report['requests_per_run']} requests x {report['max_tokens']} "
+              f"tokens a run; load average {', '.join(f'{x:.1f}' for x in report['load_average'])} on "
+              f"{report['host_cpus']} CPUs")
+        for name, split in report["splits"].items():
+            calibrated = ", ".join(f"{f} c{c}" for f, c in split["calibrated_on"])
+            held = ", ".join(f"{f} c{c}" for f, c in split["held_out"])
+            print(f"held out: {name} (calibrated on {calibrated}; predicting {held})")
+            for line in table(split, args.markdown):
+                print(line)
+            median, most = split.get("median_abs_error"), split.get("max_abs_error")
+            if median is not None:
+                print(f"median |error| {median:.1%}, largest {most:.1%} (target: within 10 %)")
     return 0
 
 
