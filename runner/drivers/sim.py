@@ -149,7 +149,7 @@ class SimDriver:
 
     def served_arms(self) -> Mapping[str, ServedArm] | None:
         """The arms the simulator is configured with (``GET /_sim/config``; the production arm among them),
-        each with the config digest its start reports (the config's ``reported_digests``)."""
+        each with the config digest and speculative config its start reports (the config's ``reported``)."""
         if self._arms is None:
             self._config()
         return self._arms

@@ -163,9 +163,11 @@ def arm_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     refusals = []
     if missing:
         names = list(served)
-        refusals.append(f"the {driver.kind} site serves no arm named {', '.join(repr(m) for m in missing)} (it serves "
-                        f"{', '.join(repr(s) for s in names[:20])}{' ...' if len(names) > 20 else ''}): a start of "
-                        f"{'it' if len(missing) == 1 else 'them'} would fail after the drain; {hint}")
+        serves = (f"it serves {', '.join(repr(s) for s in names[:20])}{' ...' if len(names) > 20 else ''}"
+                  if names else "it lists no arm")
+        refusals.append(f"the {driver.kind} site serves no arm named {', '.join(repr(m) for m in missing)} "
+                        f"({serves}): a start of {'it' if len(missing) == 1 else 'them'} would fail after the "
+                        f"drain; {hint}")
     for arm in plan.arms:
         site = served.get(arm.name)
         if site is None:

@@ -40,6 +40,9 @@ fault                  shape                                               effec
                                                                            at this cap on ``host`` ("": every host)
 ``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
                                                                            host identity ``member`` (worker_identity...)
+``digest_mismatch``    ``{config_digest, arm="", count=1}``                the next start of ``arm`` ("": any) reports
+                                                                           this config_digest (the config's
+                                                                           ``reported`` still says the arm's own)
 ``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
                                                                            to ``cap_mhz`` and it recovers as the
                                                                            request ends (a THERMAL-WATCH pair)
@@ -80,6 +83,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "host_tag": {"host": ("str", None), "tag": ("opt", ""), "commit": ("opt", ""), "count": ("int", 1)},
     "restore_clock_cap": {"cap_mhz": ("int", None), "host": ("opt", ""), "count": ("int", 1)},
     "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
+    "digest_mismatch": {"config_digest": ("str", None), "arm": ("opt", ""), "count": ("int", 1)},
 }
 
 

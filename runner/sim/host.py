@@ -305,13 +305,15 @@ class Host:
             other = self.faults.take("identity_mismatch")
             if other is not None:
                 identities[other["member"]] = other["value"]
+            changed = self.faults.take_for("digest_mismatch", arm.name)
+            digest = changed["config_digest"] if changed is not None else arm.reported_config_digest()
         if args.get("wait", True):
             self._wait_ready(session)
         return {
             **identities,
             "start": session.number, "session": session.session, "arm": arm.name, "role": role,
             "identity": self.identity_of(arm),
-            "config_digest": arm.reported_config_digest(), "speculative_config": arm.speculative_config(),
+            "config_digest": digest, "speculative_config": arm.speculative_config(),
             "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log), "output": "\n".join(session.log),
         }
 

@@ -115,8 +115,9 @@ class LlamaCppMetrics:
                 v["tokens_predicted_seconds_total"] += decode_s
                 v["spec_decode_num_draft_tokens_total"] += int(counts.get("draft_tokens", 0))
                 v["spec_decode_num_accepted_tokens_total"] += int(counts.get("accepted", 0))
-                v["spec_decode_num_drafts_total"] += int(counts.get("rounds", 0))
-                if counts.get("rounds") and len(self._per_pos) < self._k:
+                # the steps that proposed a draft, as llama.cpp counts them (below 1 per step: draft_rate)
+                v["spec_decode_num_drafts_total"] += int(counts.get("drafts", counts.get("rounds", 0)))
+                if counts.get("drafts", counts.get("rounds")) and len(self._per_pos) < self._k:
                     self._per_pos += [0] * (self._k - len(self._per_pos))   # sized at the first verification
                 for position, n in dict(counts.get("accepted_per_pos") or {}).items():
                     while len(self._per_pos) <= int(position):

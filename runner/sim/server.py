@@ -497,8 +497,9 @@ class _Handler(BaseHTTPRequestHandler):
                     factor = server.host.clock_factor() * generation.start_factor
                     step = replace(step, duration_ms=batch_ms * factor + (cold if step.index == 0 else 0.0))
                     left = request.params.max_tokens - generation.generated
-                    load.set(key, 1 + (min(engine.arm.k, left - 1) if engine.arm.k else 0), 0,
-                             context + len(step.tokens))
+                    # the next step's tokens, its drafts expected at the arm's draft_rate
+                    load.set(key, 1 + (round(min(engine.arm.k, left - 1) * engine.arm.draft_rate)
+                                       if engine.arm.k else 0), 0, context + len(step.tokens))
                     batch = (batched, load.kv_usage())
                 text = "".join(token_text(t, config.eos_token_id) for t in step.tokens)
                 if stops:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from runner.audit.full import run_audit
 from runner.decide.inputs import replay_window
 from runner.demo.scenarios import sim_config_for
@@ -92,10 +94,38 @@ def test_a_candidate_reporting_lossy_verification_fails_at_its_start(tmp_path: P
         close(w)
 
 
-def test_a_start_reporting_another_digest_is_refused_and_the_window_restores(tmp_path: Path) -> None:
-    w = _world_with_sim_arm(tmp_path, "digest", reported_digest="0" * 64)
+def _digest_changes_at_start(w: Any) -> None:
+    """Arm B's next start reports another config_digest than the simulator lists for it before the drain
+    (the engine changed after the site was asked): the fit check passes, start_config finds it."""
+    b = next(arm for arm in read_plan_file(SIMPLE_PP3).plan.arms if arm.role == "B")
+    w.sim.set_faults(digest_mismatch={"config_digest": "0" * 64, "arm": b.name})
+
+
+def test_a_listed_digest_the_start_would_not_report_is_refused_before_the_drain(tmp_path: Path) -> None:
+    """A simulator configured to report another digest for arm B says so before the drain: refused, nothing done."""
+    from ledger.errors import PolicyError
+
+    w = _world_with_sim_arm(tmp_path, "listed", reported_digest="0" * 64)
     try:
         gate_all(w)
+        size = w.book.size()
+        try:
+            run(w, "listed")
+        except PolicyError as exc:
+            assert "declares config_digest" in str(exc) and "reports 0000000000000000" in str(exc)
+        else:
+            raise AssertionError("the window ran")
+        assert w.book.size() == size                                              # nothing appended
+        assert httpx.get(f"{w.sim.url}/_sim/state").json()["actions"] == []      # no host touched
+    finally:
+        close(w)
+
+
+def test_a_start_reporting_another_digest_is_refused_and_the_window_restores(tmp_path: Path) -> None:
+    w = _world_with_sim_arm(tmp_path, "digest")
+    try:
+        gate_all(w)
+        _digest_changes_at_start(w)
         result = run(w, "digest")
         assert result.ending == "aborted" and result.decision == "REJECT"
         gates = _gates(w, "digest")
@@ -163,12 +193,13 @@ def test_production_policy_outside_its_allowed_differences_fails(tmp_path: Path)
 
 
 def test_execute_exits_1_when_the_window_ended_aborted_and_abort_exits_0(tmp_path: Path) -> None:
-    w = _world_with_sim_arm(tmp_path, "cli-abort", reported_digest="0" * 64)
+    w = _world_with_sim_arm(tmp_path, "cli-abort")
     tally = str(Path(sys.executable).with_name("tally"))
     home = tmp_path / "w"
     env = dict(os.environ, TALLY_DB=str(home / "tally.db"), TALLY_KEY=str(home / ".tally/root.pem"))
     try:
         gate_all(w)
+        _digest_changes_at_start(w)
         done = subprocess.run([tally, "window", "run", "cli-abort", "--site", str(home / "site.toml"), "--execute",
                                "--json"], capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 1, done.stderr
