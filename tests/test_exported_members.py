@@ -78,7 +78,7 @@ FACES: dict[str, list[str]] = {
         "RehearsalGate", "RngGate", "RngReceipt", "SpecResult", "StandardSpecGate", "admit", "budget_report",
         "check_power", "check_prev_ok", "check_rng", "check_standard_spec", "check_start_config", "describe",
         "new_dial_backs", "power_gate", "read_admission_receipt", "read_caps", "read_rng_receipt", "record_finding",
-        "record_gate", "replay_power_gate", "restored_clock", "run_gate", "run_prev_ok", "spec_sha256",
+        "record_gate", "replay_power_gate", "restored_clock", "run_gate", "run_prev_ok", "spec_reported", "spec_sha256",
     ],
     "runner.measure": [
         "COUNTER_SERIES", "FAMILIES", "MAX_COUNT", "MAX_FAMILY_BYTES", "MAX_PROBE_BYTES", "SERVER_STRING_BYTES",

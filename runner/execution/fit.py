@@ -19,6 +19,7 @@ import httpx
 from ledger.errors import PolicyError
 
 from ..events import payloads, read_payload
+from ..gates import spec_reported
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -176,7 +177,7 @@ def arm_refusals(plan: Plan, driver: HostDriver) -> list[str]:
             refusals.append(f"arm {arm.name!r} declares config_digest {arm.config_digest[:16]}..., but the site "
                             f"says a start of it reports {site.config_digest[:16]}...: start_config would fail "
                             "after the drain (register the digest the site reports, or fix the site's arm)")
-        runs_spec = bool(site.speculative_config)   # start_config's rule: a non-empty config is speculative
+        runs_spec = spec_reported(site.speculative_config)   # start_config's own rule
         if site.reports_speculative and runs_spec != arm.speculates:
             refusals.append(f"arm {arm.name!r} declares " + ("speculative decoding" if arm.speculates else
                                                               'speculative = "none"')

@@ -34,7 +34,7 @@ from .record import GateOutcome, record_finding, run_gate
 from .rehearsed import RehearsalGate
 from .rng import RngGate, check_rng
 from .spec import SpecResult, StandardSpecGate, check_standard_spec, spec_sha256
-from .start_config import check_start_config
+from .start_config import check_start_config, spec_reported
 
 __all__ = [
     "Admission",
@@ -76,5 +76,6 @@ __all__ = [
     "restored_clock",
     "run_gate",
     "run_prev_ok",
+    "spec_reported",
     "spec_sha256",
 ]

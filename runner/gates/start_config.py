@@ -63,7 +63,8 @@ def _allowed(path: str, allowed: Sequence[str]) -> bool:
     return any(path == entry or path.startswith(entry + ".") for entry in allowed)
 
 
-def _spec_reported(config: Any) -> bool:
+def spec_reported(config: Any) -> bool:
+    """Does a reported ``speculative_config`` mean speculative decoding is on? (A non-empty mapping.)"""
     return isinstance(config, Mapping) and bool(config)
 
 
@@ -84,10 +85,10 @@ def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
     spec = reported.get("speculative_config")
     if "speculative_config" not in reported:
         failures.append("the host did not report the start's speculative config")
-    elif arm.speculative is None and _spec_reported(spec):
+    elif arm.speculative is None and spec_reported(spec):
         failures.append(f"arm {arm.role} declares no speculative decoding, but the engine reports "
                         f"{_short(spec)}")
-    elif arm.speculative is not None and not _spec_reported(spec):
+    elif arm.speculative is not None and not spec_reported(spec):
         failures.append(f"arm {arm.role} declares speculative decoding, but the engine reports none")
     evidence: dict[str, Any] = {
         "start": start, "role": arm.role, "arm": arm.name,
