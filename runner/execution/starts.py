@@ -137,10 +137,11 @@ class StartSteps(Recorder):
         reported = self._observed_spec(step.start)
         observed = reported if reported is not None else (arm.speculative or {})
 
-        def began(facts: Mapping[str, Any]) -> list[Pending]:
+        def began(facts: Mapping[str, Any] | None) -> list[Pending]:
             from ..gates.clocks import read_caps
 
-            reading = read_caps(facts, self.driver.hosts) if facts else None
+            facts = facts or {}
+            reading = read_caps(facts, self.driver.hosts) if clocks else None   # every host's own line
             clock = reading.to_json() if reading is not None and (reading.hosts or reading.problems) else None
             return [("start.began", p.StartBegan(
                 start=start.id, role=start.role, clock_cap_mhz=reading.cap if reading is not None else None,
@@ -151,8 +152,9 @@ class StartSteps(Recorder):
                           "spec_config_source": "host" if reported is not None else "declared (host reported none)"},
             ), ())]
 
-        if self.plan.production_clock_cap_mhz is None:  # no GPU clocks on this site: no cap to read
-            self.append(began({}))
+        clocks = self.plan.production_clock_cap_mhz is not None
+        if not clocks:  # no GPU clocks on this site: no cap to read
+            self.append(began(None))
             return
         self.action("read_clock_cap", None, self.arm_params(step.start), start=step.start,
                     then=lambda res: began(res.facts))

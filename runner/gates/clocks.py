@@ -3,9 +3,10 @@
 A site's ``read_clock_cap`` reports the start's cap (``clock_cap_mhz``), the log line it
 read it from (``log_line``) and, on a multi-host site, every host's own reading
 (``hosts``: host -> ``{clock_cap_mhz, log_line}``). :func:`read_caps` takes each host's
-cap from the number in its own log line ("clock cap N MHz") where the line has one, and
-says what is wrong: a host whose line and number disagree, hosts that disagree with each
-other, a site-wide number that is not theirs. Any problem fails the start (the
+cap from the number in its own log line ("clock cap N MHz") and says what is wrong: a
+host with no reading or no cap line (on a multi-host site one site-wide line is not every
+node's), a host whose line and number disagree, hosts that disagree with each other, a
+site-wide number that is not theirs. Any problem fails the start (the
 ``start_config`` gate). :func:`new_dial_backs` turns a ``read_thermal`` answer (the
 host's THERMAL-WATCH log) into the dial-backs not yet recorded, and a line naming a host
 the site does not have into a malformed reading (never that host's dial-back). Pure:
@@ -81,6 +82,15 @@ def read_caps(facts: Mapping[str, Any], hosts: Collection[str], action: str = "r
         line = reading.get("log_line")
         per_host[name] = {"clock_cap_mhz": caps[name],
                           "log_line": line[:_LINE_CHARS] if isinstance(line, str) else None}
+    if raw is None:
+        named = ", ".join(list(hosts)[:8]) + (" ..." if len(hosts) > 8 else "")
+        every = f"every host ({named}) must report its clock cap line"
+        if site is None:
+            problems.append(f"{action} reported no clock cap: {every}")
+        elif len(hosts) > 1:
+            problems.append(f"{action} gave one site-wide reading and no host's own: {every}")
+        elif cap_in_line(facts.get("log_line")) is None:
+            problems.append(f"{action} gave a clock cap number but no clock cap line: {every}")
     if raw is not None:
         unread = [h for h in hosts if h not in caps]
         if unread:
@@ -88,6 +98,9 @@ def read_caps(facts: Mapping[str, Any], hosts: Collection[str], action: str = "r
         unknown = [h for h, c in caps.items() if c is None]
         if unknown:
             problems.append(f"no clock cap in the reading of {', '.join(unknown)}")
+        lineless = [h for h, c in caps.items() if c is not None and cap_in_line(raw[h].get("log_line")) is None]
+        if lineless:
+            problems.append(f"no clock cap line from {', '.join(lineless)} (a number alone is not the host's log)")
     known = {h: c for h, c in caps.items() if c is not None}
     if len(set(known.values())) > 1:
         problems.append("the hosts disagree on the clock cap: "
@@ -102,12 +115,13 @@ def read_caps(facts: Mapping[str, Any], hosts: Collection[str], action: str = "r
 def restored_clock(facts: Mapping[str, Any], hosts: Collection[str], expected: int | None) -> dict[str, Any] | None:
     """Production's cap after a restore, checked against ``expected`` (production's registered cap).
 
-    ``None`` when no cap applies (no GPU clocks) or the restore reported none. Otherwise
-    ``{hosts, problems, clock_cap_mhz, expected_clock_cap_mhz}``: a host that brought
-    production back at another cap, and hosts that disagree, are problems (each names the
-    host, the cap read and the cap expected); a restore with problems is not verified.
+    ``None`` when no cap applies (no GPU clocks). Otherwise ``{hosts, problems,
+    clock_cap_mhz, expected_clock_cap_mhz}``: a host that brought production back at
+    another cap, hosts that disagree, and a host (or a restore) that reports no cap line are
+    problems (each names the host, the cap read and the cap expected); a restore with
+    problems is not verified.
     """
-    if expected is None or (facts.get("clock_cap_mhz") is None and facts.get("hosts") is None):
+    if expected is None:
         return None
     reading = read_caps(facts, hosts, "restore")
     problems = list(reading.problems)

@@ -38,6 +38,9 @@ fault                  shape                                               effec
                                                                            pointing at ``commit`` ("": the window's)
 ``restore_clock_cap``  ``{cap_mhz, host="", count=1}``                     the next restore brings production up
                                                                            at this cap on ``host`` ("": every host)
+``clock_line_missing`` ``{action, host="", count=1}``                      the next ``action`` (read_clock_cap or
+                                                                           restore) reports no reading of ``host``
+                                                                           ("": one site-wide line, no host's own)
 ``identity_mismatch``  ``{member, value, count=1}``                        the next start reports ``value`` as its
                                                                            host identity ``member`` (worker_identity...)
 ``digest_mismatch``    ``{config_digest, arm="", count=1}``                the next start of ``arm`` ("": any) reports
@@ -83,6 +86,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "host_tag": {"host": ("str", None), "tag": ("opt", ""), "commit": ("opt", ""), "count": ("int", 1)},
     "restore_clock_cap": {"cap_mhz": ("int", None), "host": ("opt", ""), "count": ("int", 1)},
     "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
+    "clock_line_missing": {"action": ("str", None), "host": ("opt", ""), "count": ("int", 1)},
     "digest_mismatch": {"config_digest": ("str", None), "arm": ("opt", ""), "count": ("int", 1)},
 }
 
@@ -176,6 +180,17 @@ class FaultState:
         with self._lock:
             spec = self._faults.get(kind)
             if not isinstance(spec, dict) or spec.get("arm") not in ("", arm):
+                return None
+            spec["count"] -= 1
+            if spec["count"] <= 0:
+                del self._faults[kind]
+            return dict(spec)
+
+    def take_if(self, kind: str, member: str, value: Any) -> dict[str, Any] | None:
+        """One use of an armed fault of ``kind`` whose ``member`` is ``value`` (``None`` otherwise)."""
+        with self._lock:
+            spec = self._faults.get(kind)
+            if not isinstance(spec, dict) or spec.get(member) != value:
                 return None
             spec["count"] -= 1
             if spec["count"] <= 0:

@@ -434,13 +434,11 @@ class Host:
             snap = dict(self.snapshot_taken)
         if args.get("wait", True):
             self._wait_ready(session)
-        return {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
-                "session": session.session,
-                "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
-                "hosts": {h: {"clock_cap_mhz": session.host_caps.get(h, session.clock_cap_mhz),
-                              "log_line": f"clock cap {session.host_caps.get(h, session.clock_cap_mhz)} MHz"}
-                          for h in self.config.hosts},
-                "output": f"production restored to snapshot {snap['sha256']}"}
+        facts = {"sha256": snap["sha256"], "identity": snap["identity"], "start": session.number,
+                 "session": session.session,
+                 "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
+                 "output": f"production restored to snapshot {snap['sha256']}"}
+        return {**facts, **self._host_lines(session, "restore")}
 
     def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:
         state = args.get("state")
@@ -498,12 +496,23 @@ class Host:
             if engine is None:
                 raise HostActionError(409, "read_clock_cap", "no engine is running")
             line = next(line for line in engine.log if line.startswith("clock cap "))
-            hosts = {h: {"clock_cap_mhz": engine.host_caps.get(h, engine.clock_cap_mhz),
-                         "log_line": f"clock cap {engine.host_caps.get(h, engine.clock_cap_mhz)} MHz"}
-                     for h in self.config.hosts}
+            lines = self._host_lines(engine, "read_clock_cap")
+            hosts = lines.get("hosts", {})
             return {"start": engine.number, "clock_cap_mhz": engine.clock_cap_mhz,
-                    "current_clock_mhz": self.current_mhz, "log_line": line, "hosts": hosts,
-                    "output": "\n".join(f"{h}: {v['log_line']}" for h, v in hosts.items())}
+                    "current_clock_mhz": self.current_mhz, "log_line": line, **lines,
+                    "output": "\n".join([f"{h}: {v['log_line']}" for h, v in hosts.items()] or [line])}
+
+    def _host_lines(self, session: EngineSession, action: str) -> dict[str, Any]:
+        """Every host's own clock cap line (``hosts``), less the one fault ``clock_line_missing`` leaves out."""
+        hosts = {h: {"clock_cap_mhz": session.host_caps.get(h, session.clock_cap_mhz),
+                     "log_line": f"clock cap {session.host_caps.get(h, session.clock_cap_mhz)} MHz"}
+                 for h in self.config.hosts}
+        missing = self.faults.take_if("clock_line_missing", "action", action)
+        if missing is not None and not missing["host"]:
+            return {}
+        if missing is not None:
+            hosts.pop(str(missing["host"]), None)
+        return {"hosts": hosts}
 
     def _do_read_thermal(self, args: dict[str, Any]) -> dict[str, Any]:
         """The THERMAL-WATCH log: every dial-back since the host booted, and the clock now."""

@@ -170,15 +170,76 @@ def test_each_hosts_cap_comes_from_its_own_log_line() -> None:
     from runner.gates.clocks import read_caps
 
     agreed = read_caps({"clock_cap_mhz": 2300, "log_line": "clock cap 2300 MHz",
-                        "hosts": {"a": {"log_line": "a: clock cap 2300 MHz"}, "b": {"clock_cap_mhz": 2300}}}, ("a", "b"))
+                        "hosts": {"a": {"log_line": "a: clock cap 2300 MHz"},
+                                  "b": {"clock_cap_mhz": 2300, "log_line": "b: clock cap 2300 MHz"}}}, ("a", "b"))
     assert agreed.cap == 2300 and not agreed.problems
     lying = read_caps({"clock_cap_mhz": 2300, "hosts": {"a": {"clock_cap_mhz": 2300, "log_line": "clock cap 1900 MHz"},
                                                         "b": {"clock_cap_mhz": 2300}}}, ("a", "b"))
     assert "a reports clock cap 2300 MHz, but its own log line says 1900 MHz" in lying.problems
     assert any("disagree" in p for p in lying.problems)
-    missing = read_caps({"clock_cap_mhz": 2300, "hosts": {"a": {"clock_cap_mhz": 2300}}}, ("a", "b"))
-    assert "no clock cap read on b" in missing.problems
-    assert read_caps({"clock_cap_mhz": 2300}, ("a", "b")).problems == ()   # a site-wide reading only: as before
+    missing = read_caps({"clock_cap_mhz": 2300, "hosts": {"a": {"log_line": "clock cap 2300 MHz"}}}, ("a", "b"))
+    assert missing.problems == ("no clock cap read on b",)
+    number_only = read_caps({"hosts": {"a": {"log_line": "clock cap 2300 MHz"}, "b": {"clock_cap_mhz": 2300}}},
+                            ("a", "b"))
+    assert number_only.problems == ("no clock cap line from b (a number alone is not the host's log)",)
+
+
+def test_every_node_reports_its_own_cap_line_a_site_wide_one_is_not_every_nodes() -> None:
+    from runner.gates.clocks import read_caps
+
+    site_wide = read_caps({"clock_cap_mhz": 2300, "log_line": "clock cap 2300 MHz"}, ("a", "b"))
+    assert site_wide.problems == ("read_clock_cap gave one site-wide reading and no host's own: every host (a, b) "
+                                  "must report its clock cap line",)
+    nothing = read_caps({}, ("a", "b"), "restore")
+    assert nothing.cap is None and nothing.problems == (
+        "restore reported no clock cap: every host (a, b) must report its clock cap line",)
+    # one host: the site-wide line is that host's own; a bare number is not a line
+    assert read_caps({"clock_cap_mhz": 2300, "log_line": "clock cap 2300 MHz"}, ("a",)).problems == ()
+    assert read_caps({"clock_cap_mhz": 2300}, ("a",)).problems == (
+        "read_clock_cap gave a clock cap number but no clock cap line: every host (a) must report its clock cap line",)
+
+
+@pytest.mark.parametrize("missing", [HOSTS[1], ""])
+def test_a_host_with_no_clock_line_at_a_start_fails_the_start(tmp_path: Path, missing: str) -> None:
+    w = _world(tmp_path)
+    try:   # the first start's read_clock_cap leaves out the worker's own line (or every host's: "")
+        w.sim.set_faults(clock_line_missing={"action": "read_clock_cap", "host": missing})
+        result = run(w, WINDOW)
+        assert result.ending == "aborted"
+        began = _events(w, "start.began")[0]
+        problem = (f"no clock cap read on {HOSTS[1]}" if missing else
+                   "read_clock_cap gave one site-wide reading and no host's own: every host "
+                   f"({', '.join(HOSTS)}) must report its clock cap line")
+        assert began["clock"]["problems"] == [problem]
+        gate = next(g for g in _events(w, "gate.result") if g["gate"] == "start_config")
+        assert gate["verdict"] == "FAIL" and f"clock: {problem}" in gate["summary"]
+        assert not _events(w, "wave.measured")          # nothing measured without every node's cap
+        s = state(w.book)
+        assert s.production == "up" and s.hold is None
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_a_restore_that_reports_no_hosts_cap_line_is_not_verified_and_escalates(tmp_path: Path) -> None:
+    w = _world(tmp_path)
+    try:   # every restore attempt leaves out the worker's reading: production's cap there is not known
+        w.sim.set_faults(clock_line_missing={"action": "restore", "host": HOSTS[1], "count": 3})
+        result = run(w, WINDOW)
+        assert result.escalated and result.ending is None
+        attempts = _restore_actions(w)
+        assert [a["ok"] for a in attempts] == [False, False, False]
+        assert f"no clock cap read on {HOSTS[1]}" in attempts[0]["detail"]["error"]
+        assert attempts[0]["detail"]["restore_verified"] is False
+        assert [f["status"] for f in _events(w, "restore.finished")] == ["failed"]
+        s = state(w.book)
+        assert s.hold is not None and s.hold.owner == WINDOW     # the HOLD stays ours until a verified restore
+        second = WindowRunner(w.book, w.root, WINDOW, w.driver, time_scale=w.time_scale).run(resume=True)
+        assert second.ending == "restored"
+        assert _events(w, "restore.finished")[-1]["detail"]["clock"]["problems"] == []
+        assert replay_window(w.book, WINDOW).match and run_audit(book=w.book).ok
+    finally:
+        close(w)
 
 
 def test_a_dialled_back_control_start_is_archived_at_its_real_cap_and_flagged(tmp_path: Path) -> None:
