@@ -64,8 +64,12 @@ lint: $(STAMP)
 	$(PY) -m ruff check ledger runner cli migrations tests bench
 	$(PY) -m mypy
 
+# Two test workers (pytest-xdist), one per core: tests/conftest.py's scheduler keeps each file's tests on
+# one worker, the real servers' tests on one (at most two servers up at once), one PostgreSQL cluster for both.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(PY) bench/run.py

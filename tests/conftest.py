@@ -11,6 +11,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -37,8 +38,75 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _workers(config: pytest.Config) -> int:
+    """How many xdist workers this session runs (0: none, the tests run in this process)."""
+    return int(getattr(config.option, "numprocesses", 0) or 0)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist the controller starts the session's one PostgreSQL cluster and hands it to its workers
+    (``pgcluster.SHARED``, in the environment they inherit); each worker makes its own databases in it."""
+    if _workers(config) and not hasattr(config, "workerinput") and pgcluster.available() is None:
+        cluster = pgcluster.Cluster()
+        try:
+            cluster.start()
+        except Exception:   # the workers try again themselves, and fail or skip with the reason
+            cluster.stop()
+            return
+        config.stash[_CLUSTER] = cluster
+        os.environ[pgcluster.SHARED] = cluster.handle()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cluster = config.stash.get(_CLUSTER, None)
+    if cluster is not None:
+        os.environ.pop(pgcluster.SHARED, None)
+        cluster.stop()
+
+
+_CLUSTER = pytest.StashKey[pgcluster.Cluster]()
+WHEEL_FILES = ("tests/test_packaging.py", "tests/test_readme.py")
+"""The files whose tests use the installed wheel (``installed_wheel``, ``demo_runs``): one worker, one install."""
+
+
+def worker_group(nodeid: str) -> str:
+    """The worker group of a test (``make test`` runs two xdist workers): every real server's test in one
+    (one llama.cpp pair and one vLLM pair per session, at most two servers up at once), the installed wheel's in
+    one, and each other file's tests together (its module fixtures run once)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/real/"):
+        return "real"
+    return "wheel" if path in WHEEL_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole groups (``worker_group``) to a worker, the longest first (xdist's ``loadgroup`` marks do not reach
+    pytest 9's node ids, so the grouping is the scheduler's own)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return Groups(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist the real servers' tests come first, then the wheel's: the longest group starts at once (the
+    scheduler hands out groups in collection order)."""
+    if not _workers(config) and not hasattr(config, "workerinput"):
+        return
+    rank = {"real": 0, "wheel": 1}
+    items.sort(key=lambda item: rank.get(worker_group(item.nodeid), 2))
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[pgcluster.Cluster]:
+    shared = pgcluster.Cluster.shared()
+    if shared is not None:
+        yield shared   # the controller's: it stops it
+        return
     reason = pgcluster.available()
     if reason is not None:
         if os.environ.get("TALLY_REQUIRE_POSTGRES") == "1":

@@ -40,13 +40,31 @@ def available() -> str | None:
     return None
 
 
+SHARED = "TALLY_TEST_PG"
+"""The environment variable by which the test session's controller hands its workers the cluster it
+started (``port:directory``): one cluster per session, whatever the number of workers."""
+
+
 class Cluster:
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="tally-pg-"))
+    def __init__(self, directory: Path | None = None, port: int | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="tally-pg-")) if directory is None else directory
         self.data = self.dir / "data"
-        self.port = _free_port()
+        self.port = _free_port() if port is None else port
         self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
         self._counter = 0
+
+    @classmethod
+    def shared(cls) -> Cluster | None:
+        """The cluster this session's controller started for its workers (``SHARED``), if any."""
+        value = os.environ.get(SHARED)
+        if not value:
+            return None
+        port, _, directory = value.partition(":")
+        return cls(Path(directory), int(port))
+
+    def handle(self) -> str:
+        """What ``SHARED`` holds for this cluster."""
+        return f"{self.port}:{self.dir}"
 
     def _run(self, *args: str) -> None:
         command = list(args)

@@ -12,7 +12,7 @@ from . import vllmpair
 from .llamasite import LlamaSite, make_site, unavailable
 
 _VLLM_SITES: list[vllmpair.VllmSite] = []   # the session's vLLM site, to stop after its last test
-_LAST_VLLM_TEST: list[str] = []
+_LAST_VLLM_TEST: list[pytest.Item] = []   # the item itself: xdist renames node ids after this hook
 
 
 @pytest.fixture(scope="session")
@@ -68,12 +68,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     they stop after it (about 10 GB), not at the session's end."""
     third = [item for item in items if "vllm_priority" in getattr(item, "fixturenames", ())]
     items[:] = [item for item in items if item not in third] + third
-    users = [item.nodeid for item in items
+    users = [item for item in items
              if {"vllm_site", "vllm_pair", "vllm_priority"} & set(getattr(item, "fixturenames", ()))]
     _LAST_VLLM_TEST[:] = users[-1:]
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if _LAST_VLLM_TEST and item.nodeid == _LAST_VLLM_TEST[0]:
+    if _LAST_VLLM_TEST and item is _LAST_VLLM_TEST[0]:
         for site in _VLLM_SITES:
             site.stop()

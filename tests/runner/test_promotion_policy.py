@@ -15,6 +15,7 @@ from runner.promotion.policy import read_policy
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "promotion" / "pp4-promote-gate-v2.toml"
 LOG = vkey("tally.test/log", Signer.generate().public_raw)
 WITNESS = vkey("witness.test/w1", Signer.generate().public_raw, SIG_COSIGNATURE)
+# (test ids name these keys, not their random bytes: every xdist worker must collect the same ids)
 
 
 def _policy(trust: str | None = None, edit: tuple[str, str] | None = None) -> bytes:
@@ -65,7 +66,7 @@ def test_example_policy_ships_with_a_placeholder_log_key_that_is_refused() -> No
     (None, ("max_looks = 28", "max_looks = 0"), "looks.max_looks"),
     (None, ('spending = "bonferroni"', 'spending = "peeking"'), "looks.spending"),
     (None, ('spending = "bonferroni"', 'spending = "bonferroni"\nlooks_seen = 3'), "looks_seen"),
-])
+], ids=lambda value: value.replace(LOG, "LOG").replace(WITNESS, "WITNESS") if isinstance(value, str) else None)
 def test_policy_refusals_name_the_member(trust: str | None, edit: tuple[str, str] | None, message: str) -> None:
     with pytest.raises(FormatError, match=re.escape(message)):
         read_policy(_policy(trust, edit), "policy")
