@@ -15,7 +15,10 @@ from .conftest import MODEL, fast_config, prompts
 
 # Stated tolerances (the simulator runs in a child process; the machine may be busy):
 TTFT_TOLERANCE_MS = 10.0         # |client TTFT - (sim first send - client send)| per request
-INTERVAL_P95_TOLERANCE_MS = 2.0  # |client chunk interval - sim send interval|, 95th percentile
+# |client chunk interval - sim send interval|, 95th percentile: a fifth of the ~20 ms step below (a client that
+# read chunks late by a whole step, or coalesced two, would be off by 20 ms; the reader's own wake-up delay on a
+# busy 2-core host, two test workers and a server, reached 2.1 ms)
+INTERVAL_P95_TOLERANCE_MS = 4.0
 INTERVAL_MAX_TOLERANCE_MS = 25.0
 
 
@@ -55,8 +58,8 @@ def test_two_engines_summed_against_truth() -> None:
 
 
 def test_ttft_and_chunk_intervals_agree_with_sim_timestamps() -> None:
-    with sim.spawn(fast_config(time_scale=0.2), seed=5) as host:  # steps of ~4 ms
-        wave = measure_wave(host.url, host.metrics_url, prompts(4), model=MODEL, max_tokens=128, seed=7)
+    with sim.spawn(fast_config(time_scale=1.0), seed=5) as host:  # steps of ~20 ms
+        wave = measure_wave(host.url, host.metrics_url, prompts(4), model=MODEL, max_tokens=48, seed=7)
         truth = {r["request_id"]: r for r in host.truth()["requests"]}
     diffs: list[float] = []
     for record in wave.requests:
