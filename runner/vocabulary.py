@@ -99,7 +99,7 @@ Ending = Literal["restored", "chained", "aborted"]
 SnapshotSource = Literal["drain", "marker", "capture"]
 ThermalKind = Literal["dial_back", "recovered", "malformed"]
 MeasurementEndReason = Literal["complete", "stop_admitting", "hard_limit", "interrupted", "aborted", "failed",
-                               "truncated"]
+                               "truncated", "pressure"]
 BudgetAction = Literal["stop_admitting", "truncate_block", "begin_restore"]
 RestoreStatus = Literal["ok", "failed"]
 InterruptReason = Literal["signal", "crash", "abort", "error"]

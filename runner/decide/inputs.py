@@ -56,7 +56,7 @@ __all__ = [
 # dial-back: the window cannot show its clocks held, so it counts as one (fail closed)
 _DIAL_BACKS = ("dial_back", "malformed")
 
-INPUT_BUILDER = 4
+INPUT_BUILDER = 5
 """The builder new decisions use (recorded as ``decision.recorded.input_builder``).
 
 1: the first; 2: pp3 keeps each prompt of a frozen order, win2 carries ``repeats``;
@@ -64,8 +64,10 @@ INPUT_BUILDER = 4
 ``incomplete`` (priming that did not verify), as win2 reads clocks; win2 takes archive
 entries by their comparability key (``runner.state.archive``); 4: win2's ``accepted`` is
 the delivered figure (``counters.accepted_delivered``: vLLM counts drafts accepted past
-max_tokens, which the request discards), the raw counter kept as ``accepted_counted``."""
-INPUT_BUILDERS = (1, 2, 3, 4)
+max_tokens, which the request discards), the raw counter kept as ``accepted_counted``;
+5: pp3 carries ``diagnostics.accepted_per_round`` (per arm, from its blocks' waves' engine
+counters: seed 003 asks for it as a diagnostic that cannot override the decision)."""
+INPUT_BUILDERS = (1, 2, 3, 4, 5)
 ACCEPTED_BASIS = ("delivered: each wave's accepted is counters.accepted_delivered (the server's accepted drafts "
                   "capped at generation tokens - first tokens - rounds: drafts accepted past max_tokens, EOS or a "
                   "stop token are counted and discarded); accepted_counted is the raw counter; a wave recorded "
@@ -188,6 +190,16 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
     return failures
 
 
+def pressure_findings(events: Sequence[Event]) -> tuple[list[str], list[Event]]:
+    """What the window's ``pressure.crossed`` events said (one line per wave) and the events themselves."""
+    used = [e for e in events if e.type == "pressure.crossed"]
+    lines = []
+    for event in used:
+        crossed = read_payload(event, p.PressureCrossed)
+        lines.append(f"{crossed.start} {crossed.cell} wave {crossed.wave}: " + "; ".join(crossed.crossed))
+    return lines, used
+
+
 def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list[str]]:
     """The smoke stage's failures (named by kind) and its registered probes that did not run.
 
@@ -285,6 +297,10 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
         data["accepted_basis"] = ACCEPTED_BASIS
     if incomplete:
         data["excluded_waves"] = incomplete
+    pressure, pressure_events = pressure_findings(events)
+    if pressure:   # a plan's [pressure] limit crossed: measuring stopped there (absent in older windows)
+        data["pressure"] = pressure
+        used.extend(pressure_events)
     if plan.smoke is not None and plan.smoke.win2_effect == "inconclusive" and _smoke_counts(plan, events):
         failures, missing = smoke_findings(plan, events)
         used.extend(e for e in events if e.type == "smoke.result")
@@ -301,6 +317,7 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     # kept only its last; builder 2 keeps each prompt of the frozen order.
     seen: dict[tuple[str, ...], dict[str, Any]] = {}
     tpot_guard = plan.decision.get("guard") == "tpot_ms"
+    counted: dict[str, list[float]] = {role: [0.0, 0.0] for role in sorted(set(role_of.values()))}  # accepted, rounds
     for event in events:
         if event.type != "wave.measured":
             continue
@@ -308,6 +325,11 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
         used.append(event)
         if not _served_by_its_engine(w):
             continue  # not an observation of its block's arm: its requests count as not recorded
+        rounds, accepted = w.counters.rounds, w.counters.accepted_delivered
+        accepted = w.counters.accepted if accepted is None else accepted
+        if rounds and accepted is not None and w.start in role_of:
+            counted[role_of[w.start]][0] += accepted
+            counted[role_of[w.start]][1] += rounds
         for record in w.requests:
             key: tuple[str, ...] = (w.start, w.family, context_of.get(w.cell, w.cell))
             if builder >= 2:
@@ -320,7 +342,8 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
             }
             if tpot_guard:  # the plan's guard compares TPOT (chunks are not engine steps on its server)
                 seen[key]["tpot_ms"] = record.tpot_ms
-    stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted") for e in events)
+    stopped = any(e.type in ("budget.decision", "window.interrupted", "chain.aborted", "pressure.crossed")
+                  for e in events)
     requests = []
     for wave in plan.waves:
         base = (wave.start, wave.family, context_of[wave.cell])
@@ -354,9 +377,14 @@ def _pp3(plan: Plan, events: Sequence[Event], builder: int) -> DecisionInput:
     if builder >= 3:
         data["clocks"], clock_events = _pp3_clocks(plan, events)
         incomplete, priming_events = _pp3_priming(events)
-        used.extend(clock_events + priming_events)
+        pressure, pressure_events = pressure_findings(events)
+        incomplete += [f"pressure: {line}" for line in pressure]
+        used.extend(clock_events + priming_events + pressure_events)
         if incomplete:
             data["incomplete"] = incomplete
+    if builder >= 5:   # a diagnostic (seed 003: "report as a diagnostic; it cannot override")
+        data["diagnostics"] = {"accepted_per_round": {
+            role: round(a / r, 6) if r else None for role, (a, r) in counted.items()}}
     if _smoke_counts(plan, events):
         smoke_failed, smoke_missing = smoke_findings(plan, events)
         failures.extend(smoke_failed)

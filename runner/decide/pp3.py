@@ -118,6 +118,8 @@ class Pp3Input:
     clocks: Clocks | None = None           # absent in inputs built before the rule read clocks
     incomplete: tuple[str, ...] = ()       # recorded conditions not met as registered (priming)
     smoke_missing: tuple[str, ...] = ()   # registered smoke probes that did not run (incomplete)
+    # per arm: accepted draft tokens per engine round over its blocks' waves (input builder 5); never decides
+    accepted_per_round: Mapping[str, float | None] | None = None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -133,6 +135,7 @@ def parse(data: Any) -> Pp3Input:
     clocks = _clocks(f.table("clocks")) if "clocks" in f.data else None
     incomplete = f.strings("incomplete", (), nonempty=True, unique=False)
     smoke_missing = f.strings("smoke_missing", (), nonempty=True, unique=False)
+    accepted_per_round = _diagnostics(f.table("diagnostics")) if "diagnostics" in f.data else None
     f.done()
     seen: dict[tuple[str, str, str, str | None], int] = {}
     for r in requests:
@@ -141,7 +144,16 @@ def parse(data: Any) -> Pp3Input:
             raise FieldError(f"requests[{r.index}]", f"duplicate of requests[{seen[key]}] "
                                                      f"(block {r.block}, {pair_label(r.pair)})")
         seen[key] = r.index
-    return Pp3Input(params, gates_passed, tuple(failures), requests, clocks, tuple(incomplete), tuple(smoke_missing))
+    return Pp3Input(params, gates_passed, tuple(failures), requests, clocks, tuple(incomplete), tuple(smoke_missing),
+                    accepted_per_round)
+
+
+def _diagnostics(f: Fields) -> dict[str, float | None]:
+    table = f.table("accepted_per_round", required=True)
+    out = {role: table.number(role, low=0, nullable=True) for role in ("A", "B") if role in table.data}
+    table.done()
+    f.done()
+    return out
 
 
 def _clocks(f: Fields) -> Clocks:
@@ -392,7 +404,8 @@ def decide(inp: Pp3Input) -> dict[str, Any]:
         "per_pair": per_pair,
         "per_family": per_family,
         "params": p.to_json(),
-    }
+    } | ({"diagnostics": {"accepted_per_round": dict(inp.accepted_per_round)}}
+         if inp.accepted_per_round is not None else {})
 
 
 def _left_sum(values: Sequence[float]) -> float:

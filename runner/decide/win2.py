@@ -114,6 +114,7 @@ class Win2Input:
     archive: tuple[ArchiveEntry, ...]
     excluded: tuple[str, ...] = ()
     smoke: tuple[str, ...] = ()   # smoke failures a plan registers as making the decision INCONCLUSIVE
+    pressure: tuple[str, ...] = ()   # waves over the plan's [pressure] limits (measuring stopped there)
 
 
 CLOCKS_NOT_APPLICABLE = "not applicable: the site has no GPU clocks, so the clock-cap reasons do not apply"
@@ -136,10 +137,11 @@ def parse(data: Any) -> Win2Input:
     archive = tuple(_archive_entry(e, production_cap) for e in f.tables("archive", required=False))
     excluded = f.strings("excluded_waves", (), nonempty=True, unique=False)
     smoke = f.strings("smoke_failures", (), nonempty=True, unique=False)
+    pressure = f.strings("pressure", (), nonempty=True, unique=False)
     f.string("accepted_basis", None, nonempty=True)   # input builder 4: what each wave's accepted is
     f.done()
     return Win2Input(params, tuple(cells), production_cap, starts, thermal, waves, archive, tuple(excluded),
-                     tuple(smoke))
+                     tuple(smoke), tuple(pressure))
 
 
 def _params(f: Fields) -> Win2Params:
@@ -293,6 +295,7 @@ def decide(inp: Win2Input) -> dict[str, Any]:
     inconclusive = cap_reasons({s: inp.starts[s].clock_cap_mhz for s in STARTS}, inp.production_clock_cap_mhz, "starts")
     inconclusive.extend(f"missing data: wave not counted ({why})" for why in inp.excluded)
     inconclusive.extend(f"smoke: {why}" for why in inp.smoke)
+    inconclusive.extend(f"pressure: {why}" for why in inp.pressure)
     inconclusive += dial_back_reasons(inp.thermal_dialbacks_in_hold)
     if len(families) != FAMILIES_PER_REPEAT:
         inconclusive.append(f"missing data: a repeat pools {FAMILIES_PER_REPEAT} waves, one per source family; "

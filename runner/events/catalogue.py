@@ -65,6 +65,7 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "thermal.event": p.ThermalEvent,
     "measurement.ended": p.MeasurementEnded,
     "budget.decision": p.BudgetDecision,
+    "pressure.crossed": p.PressureCrossed,
     "placeholder.up": p.Placeholder,
     "placeholder.down": p.Placeholder,
     "chain.marker.set": p.ChainMarkerSet,

@@ -57,6 +57,7 @@ __all__ = [
     "HostLoad",
     "MeasurementEnded",
     "Placeholder",
+    "PressureCrossed",
     "PrimingDone",
     "PrimingRequest",
     "ProductionSnapshot",
@@ -448,6 +449,22 @@ class BudgetDecision(WindowPayload):
     limit_min: float
     start: Name | None = None
     cell: Name | None = None
+
+
+@payload
+class PressureCrossed(WindowPayload):
+    """A wave over one of the plan's ``[pressure]`` limits: measuring stops, and the window ends safely.
+
+    ``crossed``: one line per limit crossed (the gauge or share, when it was read, its value
+    and the limit; a gauge a limit needs that was not read counts as crossed); ``limits``:
+    the plan's limits as registered.
+    """
+
+    start: Name
+    cell: Name
+    wave: int
+    crossed: list[str]
+    limits: dict[str, Any]
 
 
 # ---------------------------------------------------------------------- endings and chain

@@ -79,6 +79,23 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     else:  # the waves ask the first model listed
         refusals += context_refusals(plan, models[0].id, models[0].max_model_len)
     source = counter_source(driver.counter_source)
+    needed = plan.pressure.gauges if plan.pressure is not None else ()
+    if needed and not (source.scrapes and driver.metrics_urls):
+        refusals.append(f"the plan's [pressure] limits read the server's {' and '.join(needed)} gauge, and the "
+                        f"site's counter source {source.name!r} scrapes no metrics endpoint")
+    elif needed:
+        with httpx.Client() as http:
+            for url in driver.metrics_urls:
+                scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
+                if scrape.snapshot is None:
+                    refusals.append(f"the plan's [pressure] limits read the server's gauges, and {scrape.problem}")
+                    continue
+                snapshot = scrape.snapshot
+                unread = [g for g in needed if not any(snapshot.has(s) for s in source.gauge_series.get(g, ()))]
+                series = ", ".join(s for g in unread for s in source.gauge_series.get(g, ())) or "none known"
+                if unread:
+                    refusals.append(f"the plan's [pressure] limits read the {' and '.join(unread)} gauge, and {url} "
+                                    f"exposes no series a {source.label} source reads it from ({series})")
     if plan.protocol == "win2-v1" and source.scrapes:
         with httpx.Client() as http:
             for url in driver.metrics_urls:

@@ -24,6 +24,7 @@ from ..plan.register import family_prompts
 from ..state.replay import replay
 from ..vocabulary import ArmRole
 from .clock import parse_time
+from .pressure import crossings
 from .recorder import Pending, Recorder, RunResult, StepHandler, plain
 
 if TYPE_CHECKING:
@@ -399,6 +400,12 @@ class StartSteps(Recorder):
         payload = wave_payload(step.start, wave.cell, wave.repeat, wave.wave, measured, records,
                                {"before": before, "after": after})
         items: list[Pending] = [("wave.measured", payload, (records,))]
+        crossed = crossings(self.plan.pressure, payload) if self.plan.pressure is not None else []
+        if crossed:   # recorded with the wave, in one append: a crash cannot keep one without the other
+            items.append(("pressure.crossed", p.PressureCrossed(
+                start=step.start, cell=wave.cell, wave=wave.wave, crossed=crossed,
+                limits=self.plan.pressure.to_json() if self.plan.pressure is not None else {}), ()))
+            self.say(f"pressure: {step.start} {wave.cell} wave {wave.wave}: {'; '.join(crossed)}")
         cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", p.BudgetDecision(

@@ -115,7 +115,7 @@ def ending_of(plan: Plan, ws: WindowState) -> Literal["restored", "chained", "ab
     """
     if _aborting(ws) is not None or ws.clock.hold_opened is None:
         return "aborted"
-    failed = ws.measurement_ended is not None and ws.measurement_ended.reason == "failed"
+    failed = ws.measurement_ended is not None and ws.measurement_ended.reason in ("failed", "pressure")
     if plan.chain == "chained" and not failed:
         return "chained"
     return "restored"
@@ -228,6 +228,8 @@ def _measuring(ctx: Context) -> Step:
               and not info.truncated]
     if failed:
         return Step("measurement_end", reason=f"start {', '.join(failed)} failed", args={"why": "failed"})
+    if ws.pressure:   # seed 003: "abort on unexplained failures/pressure"
+        return _stop_measuring(ctx, "pressure", f"pressure: {ws.pressure[0]}")
     if plan.budget.block_overrun == "truncate_experiment":
         over = [b.start for b in ws.budget if b.action == "truncate_block"]
         if over:  # seed 003: "Any block over 11 min: truncate the experiment, preserve raw partials"

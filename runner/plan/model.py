@@ -75,6 +75,7 @@ __all__ = [
     "Measurement",
     "Plan",
     "Power",
+    "Pressure",
     "Priming",
     "Sampling",
     "Smoke",
@@ -246,6 +247,33 @@ class Measurement:
         if self.keep_token_ids:
             data["keep_token_ids"] = True
         return data
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """Pressure limits (seed 003: "abort on unexplained failures/pressure"), checked on every wave.
+
+    ``max_waiting``: requests waiting in the server's queue, read just before and just
+    after each wave (the server's own gauge: another tenant's backlog); ``max_kv_cache_usage``:
+    its KV-cache usage (0..1) then; ``max_failed_share``: the share of a wave's requests that
+    failed. A wave over any limit (or whose gauge a limit needs was not read) ends the
+    measurement safely, named (``pressure.crossed``).
+    """
+
+    max_waiting: int | None = None
+    max_kv_cache_usage: float | None = None
+    max_failed_share: float | None = None
+
+    @property
+    def gauges(self) -> tuple[str, ...]:
+        """The server gauges the limits read (``waiting``, ``kv_cache_usage``)."""
+        return tuple(name for name, limit in (("waiting", self.max_waiting),
+                                              ("kv_cache_usage", self.max_kv_cache_usage)) if limit is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in (("max_waiting", self.max_waiting),
+                                              ("max_kv_cache_usage", self.max_kv_cache_usage),
+                                              ("max_failed_share", self.max_failed_share)) if value is not None}
 
 
 @dataclass(frozen=True)
@@ -453,6 +481,7 @@ class Plan:
     smoke: Smoke | None = None  # the smoke stage ([smoke], or implied by greedy_check starts)
     tag: str | None = None  # the git tag the hosts must have checked out at ``commit`` (checked at a chained start)
     kind: WindowKind | None = None  # what the window is for (None: not registered, a measurement window)
+    pressure: Pressure | None = None  # pressure limits checked on every wave (None: none registered)
 
     # ------------------------------------------------------------------ JSON
 
@@ -486,6 +515,7 @@ class Plan:
             # written only when registered, so plans without it keep their digest
             **({"priming": self.priming.to_json()} if self.priming is not None else {}),
             **({"smoke": self.smoke.to_json()} if self.smoke is not None and self.smoke.declared else {}),
+            **({"pressure": self.pressure.to_json()} if self.pressure is not None else {}),
         } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:

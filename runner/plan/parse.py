@@ -45,6 +45,7 @@ from .model import (
     Measurement,
     Plan,
     Power,
+    Pressure,
     Priming,
     Sampling,
     Smoke,
@@ -345,6 +346,16 @@ def _priming(f: Fields, protocol: str) -> Priming:
     return priming
 
 
+def _pressure(f: Fields) -> Pressure:
+    pressure = Pressure(max_waiting=f.integer("max_waiting", None, low=0, high=1_000_000),
+                        max_kv_cache_usage=f.number("max_kv_cache_usage", None, low=0, high=1, low_open=True),
+                        max_failed_share=f.number("max_failed_share", None, low=0, high=1, high_open=True))
+    f.done()
+    if pressure.to_json() == {}:
+        raise f.fail_here("registers no limit: give max_waiting, max_kv_cache_usage or max_failed_share")
+    return pressure
+
+
 def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], protocol: str) -> Smoke | None:
     """The smoke stage: the ``[smoke]`` table, or the greedy identity check ``greedy_check`` starts imply."""
     control = CONTROL_ROLE[mode]
@@ -468,13 +479,14 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     power = _power(f, required)
     priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
     smoke = _smoke(f.table("smoke"), f.has("smoke"), mode, starts, protocol)
+    pressure = _pressure(f.table("pressure")) if "pressure" in f.data else None
     f.done()
     plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
         production_clock_cap_mhz=cap, sampling=sampling, arms=arms, starts=starts, cells=cells,
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
-        power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind),
+        power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind), pressure=pressure,
     )
     _check_bounded_blocks(plan, path)
     return plan

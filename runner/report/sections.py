@@ -260,6 +260,16 @@ def _pp3_gains(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[float
     return [float(g) for g in gains]
 
 
+def _accepted_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Accepted draft tokens per engine round, per arm: a diagnostic (it cannot override the decision)."""
+    diagnostics = result.get("diagnostics")
+    per_arm = diagnostics.get("accepted_per_round") if isinstance(diagnostics, Mapping) else None
+    if not isinstance(per_arm, Mapping):
+        return []
+    return [(f"accepted/round, arm {arm} (diagnostic)", DASH if value is None else f"{value:.3f}")
+            for arm, value in sorted(per_arm.items())]
+
+
 def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bool) -> list[Section]:
     from .plots import pp3_figure
 
@@ -273,6 +283,7 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
         ("resamples (seed)", f"{result['resamples']} (seed {params['seed']})"),
         ("distinct resample values", _opt(result["distinct_resamples"])),
         ("source families (clusters)", str(k)),
+        *_accepted_rows(result),
         ("input sha256 (JCS)", input_sha256(data)),
     ))
     note = Para(f"Small-family limit: the clusters are the {k} source famil{'y' if k == 1 else 'ies'}, so a resample "

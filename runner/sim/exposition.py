@@ -10,6 +10,7 @@ engine session: a restart starts every counter from zero again (new ``_created``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -72,7 +73,7 @@ def _tokens_buckets(max_model_len: int) -> list[float]:
 class SimMetrics(Protocol):
     """What the server updates as it serves, whatever the exposition (vLLM's, llama.cpp's)."""
 
-    def exposition(self) -> bytes: ...
+    def exposition(self, backlog: Mapping[str, Any] | None = None) -> bytes: ...
 
     def request_started(self, engine: int, prompt_tokens: int, max_tokens: int, cached_tokens: int = 0) -> None: ...
 
@@ -238,7 +239,9 @@ class EngineMetrics:
         for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
             self.rejections.labels(model, reason)
         self.model = model
+        self.engines = engines
         self._cache: dict[int, dict[str, Any]] = {}
+        self._backlog_lock = threading.Lock()
 
     def _per_engine(self) -> list[Any]:
         """The families labelled (model_name, engine) alone: created for each engine at start-up, as vLLM does."""
@@ -249,8 +252,24 @@ class EngineMetrics:
                             self.req_generation, self.req_max_generation, self.req_n, self.req_max_tokens,
                             self.iteration, self.req_preemptions, self.req_computed, *self.zeros) if m is not None]
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, backlog: Mapping[str, Any] | None = None) -> bytes:
+        """The scrape; ``backlog`` (fault ``backlog``) shows another tenant's queue and KV usage in this one."""
+        if not backlog:
+            return generate_latest(self.registry)
+        with self._backlog_lock:
+            children = [(self.waiting.labels(self.model, str(e)), self.kv_usage.labels(self.model, str(e)))
+                        for e in range(self.engines)]
+            kept = [(w._value.get(), kv._value.get()) for w, kv in children]
+            for w, kv in children:
+                w.set(float(backlog["waiting"]))
+                if backlog["kv_cache_usage"] >= 0:
+                    kv.set(float(backlog["kv_cache_usage"]))
+            try:
+                return generate_latest(self.registry)
+            finally:
+                for (w, kv), (waiting, usage) in zip(children, kept, strict=True):
+                    w.set(waiting)
+                    kv.set(usage)
 
     # ------------------------------------------------------------------ updates
     # Labelled children are looked up once per engine: a step costs a few microseconds.

@@ -38,6 +38,10 @@ fault                  shape                                               effec
                                                                            pointing at ``commit`` ("": the window's)
 ``restore_clock_cap``  ``{cap_mhz, host="", count=1}``                     the next restore brings production up
                                                                            at this cap on ``host`` ("": every host)
+``backlog``            ``{waiting=0, kv_cache_usage=-1, count=1}``        the next ``count`` ``/metrics`` scrapes
+                                                                           show another tenant's load: ``waiting``
+                                                                           requests queued, KV usage (0..1; -1:
+                                                                           as served)
 ``clock_line_missing`` ``{action, host="", count=1}``                      the next ``action`` (read_clock_cap or
                                                                            restore) reports no reading of ``host``
                                                                            ("": one site-wide line, no host's own)
@@ -87,6 +91,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "restore_clock_cap": {"cap_mhz": ("int", None), "host": ("opt", ""), "count": ("int", 1)},
     "identity_mismatch": {"member": ("str", None), "value": ("str", None), "count": ("int", 1)},
     "clock_line_missing": {"action": ("str", None), "host": ("opt", ""), "count": ("int", 1)},
+    "backlog": {"waiting": ("int0", 0), "kv_cache_usage": ("share", -1.0), "count": ("int", 1)},
     "digest_mismatch": {"config_digest": ("str", None), "arm": ("opt", ""), "count": ("int", 1)},
 }
 
@@ -101,6 +106,11 @@ def _field(f: Fields, name: str, kind: str, default: Any) -> Any:
         return f.integer(name, required, low=500, high=599)
     if kind == "float":
         return f.number(name, required, low=0)
+    if kind == "share":   # 0..1, or -1: not set
+        value = f.number(name, required, low=-1, high=1)
+        if value != -1 and value < 0:
+            raise f.fail(name, f"must be within 0..1, or -1 (not set), got {value}")
+        return value
     if kind == "bool":
         return f.boolean(name, default)
     if kind in ("arm", "opt"):  # an arm name ("" for any arm), or an optional string ("" for none)

@@ -59,10 +59,12 @@ class LlamaCppMetrics:
         self._per_pos: list[int] = []
         self._steps = 0
 
-    def exposition(self) -> bytes:
+    def exposition(self, backlog: Mapping[str, Any] | None = None) -> bytes:
         with self._lock:
             values = dict(self._values)
             per_pos = list(self._per_pos)
+        if backlog:   # fault ``backlog``: another tenant's deferred requests (llama.cpp reports no KV usage here)
+            values["requests_deferred"] = float(backlog["waiting"])
         decodes = max(values["n_decode_total"], 1.0)
         values["n_busy_slots_per_decode"] = self._steps / decodes
         if values["prompt_seconds_total"] > 0:

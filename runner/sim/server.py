@@ -248,7 +248,9 @@ class _Handler(BaseHTTPRequestHandler):
         if engine is None:
             self._send(503, b"no engine is running on this host\n", "text/plain; charset=utf-8")
             return
-        self._send(200, engine.metrics.exposition(), LLAMACPP_CONTENT_TYPE if fmt == "llamacpp" else CONTENT_TYPE)
+        backlog = self.server.faults.take("backlog")   # another tenant's load in this scrape
+        content_type = LLAMACPP_CONTENT_TYPE if fmt == "llamacpp" else CONTENT_TYPE
+        self._send(200, engine.metrics.exposition(backlog), content_type)
 
     # ------------------------------------------------------------------ control
 

@@ -6,6 +6,7 @@ name (``[]``). Otherwise, in seq order:
 - each ``window.interrupted``: the signal and when it came, the error and the step it
   stopped, the crash found on resume, the ``tally window abort``, a ledger that refused
   appends;
+- each ``pressure.crossed``: the wave and what crossed the plan's pressure limits;
 - each start that ended failed (``start.ended`` with ``ok`` false) and its reason;
 - when the measurement did not complete, the host actions that failed before it ended
   (the failed step and its error; at most :data:`MAX_ACTIONS` of them, then how many more);
@@ -31,7 +32,8 @@ MAX_ERROR_CHARS = 300
 
 _MEASUREMENT = {"failed": "a step failed", "interrupted": "interrupted", "hard_limit": "the window's hard limit",
                 "stop_admitting": "the budget stopped admitting starts", "aborted": "aborted",
-                "truncated": "a block ran over its limit and was truncated", "complete": "every planned wave measured"}
+                "truncated": "a block ran over its limit and was truncated", "complete": "every planned wave measured",
+                "pressure": "a wave crossed the plan's pressure limits"}
 
 
 def _cut(text: object) -> str:
@@ -64,6 +66,10 @@ def ending_causes(events: Iterable[Event]) -> list[str]:
     for event in events:
         if event.type == "window.interrupted":
             lines.append(_interruption(event))
+        elif event.type == "pressure.crossed":
+            crossed = read_payload(event, p.PressureCrossed)
+            lines.append(f"pressure at {crossed.start} {crossed.cell} wave {crossed.wave}: "
+                         + _cut("; ".join(crossed.crossed)))
         elif event.type == "start.ended":
             start = read_payload(event, p.StartEnded)
             if not start.ok:

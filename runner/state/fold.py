@@ -463,6 +463,11 @@ def _wave(s: Folding, ws: WindowState, e: Event, p: WaveKeys | pl.WaveMeasured) 
     return evolve(ws, waves=ws.waves + 1, starts={**ws.starts, p.start: evolve(info, waves=waves)})
 
 
+def _pressure(s: Folding, ws: WindowState, e: Event, p: pl.PressureCrossed) -> WindowState:
+    said = f"{p.start} {p.cell} wave {p.wave}: " + "; ".join(p.crossed)
+    return evolve(ws, pressure=(*ws.pressure, said))
+
+
 def _smoke(s: Folding, ws: WindowState, e: Event, p: pl.SmokeResult) -> WindowState:
     info = ws.starts.get(p.start)
     if info is None:
@@ -582,6 +587,7 @@ _HANDLERS: dict[str, Handler] = {
     "thermal.event": _thermal,
     "measurement.ended": _measurement_ended,
     "budget.decision": _budget,
+    "pressure.crossed": _pressure,
     "placeholder.up": _placeholder_up,
     "placeholder.down": _placeholder_down,
     "chain.marker.set": _marker_set,

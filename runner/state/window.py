@@ -459,6 +459,8 @@ class WindowState:
     begun: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # the seq of the first finished ``probe`` whose facts said production is not serving (down, draining)
     not_serving_seq: int | None = None
+    # what each recorded ``pressure.crossed`` said, in seq order: measuring stops at the first
+    pressure: tuple[str, ...] = ()
 
     @property
     def closed(self) -> bool:
@@ -488,7 +490,7 @@ class WindowState:
         return self.gates.get(name)
 
     def to_json(self) -> JSONObject:
-        return {
+        out: JSONObject = {
             "phase": self.phase,
             "plan_sha256": self.plan_sha256,
             "protocol": self.protocol,
@@ -520,3 +522,6 @@ class WindowState:
             "dial_back_caps": {sid: list(caps) for sid, caps in self.dial_back_caps.items()},
             "clock": self.clock.to_json(),
         }
+        if self.pressure:   # only when recorded: older states' JSON is unchanged
+            out["pressure"] = list(self.pressure)
+        return out

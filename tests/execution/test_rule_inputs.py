@@ -54,7 +54,7 @@ def test_win2_decides_with_the_registered_repeats(tmp_path: Path, repeats: int) 
         result = run(w, "reps")
         assert result.ending == "restored"
         decision = _decision(w, "reps")
-        assert decision["input_builder"] == INPUT_BUILDER == 4
+        assert decision["input_builder"] == INPUT_BUILDER == 5
         assert decision["params"]["repeats"] == repeats == decision["input"]["params"]["repeats"]
         measured = _waves(w, "reps")
         # 3 starts x 1 cell x repeats x 2 families, each one wave, every one in the input
@@ -126,8 +126,38 @@ def test_pp3_uses_every_request_of_every_wave(tmp_path: Path) -> None:
         text = Path(window_report(w.book, "two", tmp_path / "report")["markdown"]).read_text()
         row = next(line for line in text.splitlines() if line.startswith("| opinions/short |"))
         assert row.split("|")[2].strip() == fixed(pooled)   # the report's fixed notation (no e-notation)
+        _accepted_per_round_is_a_diagnostic(w, "two", text)
     finally:
         close(w)
+
+
+def _accepted_per_round_is_a_diagnostic(w: Any, window_id: str, report: str) -> None:
+    """pp3's accepted/round per arm (input builder 5): every wave's counters counted, shown, and never deciding."""
+    decision = _decision(w, window_id)
+    role = {"A1": "A", "A2": "A", "B1": "B", "B2": "B"}
+    sums: dict[str, list[int]] = {"A": [0, 0], "B": [0, 0]}
+    for wave in _waves(w, window_id):
+        counters = wave["counters"]
+        accepted = counters["accepted_delivered"] if counters.get("accepted_delivered") is not None \
+            else counters["accepted"]
+        sums[role[wave["start"]]][0] += accepted
+        sums[role[wave["start"]]][1] += counters["rounds"]
+    expected = {arm: round(a / r, 6) for arm, (a, r) in sums.items()}
+    assert all(r > 0 for _, r in sums.values()) and expected["B"] > 0
+    assert decision["input"]["diagnostics"] == {"accepted_per_round": expected}
+    assert decision["result"]["diagnostics"] == {"accepted_per_round": expected}
+    for arm, value in expected.items():
+        assert f"| accepted/round, arm {arm} (diagnostic) | {value:.3f} |" in report
+    # it cannot override: the rule decides the same without it
+    from runner.decide.rules import compute
+
+    without = {k: v for k, v in decision["input"].items() if k != "diagnostics"}
+    rest = {k: v for k, v in compute(without).items() if k != "diagnostics"}
+    assert rest == {k: v for k, v in decision["result"].items() if k != "diagnostics"}
+    # builder 4 (decisions recorded before the diagnostic) rebuilds without it
+    events = list(w.book.events(stream=f"window/{window_id}"))
+    old = build_input(registered_plan(w.book, window_id).plan, events, builder=4).input
+    assert "diagnostics" not in old
 
 
 def _decide_as_builder_one(self: endings.EndingSteps, _s: Any, _r: Any) -> None:

@@ -35,7 +35,7 @@ def test_a_truly_faster_candidate_with_bounded_runs_reaches_candidate(tmp_path: 
         outcome = decision["result"]
         assert outcome["decision"] == "CANDIDATE", outcome["reasons"]
         assert outcome["point_gain"] > 0.5 and outcome["lower_bound"] > 0
-        assert decision["input_builder"] == 4
+        assert decision["input_builder"] == 5
         assert decision["input"]["clocks"]["blocks"] == {"A1": 2300, "B1": 2300, "B2": 2300, "A2": 2300}
         assert replay_window(w.book, WINDOW).match
         assert run_audit(book=w.book).ok
