@@ -83,30 +83,28 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     if needed and not (source.scrapes and driver.metrics_urls):
         refusals.append(f"the plan's [pressure] limits read the server's {' and '.join(needed)} gauge, and the "
                         f"site's counter source {source.name!r} scrapes no metrics endpoint")
-    elif needed:
-        with httpx.Client() as http:
-            for url in driver.metrics_urls:
-                scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
-                if scrape.snapshot is None:
+    rounds = plan.protocol == "win2-v1"
+    if not source.scrapes or not (needed or rounds):
+        return refusals
+    with httpx.Client() as http:   # one scrape per metrics URL serves both checks
+        for url in driver.metrics_urls:
+            scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
+            snapshot = scrape.snapshot
+            if snapshot is None:
+                if needed:
                     refusals.append(f"the plan's [pressure] limits read the server's gauges, and {scrape.problem}")
-                    continue
-                snapshot = scrape.snapshot
-                unread = [g for g in needed if not any(snapshot.has(s) for s in source.gauge_series.get(g, ()))]
-                series = ", ".join(s for g in unread for s in source.gauge_series.get(g, ())) or "none known"
-                if unread:
-                    refusals.append(f"the plan's [pressure] limits read the {' and '.join(unread)} gauge, and {url} "
-                                    f"exposes no series a {source.label} source reads it from ({series})")
-    if plan.protocol == "win2-v1" and source.scrapes:
-        with httpx.Client() as http:
-            for url in driver.metrics_urls:
-                scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
-                if scrape.snapshot is None:
+                if rounds:
                     refusals.append(f"win2-v1 decides on the server's engine round counters, and {scrape.problem}")
-                    continue
-                check = source.check(scrape.snapshot)
-                if not check.spec_off_rounds and not check.speculative_rounds:
-                    refusals.append(f"win2-v1 decides on engine round counters, and {url} has none a "
-                                    f"{source.label} source reads: " + "; ".join(check.reasons))
+                continue
+            unread = [g for g in needed if not any(snapshot.has(s) for s in source.gauge_series.get(g, ()))]
+            if unread:
+                series = ", ".join(s for g in unread for s in source.gauge_series.get(g, ())) or "none known"
+                refusals.append(f"the plan's [pressure] limits read the {' and '.join(unread)} gauge, and {url} "
+                                f"exposes no series a {source.label} source reads it from ({series})")
+            check = source.check(snapshot) if rounds else None
+            if check is not None and not check.spec_off_rounds and not check.speculative_rounds:
+                refusals.append(f"win2-v1 decides on engine round counters, and {url} has none a "
+                                f"{source.label} source reads: " + "; ".join(check.reasons))
     return refusals
 
 
