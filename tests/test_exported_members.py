@@ -92,7 +92,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.plan": [
         "CONTROL_ROLE", "MODES", "SMOKE_FAILURE_KIND", "SMOKE_SCHEMA", "Arm", "Budget", "Carry", "LoadedPlan", "Plan",
-        "Power", "Registration", "Smoke", "WaveSpec", "WindowNotRegistered", "family_prompts", "load_plan",
+        "Power", "Pressure", "Registration", "Smoke", "WaveSpec", "WindowNotRegistered", "family_prompts", "load_plan",
         "parse_plan", "plan_sha256", "read_plan_file", "register_plan", "registered", "registered_plan", "window_log",
     ],
     "runner.promotion": [

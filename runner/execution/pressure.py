@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..events.payloads import ServerGauges, WaveMeasured
-    from ..plan.model import Pressure
+    from ..plan import Pressure
 
 __all__ = ["crossings"]
 

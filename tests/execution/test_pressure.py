@@ -15,8 +15,7 @@ from runner.decide.inputs import replay_window
 from runner.events import payloads as p
 from runner.execution.fit import recorded_fields, unfit
 from runner.execution.pressure import crossings
-from runner.plan import parse_plan, registered_plan
-from runner.plan.model import Pressure
+from runner.plan import Pressure, parse_plan, registered_plan
 from runner.state.causes import ending_causes
 
 from ..runner.script import SIMPLE_PP3
