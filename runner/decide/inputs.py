@@ -193,11 +193,7 @@ def pp3_failures(events: Sequence[Event]) -> list[str]:
 def pressure_findings(events: Sequence[Event]) -> tuple[list[str], list[Event]]:
     """What the window's ``pressure.crossed`` events said (one line per wave) and the events themselves."""
     used = [e for e in events if e.type == "pressure.crossed"]
-    lines = []
-    for event in used:
-        crossed = read_payload(event, p.PressureCrossed)
-        lines.append(f"{crossed.start} {crossed.cell} wave {crossed.wave}: " + "; ".join(crossed.crossed))
-    return lines, used
+    return [read_payload(event, p.PressureCrossed).line for event in used], used
 
 
 def smoke_findings(plan: Plan, events: Sequence[Event]) -> tuple[list[str], list[str]]:

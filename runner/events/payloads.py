@@ -466,6 +466,12 @@ class PressureCrossed(WindowPayload):
     crossed: list[str]
     limits: dict[str, Any]
 
+    @property
+    def line(self) -> str:
+        """``s1 short-b1 wave 3: waiting 9 before the wave, over the limit 4`` (the fold, the rule input, the
+        causes and the run's output say it so)."""
+        return f"{self.start} {self.cell} wave {self.wave}: " + "; ".join(self.crossed)
+
 
 # ---------------------------------------------------------------------- endings and chain
 

@@ -400,12 +400,13 @@ class StartSteps(Recorder):
         payload = wave_payload(step.start, wave.cell, wave.repeat, wave.wave, measured, records,
                                {"before": before, "after": after})
         items: list[Pending] = [("wave.measured", payload, (records,))]
-        crossed = crossings(self.plan.pressure, payload) if self.plan.pressure is not None else []
-        if crossed:   # recorded with the wave, in one append: a crash cannot keep one without the other
-            items.append(("pressure.crossed", p.PressureCrossed(
-                start=step.start, cell=wave.cell, wave=wave.wave, crossed=crossed,
-                limits=self.plan.pressure.to_json() if self.plan.pressure is not None else {}), ()))
-            self.say(f"pressure: {step.start} {wave.cell} wave {wave.wave}: {'; '.join(crossed)}")
+        limits = self.plan.pressure
+        crossed = crossings(limits, payload) if limits is not None else []
+        if limits is not None and crossed:   # recorded with the wave, in one append: never one without the other
+            pressure = p.PressureCrossed(start=step.start, cell=wave.cell, wave=wave.wave, crossed=crossed,
+                                         limits=limits.to_json())
+            items.append(("pressure.crossed", pressure, ()))
+            self.say(f"pressure: {pressure.line}")
         cut_by_budget = deadline < wave_deadline and spent >= deadline * 0.98
         if cut_by_budget and cut is not None and not self.cancel.is_set():
             items.append(("budget.decision", p.BudgetDecision(

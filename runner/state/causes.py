@@ -67,9 +67,7 @@ def ending_causes(events: Iterable[Event]) -> list[str]:
         if event.type == "window.interrupted":
             lines.append(_interruption(event))
         elif event.type == "pressure.crossed":
-            crossed = read_payload(event, p.PressureCrossed)
-            lines.append(f"pressure at {crossed.start} {crossed.cell} wave {crossed.wave}: "
-                         + _cut("; ".join(crossed.crossed)))
+            lines.append(f"pressure at {_cut(read_payload(event, p.PressureCrossed).line)}")
         elif event.type == "start.ended":
             start = read_payload(event, p.StartEnded)
             if not start.ok:

@@ -464,8 +464,7 @@ def _wave(s: Folding, ws: WindowState, e: Event, p: WaveKeys | pl.WaveMeasured) 
 
 
 def _pressure(s: Folding, ws: WindowState, e: Event, p: pl.PressureCrossed) -> WindowState:
-    said = f"{p.start} {p.cell} wave {p.wave}: " + "; ".join(p.crossed)
-    return evolve(ws, pressure=(*ws.pressure, said))
+    return evolve(ws, pressure=(*ws.pressure, p.line))
 
 
 def _smoke(s: Folding, ws: WindowState, e: Event, p: pl.SmokeResult) -> WindowState:

@@ -10,6 +10,7 @@ at most the draft tokens, per-position counts non-increasing.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import httpx
@@ -20,6 +21,7 @@ from runner.measure.family import Prompt
 from runner.measure.sources import counter_source
 from runner.measure.sources.vllm import STEPS
 from runner.measure.wave import WaveResult, measure_wave
+from tests.runner.script import example_plan
 
 from .vllmpair import MODEL_NAME, VllmSite
 
@@ -118,3 +120,38 @@ def test_the_counter_deltas_agree_with_the_client_on_the_real_pair(vllm_pair: Vl
         else:
             assert (c.accepted, c.draft_tokens, c.drafts) == (0, 0, 0)
             assert c.rounds == c.generation_tokens - 2   # one token per decode step after each first
+
+
+def test_the_gauges_pressure_limits_read_are_on_the_real_server_and_a_quiet_wave_crosses_none(
+        vllm_pair: VllmSite) -> None:
+    """A plan's [pressure] limits read vLLM's waiting and KV-cache gauges around each wave: both are read on the
+    real pair (the fit check passes), a wave on an otherwise idle engine crosses no limit, and a limit tighter
+    than what the engine really holds is crossed, named with the value read."""
+    from ledger.store import Blob
+    from runner.execution.fit import probe_refusals
+    from runner.execution.pressure import crossings
+    from runner.execution.starts import wave_payload
+    from runner.plan import Pressure
+
+    for arm, speculative in (("plain", False), ("ngram", True)):
+        measured = _wave(vllm_pair, arm, speculative, max_tokens=4)
+        payload = wave_payload("s1", "short-b1", 1, 1, measured, Blob(measured.records_jsonl(), "application/x-ndjson"))
+        gauges = payload.gauges
+        assert gauges is not None and gauges.before is not None and gauges.after is not None, arm
+        assert gauges.series["waiting"] == "vllm:num_requests_waiting"
+        assert gauges.series["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+        assert gauges.before.waiting == 0 and gauges.after.waiting == 0, gauges
+        assert crossings(Pressure(max_waiting=0, max_kv_cache_usage=0.99, max_failed_share=0.0), payload) == []
+        used = max(gauges.before.kv_cache_usage or 0.0, gauges.after.kv_cache_usage or 0.0)
+        if used > 0:   # a limit below what the engine holds is crossed, with the value as read
+            assert any(line.startswith("kv_cache_usage ") and "over the limit" in line
+                       for line in crossings(Pressure(max_kv_cache_usage=used / 2), payload))
+
+    class Site:   # the fit check's view of the real pair's production engine
+        serving_url = vllm_pair.url("plain")
+        metrics_urls = (vllm_pair.url("plain") + "/metrics",)
+        counter_source = "vllm"
+
+    plan, _, _ = example_plan("seed000-controlled")
+    limited = dataclasses.replace(plan, pressure=Pressure(max_waiting=8, max_kv_cache_usage=0.95))
+    assert not [r for r in probe_refusals(limited, Site()) if "[pressure]" in r]   # type: ignore[arg-type]
