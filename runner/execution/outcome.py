@@ -67,12 +67,17 @@ def unrecordable(result: ActionResult, why: str) -> ActionResult:
     return replace(result, ok=False, facts={"error": error, "unrecordable": True})
 
 
-def failed_result(action: str, host: str | None, error: str, *, may_have_run: bool = True) -> ActionResult:
-    """An outcome the runner records when it has no usable one (the driver raised, the record failed)."""
+def failed_result(action: str, host: str | None, error: str, *, may_have_run: bool = True,
+                  unreachable: bool = False) -> ActionResult:
+    """An outcome the runner records when it has no usable one (the driver raised, the record failed).
+
+    ``unreachable``: the site could not reach anything (the driver raised ``ExternalError``)."""
     from ..drivers.base import ActionResult
 
     facts: dict[str, Any] = {"error": error[:MAX_REASON * 2]}
     if not may_have_run:
         facts["not_run"] = True
+    if unreachable:
+        facts["unreachable"] = True
     return ActionResult(action=action, host=host, ok=False, exit_code=None, duration_s=0.0, timed_out=False,
                         stdout=b"", stderr=error.encode("utf-8", "replace")[:MAX_OUTPUT_BYTES], facts=facts)

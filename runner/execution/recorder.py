@@ -314,8 +314,25 @@ class Recorder:
         else:
             self.append_events(events)
         verdict = "ok" if result.ok else f"FAILED ({result.facts.get('error') or result.exit_code})"
+        if self._unreachable_allowed(name, host, result):
+            verdict = f"no answer from {host}, which this window may lose (allow_unreachable): going on"
         self.say(f"  {name}{' ' + host if host else ''}{' ' + start if start else ''}: {verdict}"[:1000])
         return result
+
+    def _unreachable_allowed(self, name: str, host: str | None, result: ActionResult) -> bool:
+        """A failed per-host action that got no answer from a host the window may lose: in the HOLD, one
+        its ``hold.opened`` names; before it, one the site's ``allow_unreachable`` table names for the
+        plan's mode (what the HOLD will record). Any other failure fails as recorded."""
+        from ..drivers.base import PER_HOST_ACTIONS, unreachable_allowed
+
+        if result.ok or name not in PER_HOST_ACTIONS or host is None:
+            return False
+        if not (result.timed_out or result.facts.get("unreachable") is True):
+            return False
+        ws = self.ws
+        if ws.hold_seq is not None:
+            return host in ws.unreachable_allowed
+        return host in unreachable_allowed(self.driver, self.plan.mode)
 
     def _touched_on_record(self) -> bool:
         """Does what the ledger holds (not the backlog) show this window as having touched the hosts?"""
@@ -331,7 +348,7 @@ class Recorder:
         try:
             return self.driver.run(name, host, params)
         except ExternalError as exc:
-            return failed_result(name, host, str(exc))
+            return failed_result(name, host, str(exc), unreachable=True)
         except Exception as exc:   # after it may have acted: record it, as an action that may have happened
             return failed_result(name, host, f"the driver raised {type(exc).__name__} running {name}: {exc} "
                                              "(the action may have run)")
@@ -350,6 +367,8 @@ class Recorder:
             result = unrecordable(result, why)
             detail = {**result.facts, "start": start, "timed_out": bool(result.timed_out),
                       **({"output_cut": cut} if cut else {})}
+        if self._unreachable_allowed(name, host, result):
+            detail["unreachable_allowed"] = True
         finished = p.HostAction(
             host=host or "site", action=name, phase="finished", action_id=action_id, exit_code=result.exit_code,
             ok=bool(result.ok), duration_s=round(result.duration_s, 6), output=p.BlobRef.of(output),

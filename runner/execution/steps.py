@@ -80,7 +80,15 @@ def _finished(ws: WindowState, action: str, *, host: str | None = None, after: i
 
 def _done(ws: WindowState, action: str, *, host: str | None = None, after: int = 0, start: str | None = None,
           ok: bool | None = True) -> bool:
-    return any(ok is None or item.ok == ok for item in _finished(ws, action, host=host, after=after, start=start))
+    """Has ``action`` finished (``ok``: True succeeded, or could not reach a host the window may lose;
+    False: failed; None: either)?"""
+    return any(ok is None or item.ok == ok or (ok and item.unreachable)
+               for item in _finished(ws, action, host=host, after=after, start=start))
+
+
+def _passed_unreachable(ws: WindowState, action: str, host: str, after: int) -> bool:
+    """Did ``action`` on ``host`` (after seq ``after``) get no answer from a host the window may lose?"""
+    return any(item.unreachable for item in _finished(ws, action, host=host, after=after))
 
 
 def _failures(ws: WindowState, action: str, *, host: str | None = None, after: int | None = 0,
@@ -346,6 +354,8 @@ def _restore_ending(ctx: Context, ending: str) -> Step:
     # Placeholders come down after the watch PASSes: all of them at the end of a chain, and
     # in any case those this window raised (an aborted chained close, say).
     for host in sorted(state.placeholders):
+        if _passed_unreachable(ws, "placeholder_down", host, watch.seq):
+            continue   # the host may be lost (allow_unreachable): its placeholder stays on record as up
         if marker is not None or state.placeholders[host].window == ws.id:
             if _failures(ws, "placeholder_down", host=host, after=watch.seq) >= MAX_ATTEMPTS:
                 return Step("blocked", reason=f"placeholder_down failed {MAX_ATTEMPTS} times on {host}: escalate")
@@ -364,7 +374,11 @@ def _chained_close(ctx: Context) -> Step:
     since = ws.measurement_ended.seq if ws.measurement_ended else 0
     for host in hosts:  # this window raises placeholders on every host before the first fence
         raised = state.placeholders.get(host)
-        if raised is None or raised.window != ws.id:
+        if (raised is None or raised.window != ws.id) and not _passed_unreachable(ws, "placeholder_up", host, since):
+            if _failures(ws, "placeholder_up", host=host, after=since) >= MAX_ATTEMPTS:
+                return Step("blocked", reason=f"placeholder_up failed {MAX_ATTEMPTS} times on {host} before the "
+                            "first fence; production is down and the HOLD stays ours: escalate, or "
+                            "`tally window abort` to restore production")
             return Step("placeholder_up", host=host)
     optional = ctx.site_actions
     sequence: Sequence[tuple[StepKind, str, str | None]] = (

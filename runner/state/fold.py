@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple, Never, cast
 
 from ledger.errors import FormatError
 
+from ..drivers import PER_HOST_ACTIONS
 from ..events import payloads as pl
 from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX, validate_payload
 from ..events.schema import from_wire
@@ -333,7 +334,8 @@ def _admitted(s: Folding, ws: WindowState, e: Event, p: pl.WindowAdmitted) -> Wi
 
 def _hold_opened(s: Folding, ws: WindowState, e: Event, p: pl.HoldOpened) -> WindowState:
     s.hold = Hold(owner=p.owner, seq=e.seq, time=e.time)
-    return _advance(evolve(ws, hold_seq=e.seq, clock=evolve(ws.clock, hold_opened=e.time)), "holding")
+    return _advance(evolve(ws, hold_seq=e.seq, clock=evolve(ws.clock, hold_opened=e.time),
+                           unreachable_allowed=tuple(p.allow_unreachable)), "holding")
 
 
 def _hold_closed(s: Folding, ws: WindowState, e: Event, p: pl.HoldClosed) -> WindowState:
@@ -370,8 +372,9 @@ def _host_action(s: Folding, ws: WindowState, e: Event, p: pl.HostAction) -> Win
     if p.action == "probe" and facts.get("serving") in ("down", "draining") and not_serving is None:
         not_serving = e.seq
     start = facts.get("start")
+    unreachable = not ok and facts.get("unreachable_allowed") is True and p.action in PER_HOST_ACTIONS
     done = FinishedAction(action=p.action, host=p.host, ok=ok, seq=e.seq, time=e.time, start=start,
-                          started_time=started.time if started else None)
+                          started_time=started.time if started else None, unreachable=unreachable)
     block_began = ws.block_began
     if p.action == "start_arm" and ok and isinstance(start, str) and e.time and start not in block_began:
         block_began = {**block_began, start: started.time if started and started.time else e.time}

@@ -248,6 +248,9 @@ class FinishedAction:
     time: str
     start: JSONValue
     started_time: str | None
+    # a per-host action that could not reach a host the HOLD allows unreachable (``detail.unreachable_allowed``):
+    # recorded, failed, and counted as done by the step machine
+    unreachable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +464,9 @@ class WindowState:
     not_serving_seq: int | None = None
     # what each recorded ``pressure.crossed`` said, in seq order: measuring stops at the first
     pressure: tuple[str, ...] = ()
+    # the hosts this window's HOLD allows unreachable (``hold.opened`` allow_unreachable, the site's table
+    # for the window's mode): a per-host step that cannot reach one of them is recorded and passed
+    unreachable_allowed: tuple[str, ...] = ()
 
     @property
     def closed(self) -> bool:
