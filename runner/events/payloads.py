@@ -301,6 +301,10 @@ class ClientFigures:
     tpot_ms: ChunkIntervals | None = None               # vllm bench serve's TPOT per ok request, p50/p95/p99
     token_count_sources: dict[str, int] | None = None   # how chunk tokens were counted: requests per way
     bounded: int = 0                                    # requests cut by the plan's decode bound (written when > 0)
+    # a server streaming reasoning apart (vLLM's reasoning parser): the delivered tokens that were reasoning and
+    # those that were the answer, over the requests it streamed reasoning for (written only then)
+    reasoning_tokens: int | None = None
+    answer_tokens: int | None = None
 
 
 @payload
@@ -318,6 +322,10 @@ class RequestSummary:
     token_itl_ms_p95: float | None = None   # p95 of the per-token intervals
     tpot_ms: float | None = None        # (E2EL - TTFT) / (delivered tokens - 1), ms
     token_count_source: TokenCountSource | None = None
+    # written only when the server streamed reasoning apart (a diagnostic; delivered_tokens stays the total):
+    reasoning_tokens: int | None = None   # delivered tokens that were reasoning
+    answer_tokens: int | None = None      # delivered tokens that were the answer
+    first_answer_s: float | None = None   # send to the first answer chunk (null: no answer arrived)
 
 
 @payload

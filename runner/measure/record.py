@@ -16,20 +16,30 @@ JSON-encoded size): ``reason`` to 300 bytes, ``finish_reason`` to 40, ``request_
 ``stop_reason`` to 1 KiB, ``error`` to 64 KiB; usage counts outside 0..2**53-1 are
 dropped. So one request's entry in ``wave.measured`` has a known worst-case size
 (:func:`summary_entry_bound`).
+
+Reasoning (a server that streams it apart, vLLM's ``delta.reasoning``): a token chunk
+is reasoning, answer, or both (``chunk_kinds``, one letter per chunk, kept only when a
+chunk carried reasoning). The record then splits its delivered tokens into
+``reasoning_tokens`` (the server's ``usage.completion_tokens_details.reasoning_tokens``
+when the delivered count is its usage, else the counted tokens of the reasoning-only
+chunks) and ``answer_tokens`` (the rest), and says when the first visible answer token
+came (``first_answer_s``). These are diagnostics: delivered tokens, TTFT (the first
+token chunk, reasoning or not) and every decode figure stay what they were.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from ..vocabulary import REQUEST_STATUSES, RequestStatus, TokenCountSource
 from .stats import percentile
 from .timing import token_intervals_ms, tpot_ms
 
-__all__ = ["FINISH_REASON_BYTES", "MAX_COUNT", "REASON_BYTES", "SERVER_STRING_BYTES", "STATUSES", "RequestRecord",
-           "Status", "bounded_json", "clip", "summary_entry_bound"]
+__all__ = ["CHUNK_KINDS", "FINISH_REASON_BYTES", "MAX_COUNT", "REASON_BYTES", "SERVER_STRING_BYTES", "STATUSES",
+           "RequestRecord", "Status", "bounded_json", "clip", "summary_entry_bound"]
 
 Status = RequestStatus
 STATUSES = REQUEST_STATUSES
@@ -41,6 +51,9 @@ SERVER_STRING_BYTES = 1024
 ERROR_BYTES = 64 << 10
 MAX_COUNT = 2**53 - 1
 _ELLIPSIS = "…"
+# What a token chunk carried: reasoning only, answer only, or both (``RequestRecord.chunk_kinds``).
+REASONING, ANSWER, BOTH = "r", "a", "m"
+CHUNK_KINDS = (REASONING, ANSWER, BOTH)
 
 
 def _encoded_size(text: str) -> int:
@@ -80,7 +93,8 @@ def summary_entry_bound(prompt_id: str, index: int) -> int:
              "decode_s": worst_float, "ttft_s": worst_float, "round_ms_p95": worst_float,
              "finish_reason": "f" * (FINISH_REASON_BYTES - 2), "reason": "r" * (REASON_BYTES - 2),
              "chunk_ms_p95": worst_float, "token_itl_ms_p95": worst_float, "tpot_ms": worst_float,
-             "token_count_source": "one_per_chunk"}
+             "token_count_source": "one_per_chunk", "reasoning_tokens": MAX_COUNT, "answer_tokens": MAX_COUNT,
+             "first_answer_s": worst_float}
     return len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) + 1
 
 
@@ -115,6 +129,39 @@ class RequestRecord:
     chunks_are_steps: bool = True         # the counter source says one chunk is one engine step
     timings: dict[str, float] | None = None       # the server's own per-request timings (llama.cpp)
     token_ids: tuple[int, ...] | None = None      # the emitted token ids (kept only when the plan asks)
+    chunk_kinds: str | None = None        # per token chunk: r reasoning, a answer, m both (None: no reasoning)
+    usage_reasoning_tokens: int | None = None     # the server's usage.completion_tokens_details.reasoning_tokens
+
+    @property
+    def streamed_reasoning(self) -> bool:
+        """The server sent reasoning apart from the answer (a reasoning chunk, or reasoning tokens in its usage)."""
+        return self.chunk_kinds is not None or bool(self.usage_reasoning_tokens)
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """Delivered tokens that were reasoning (``None`` when the server streamed none apart)."""
+        if not self.streamed_reasoning:
+            return None
+        told = self.usage_reasoning_tokens
+        if told is not None and self.tokens_source == "usage" and 0 <= told <= self.delivered_tokens:
+            return told
+        kinds = self.chunk_kinds or ""
+        counts = self.chunk_token_counts if len(self.chunk_token_counts) == len(kinds) else (1,) * len(kinds)
+        return min(self.delivered_tokens, sum(k for kind, k in zip(kinds, counts, strict=True) if kind == REASONING))
+
+    @property
+    def answer_tokens(self) -> int | None:
+        """Delivered tokens that were the answer: the rest (``None`` when the server streamed no reasoning apart)."""
+        reasoning = self.reasoning_tokens
+        return None if reasoning is None else max(0, self.delivered_tokens - reasoning)
+
+    @property
+    def first_answer_s(self) -> float | None:
+        """Time from send to the first chunk with answer text (``None`` without one; TTFT when no reasoning)."""
+        if self.chunk_kinds is None:
+            return self.ttft_s
+        at = next((i for i, kind in enumerate(self.chunk_kinds) if kind != REASONING), None)
+        return None if at is None or at >= len(self.chunk_t) else self.chunk_t[at]
 
     @property
     def ttft_s(self) -> float | None:
@@ -184,7 +231,14 @@ class RequestRecord:
             "round_ms_p95": self.round_ms_p95, "finish_reason": self.finish_reason, "reason": self.reason,
             "chunk_ms_p95": self.chunk_ms_p95, "token_itl_ms_p95": self.token_itl_ms_p95, "tpot_ms": self.tpot_ms,
             "token_count_source": self.token_count_source,
-        }
+        } | self._reasoning_entry()
+
+    def _reasoning_entry(self) -> dict[str, Any]:
+        """The reasoning members of the summary entry: written only when the server streamed reasoning apart."""
+        if not self.streamed_reasoning:
+            return {}
+        return {"reasoning_tokens": self.reasoning_tokens, "answer_tokens": self.answer_tokens,
+                "first_answer_s": self.first_answer_s}
 
     def to_json(self) -> dict[str, Any]:
         """The full record (one line of ``records.jsonl``)."""
@@ -199,7 +253,23 @@ class RequestRecord:
             "done": self.done, "early_stop": self.early_stop,
             "chunk_token_counts": list(self.chunk_token_counts), "chunks_are_steps": self.chunks_are_steps,
             "timings": self.timings,
-        } | ({"token_ids": list(self.token_ids)} if self.token_ids is not None else {})
+        } | ({"token_ids": list(self.token_ids)} if self.token_ids is not None else {}) \
+          | ({"chunk_kinds": self.chunk_kinds} if self.chunk_kinds is not None else {}) \
+          | ({"usage_reasoning_tokens": self.usage_reasoning_tokens} if self.usage_reasoning_tokens is not None
+             else {})
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RequestRecord:
+        """A record from its line of ``records.jsonl`` (:meth:`to_json`); members a line lacks (older
+        records) take their defaults, and the derived members it carries are recomputed, not read."""
+        given = {f.name for f in fields(cls)}
+        data = {k: v for k, v in obj.items() if k in given}
+        for name in ("chunk_t", "chunk_token_counts"):
+            data[name] = tuple(data.get(name) or ())
+        for name in ("chunk_tokens", "token_ids"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
+        return cls(**data)
 
     def json_line(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(

@@ -6,12 +6,16 @@ streamed requests (:mod:`.request`), and the rehearsal's and the smoke stage's p
 answer, or one SSE ``data:`` frame); its :class:`Frame` says whether it is an error
 (vLLM's ``{"error": {...}}``, or its older flat ``{"object": "error", ...}``), the
 usage object as sent, and the first choice: its text (``text``, else ``delta.content``
-or ``message.content``), its token ids, and ``finish_reason`` with ``stop_reason``.
+or ``message.content``), its reasoning text where the server streams reasoning apart
+(``delta.reasoning``, vLLM 0.10 and later, else ``delta.reasoning_content``, older vLLM;
+the same members of ``message`` in a whole answer), its token ids, and ``finish_reason``
+with ``stop_reason``.
 
 Pure. What a frame keeps from the server is bounded: ``finish_reason`` is clipped to
 :data:`.record.FINISH_REASON_BYTES` (a non-string JSON-encoded first), ``stop_reason``
 to :data:`.record.SERVER_STRING_BYTES`; the text and the ids are as sent, for the
-caller to bound as it keeps them.
+caller to bound as it keeps them. A reasoning member that is not a non-empty string is
+ignored (the frame then carries no reasoning).
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from typing import Any
 
 from .record import FINISH_REASON_BYTES, SERVER_STRING_BYTES, bounded_json, clip
 
-__all__ = ["Frame", "error_of", "error_reason", "read_frame"]
+__all__ = ["REASONING_MEMBERS", "Frame", "error_of", "error_reason", "read_frame", "reasoning_of"]
+
+# Where a server streams reasoning apart from the answer, in the order they are read.
+REASONING_MEMBERS = ("reasoning", "reasoning_content")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,7 @@ class Frame:
     token_ids: list[Any] | None       # its ``token_ids`` when a list, as sent
     finish_reason: str | None         # clipped; ``None`` while the choice goes on
     stop_reason: Any                  # bounded; set with ``finish_reason``
+    reasoning: str | None = None      # its reasoning text (a non-empty string), as sent; ``None``: none
 
 
 def read_frame(obj: Mapping[str, Any]) -> Frame:
@@ -57,7 +65,21 @@ def read_frame(obj: Mapping[str, Any]) -> Frame:
     if reason is not None:
         finish = clip(reason if isinstance(reason, str) else json.dumps(reason), FINISH_REASON_BYTES)
         stop = bounded_json(choice.get("stop_reason"), SERVER_STRING_BYTES)
-    return Frame(error, obj.get("usage"), False, choice, text, ids if isinstance(ids, list) else None, finish, stop)
+    return Frame(error, obj.get("usage"), False, choice, text, ids if isinstance(ids, list) else None, finish, stop,
+                 reasoning_of(choice))
+
+
+def reasoning_of(choice: Mapping[str, Any]) -> str | None:
+    """The reasoning text of a choice (its ``delta`` or ``message``): the first of
+    :data:`REASONING_MEMBERS` that is a non-empty string; anything else there is ignored."""
+    for key in ("delta", "message"):
+        part = choice.get(key)
+        if isinstance(part, dict):
+            for member in REASONING_MEMBERS:
+                value = part.get(member)
+                if isinstance(value, str) and value:
+                    return value
+    return None
 
 
 def error_of(body: Any) -> tuple[Any, str]:

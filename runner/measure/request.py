@@ -40,8 +40,11 @@ from .bounds import (
     read_capped,
 )
 from .record import (
+    ANSWER,
+    BOTH,
     MAX_COUNT,
     REASON_BYTES,
+    REASONING,
     SERVER_STRING_BYTES,
     RequestRecord,
     Status,
@@ -181,6 +184,8 @@ class _Progress:
     ids_everywhere: bool = True
     usage: dict[str, int] | None = None
     chunk_usage: list[int | None] = field(default_factory=list)   # completion_tokens seen with each content chunk
+    chunk_kinds: list[str] = field(default_factory=list)          # reasoning / answer / both, per content chunk
+    usage_reasoning: int | None = None                            # usage.completion_tokens_details.reasoning_tokens
     chunk_text: list[str] | None = None                           # kept only for a declared tokenizer
     timings: dict[str, float] | None = None                       # the server's last ``timings`` (llama.cpp)
     token_ids: list[int] | None = None                            # the emitted ids, kept only when asked
@@ -243,6 +248,7 @@ class _Progress:
             self.usage = {str(k)[:64]: v for k, v in list(usage.items())[:32]
                           if type(v) is int and 0 <= v <= MAX_COUNT}
             frame_usage = self.usage.get("completion_tokens")
+            self.usage_reasoning = _reasoning_usage(usage, self.usage_reasoning)
         timings = obj.get("timings")
         if isinstance(timings, dict):
             self.timings = _numbers(timings)
@@ -256,7 +262,7 @@ class _Progress:
             if self.token_ids is not None and len(self.token_ids) + count <= self.chunk_cap:
                 self.token_ids.extend(i for i in ids if type(i) is int and 0 <= i <= MAX_COUNT)
         else:
-            content = bool(text)
+            content = bool(text) or read.reasoning is not None
             count = 1
             if content:
                 self.ids_everywhere = False
@@ -270,10 +276,31 @@ class _Progress:
                 self.on_first(arrived)
             self.chunk_tokens.append(count)
             self.chunk_usage.append(frame_usage)
+            self.chunk_kinds.append(_kind(bool(text), read.reasoning is not None))
             if self.chunk_text is not None:
-                self.chunk_text.append(text if isinstance(text, str) else "")
+                self.chunk_text.append(_chunk_text(text, read.reasoning))
         if read.finish_reason is not None:
             self.finish_reason, self.stop_reason = read.finish_reason, read.stop_reason
+
+
+def _kind(answer: bool, reasoning: bool) -> str:
+    """A token chunk's kind (:data:`.record.CHUNK_KINDS`): reasoning only, both, or answer (also when it
+    carried token ids but no text at all)."""
+    if reasoning:
+        return BOTH if answer else REASONING
+    return ANSWER
+
+
+def _chunk_text(text: Any, reasoning: str | None) -> str:
+    """A chunk's text for a declared tokenizer: its reasoning and its answer text."""
+    return (reasoning or "") + (text if isinstance(text, str) else "")
+
+
+def _reasoning_usage(usage: dict[str, Any], before: int | None) -> int | None:
+    """``usage.completion_tokens_details.reasoning_tokens`` when it is a count (else what was seen before)."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else before
 
 
 def _numbers(values: dict[Any, Any]) -> dict[str, float]:
@@ -465,4 +492,6 @@ def _finish(p: _Progress, *, index: int, prompt_id: str, sent_at: str, ended_s: 
         early_stop=early, chunk_token_counts=counts, token_count_source=count_source,
         chunks_are_steps=chunks_are_steps, timings=p.timings,
         token_ids=tuple(p.token_ids) if p.token_ids is not None and p.ids_everywhere else None,
+        chunk_kinds="".join(p.chunk_kinds) if any(k != ANSWER for k in p.chunk_kinds) else None,
+        usage_reasoning_tokens=p.usage_reasoning,
     )

@@ -41,6 +41,9 @@ class WaveTotals:
         self.chunks = 0
         self.chunk_tokens = 0
         self.early_stops = 0
+        self.reasoning_requests = 0                            # requests the server streamed reasoning apart for
+        self.reasoning_tokens = 0                              # of their delivered tokens: reasoning
+        self.answer_tokens = 0                                 # and answer
         self.with_content = 0                                  # requests whose first token arrived (any status)
         self.token_count_sources: dict[str, int] = {}          # how chunk tokens were counted, over MEASURED
         self.early_finish_reasons: set[str] = set()
@@ -96,6 +99,10 @@ class WaveTotals:
             tpot = r.tpot_ms  # vllm bench serve's TPOT (runner.measure.timing)
             if tpot is not None:
                 self.tpot_ms.add(tpot)
+        if r.streamed_reasoning:
+            self.reasoning_requests += 1
+            self.reasoning_tokens += r.reasoning_tokens or 0
+            self.answer_tokens += r.answer_tokens or 0
         if r.early_stop:
             self.early_stops += 1
             if len(self.early_finish_reasons) < _FINISH_REASONS_KEPT:
@@ -107,8 +114,11 @@ class WaveTotals:
     def client(self) -> dict[str, Any]:
         """The ``client`` block of ``wave.measured`` (``docs/events.md``); ``ttft_s`` may be :class:`Spooled`."""
         bounded = {"bounded": self.counts["bounded"]} if self.counts["bounded"] else {}  # written when there are
+        reasoning = {"reasoning_tokens": self.reasoning_tokens, "answer_tokens": self.answer_tokens} \
+            if self.reasoning_requests else {}   # written when the server streamed reasoning apart
         return {
             **bounded,
+            **reasoning,
             "requests": self.requests,
             "ok": self.counts["ok"],
             "failed": self.counts["failed"],

@@ -9,6 +9,7 @@ registered repeats. Read from the events, never from a cache.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,6 +38,8 @@ class WindowEvidence:
     smoke: tuple[tuple[str, ...], ...] = ()  # start, probe, outcome, kind, position, margin, seq, summary
 
     requests: tuple[tuple[str, ...], ...] = ()  # per arm: arm, starts, ok, bounded, incomplete, failed
+    # per arm, where the server streamed reasoning apart: requests, reasoning and answer tokens, TTFT and first answer
+    reasoning: tuple[tuple[str, ...], ...] = ()
 
     def head_sections(self) -> list[Section]:
         """Banners, shown right under the decision, then the request counts per arm."""
@@ -72,6 +75,15 @@ class WindowEvidence:
                      "priming requests: the first cold, the repeats from the prefix cache), and the decode runs "
                      "(their TTFT, then their decode time, which a decode bound counts from the first token).",
                      "note"),
+            )))
+        if self.reasoning:
+            out.append(Section("Reasoning and answer tokens (per arm, diagnostic)", (
+                Table(("arm", "requests with reasoning", "reasoning tokens (mean)", "answer tokens (mean)",
+                       "TTFT ms (median)", "first answer token ms (median)"), self.reasoning),
+                Para("Where the server streams reasoning apart from the answer (vLLM's reasoning parser): the "
+                     "delivered tokens split into reasoning and answer, and the time to the first token (reasoning "
+                     "or answer) beside the time to the first visible answer token. A diagnostic: the decision "
+                     "counts every delivered token and never reads these figures.", "note"),
             )))
         if self.smoke:
             out.append(Section("Smoke stage (T=0 probes on the smoke starts)", (
@@ -282,6 +294,34 @@ def _request_counts(plan: Plan, events: Sequence[Event]) -> tuple[tuple[str, ...
     return tuple(rows)
 
 
+def _median_ms(values: Sequence[float]) -> str:
+    return _ms(statistics.median(values)) if values else "-"
+
+
+def _reasoning(plan: Plan, events: Sequence[Event]) -> tuple[tuple[str, ...], ...]:
+    """Per arm (in the plan's order), over its wave requests the server streamed reasoning for: how many, their
+    mean reasoning and answer tokens, median TTFT and median time to the first answer token."""
+    role_of = {start.id: start.role for start in plan.starts}
+    seen: dict[str, list[pl.RequestSummary]] = {}
+    for event in events:
+        if event.type != "wave.measured":
+            continue
+        wave = read_payload(event, pl.WaveMeasured)
+        role = role_of.get(str(wave.start))
+        if role is not None:
+            seen.setdefault(role, []).extend(r for r in wave.requests if r.reasoning_tokens is not None)
+    rows = []
+    for arm in plan.arms:
+        requests = seen.get(arm.role)
+        if requests:
+            rows.append((f"{arm.role} {arm.name}", str(len(requests)),
+                         _mean(_numbers(r.reasoning_tokens for r in requests)),
+                         _mean(_numbers(r.answer_tokens for r in requests)),
+                         _median_ms(_numbers(r.ttft_s for r in requests)),
+                         _median_ms(_numbers(r.first_answer_s for r in requests))))
+    return tuple(rows)
+
+
 def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     """The evidence section of ``plan``'s window from its events (``events``: the window's stream)."""
     gates = _gate_rows(plan, events)
@@ -304,5 +344,5 @@ def window_evidence(plan: Plan, events: Sequence[Event]) -> WindowEvidence:
     smoke, smoke_banners = _smoke(plan, events)
     return WindowEvidence(gates, tuple(_gate_banners(gates) + smoke_banners + _counter_banners(events) + busy
                                        + unprimed), tuple(facts), tuple(contention), tuple(phases), tuple(smoke),
-                          _request_counts(plan, events))
+                          _request_counts(plan, events), _reasoning(plan, events))
 

@@ -112,6 +112,9 @@ class ArmConfig:
     # The share of decode steps that draft (1: every step, as vLLM's draft models do; llama.cpp's prompt
     # lookup drafts only where the context repeats itself): a step that does not draft schedules one token.
     draft_rate: float = 1.0
+    # A reasoning model behind vLLM's reasoning parser: the first ``reasoning_tokens`` generated tokens of a
+    # chat completion stream as ``delta.reasoning`` (the answer's as ``delta.content``); 0: none.
+    reasoning_tokens: int = 0
 
     @property
     def speculative(self) -> bool:
@@ -169,7 +172,7 @@ class ArmConfig:
 
 _BATCH_DEFAULTS: dict[str, Any] = {"step_per_kv_token_us": 0.0, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
                                    "kv_cache_blocks": 0, "acceptance_rate": None, "acceptance_concentration": 0.0,
-                                   "families": None, "draft_rate": 1.0}
+                                   "families": None, "draft_rate": 1.0, "reasoning_tokens": 0}
 
 
 def _default_arms() -> tuple[ArmConfig, ...]:
@@ -391,6 +394,8 @@ def _arm(name: str, f: Fields) -> ArmConfig:
         kw["acceptance_concentration"] = f.number("acceptance_concentration", low=0)
     if f.has("draft_rate"):
         kw["draft_rate"] = f.number("draft_rate", low=0, high=1)
+    if f.has("reasoning_tokens"):
+        kw["reasoning_tokens"] = f.integer("reasoning_tokens", low=0)
     if f.has("families"):
         table = f.table("families")
         families: dict[str, dict[str, float]] = {}

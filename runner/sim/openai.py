@@ -28,6 +28,7 @@ __all__ = [
     "ApiError",
     "ApiRequest",
     "chat_chunk",
+    "chat_delta",
     "completion_chunk",
     "engine_check",
     "error_body",
@@ -343,16 +344,28 @@ FINGERPRINT = "vllm-0.32.0-tallysim"   # vLLM's system_fingerprint: its version 
 NULL_TOP = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}   # a whole reply's last members
 
 
-def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """vLLM's field order: prompt, total, completion."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+def usage_of(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
+    """vLLM's field order: prompt, total, completion; with reasoning tokens among the completion's,
+    OpenAI's ``completion_tokens_details.reasoning_tokens`` after them."""
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                             "completion_tokens": completion_tokens}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
-def full_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def full_usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
     """A whole reply's usage: the streamed one's members and vLLM's two (null) details."""
     return {**usage_of(prompt_tokens, completion_tokens), "prompt_tokens_details": None,
-            "completion_tokens_details": None}
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens} if reasoning_tokens else None}
+
+
+def chat_delta(content: str, reasoning: str = "") -> dict[str, Any]:
+    """A chat chunk's delta as vLLM writes it (unset members left out): the answer text as ``content``,
+    reasoning text (behind a reasoning parser) as ``reasoning``, both when one step carried both."""
+    if not reasoning:
+        return {"content": content}
+    return {"reasoning": reasoning, "content": content} if content else {"reasoning": reasoning}
 
 
 def completion_chunk(rid: str, created: int, model: str, text: str, *, finish_reason: str | None,

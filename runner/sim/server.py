@@ -44,6 +44,7 @@ from .openai import (
     ApiError,
     ApiRequest,
     chat_chunk,
+    chat_delta,
     completion_chunk,
     engine_check,
     error_body,
@@ -463,6 +464,8 @@ class _Handler(BaseHTTPRequestHandler):
         last_sent: float | None = None   # a late stream's chunks may go later than planned, never in a burst
         completion_tokens = 0
         text_parts: list[str] = []   # the full text, for a reply that is not streamed
+        reasoning_parts: list[str] = []   # its reasoning text (a reasoning arm, chat only)
+        reasoning_budget = engine.arm.reasoning_tokens if request.kind == "chat" else 0
         stop_tail = ""               # the emitted text's last characters: all a stop string can still span
         longest_stop = max((len(stop) for stop in stops), default=0)
         token_ids: list[int] = []
@@ -542,18 +545,24 @@ class _Handler(BaseHTTPRequestHandler):
                 if step.finish_reason is not None:
                     finish_reason, stop_reason = step.finish_reason, step.stop_reason
                     self._observe_finish(truth, metrics, engine_index, finish_reason, planned, completion_tokens)
+                before = completion_tokens - len(step.tokens)
+                thinking = min(max(reasoning_budget - before, 0), len(step.tokens))   # this step's reasoning tokens
+                reasoning, visible = _split_reasoning(step, text, thinking, config.eos_token_id)
+                truth.reasoning_tokens += thinking
                 if request.stream and config.stream_mode == "token":
-                    sent = self._stream_tokens(request, truth.request_id, created, step, engine, planned,
-                                               completion_tokens - len(step.tokens))
+                    sent = self._stream_tokens(request, truth.request_id, created, step, engine, planned, before,
+                                               reasoning_budget)
                 elif request.stream:
-                    frames = self._step_frames(request, truth.request_id, created, step, text, completion_tokens)
+                    frames = self._step_frames(request, truth.request_id, created, step, visible, completion_tokens,
+                                               reasoning=reasoning, reasoning_tokens=truth.reasoning_tokens)
                     sent = time.perf_counter()
                     self._write_frames(*frames)
                 else:
                     sent = time.perf_counter()
                     token_ids.extend(step.tokens)
                 if not request.stream:
-                    text_parts.append(text)
+                    text_parts.append(visible)
+                    reasoning_parts.append(reasoning)
                 if stops:
                     stop_tail = (stop_tail + text)[-longest_stop:]
                 truth.planned.append(planned)
@@ -586,7 +595,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._safe(self.connection.shutdown, socket.SHUT_RDWR)
             return
         truth.status = "finished"
-        usage = usage_of(len(request.prompt_ids), completion_tokens)
+        usage = usage_of(len(request.prompt_ids), completion_tokens, truth.reasoning_tokens)
         if request.stream:
             tail: list[bytes] = []
             if request.include_usage:
@@ -598,7 +607,8 @@ class _Handler(BaseHTTPRequestHandler):
         if schema is not None:  # structured output: an instance of the schema
             text, finish_reason = schema_text(schema, len(request.prompt_ids)), "stop"
         answer = self._full_response(request, truth.request_id, created, text, finish_reason, stop_reason,
-                                     full_usage(len(request.prompt_ids), completion_tokens), token_ids)
+                                     full_usage(len(request.prompt_ids), completion_tokens, truth.reasoning_tokens),
+                                     token_ids, "".join(reasoning_parts) or None)
         if request.logprobs and request.kind == "completion" and generation.params.greedy:
             answer["choices"][0]["logprobs"] = completion_logprobs(generation, token_ids, config.eos_token_id,
                                                                    request.logprobs)
@@ -626,8 +636,9 @@ class _Handler(BaseHTTPRequestHandler):
                                  prompt_tokens=truth.prompt_tokens or 0, counts=truth.counters())
 
     def _stream_tokens(self, request: ApiRequest, rid: str, created: int, step: Step, engine: EngineSession,
-                       planned: float, before: int) -> float:
-        """One chunk per token, as llama.cpp streams: the step's tokens ``token_burst_ms`` apart.
+                       planned: float, before: int, reasoning_budget: int = 0) -> float:
+        """One chunk per token, as llama.cpp streams: the step's tokens ``token_burst_ms`` apart (the first
+        ``reasoning_budget`` tokens of the completion as reasoning).
 
         Returns when the first chunk was written (the step's send time)."""
         config = self.server.config
@@ -639,8 +650,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Aborted
             single = replace(step, tokens=(token,), finish_reason=step.finish_reason if j == last else None,
                              stop_reason=step.stop_reason if j == last else None)
-            frames = self._step_frames(request, rid, created, single, token_text(token, config.eos_token_id),
-                                       before + j + 1, first=step.index == 0 and j == 0)
+            word = token_text(token, config.eos_token_id)
+            thinking = before + j < reasoning_budget
+            frames = self._step_frames(request, rid, created, single, "" if thinking else word, before + j + 1,
+                                       first=step.index == 0 and j == 0, reasoning=word if thinking else "",
+                                       reasoning_tokens=min(before + j + 1, reasoning_budget))
             sent = time.perf_counter()
             self._write_frames(*frames)
             if j == 0:
@@ -648,10 +662,13 @@ class _Handler(BaseHTTPRequestHandler):
         return first_sent
 
     def _step_frames(self, request: ApiRequest, rid: str, created: int, step: Step, text: str,
-                     completion_tokens: int, first: bool | None = None) -> list[bytes]:
+                     completion_tokens: int, first: bool | None = None, reasoning: str = "",
+                     reasoning_tokens: int = 0) -> list[bytes]:
+        """A step's frames; ``reasoning`` (chat): its reasoning text, ``reasoning_tokens`` the request's so far."""
         first = step.index == 0 if first is None else first
         model = request.model
-        usage = usage_of(len(request.prompt_ids), completion_tokens) if request.continuous_usage else None
+        usage = usage_of(len(request.prompt_ids), completion_tokens, reasoning_tokens) \
+            if request.continuous_usage else None
         ids = step.tokens if request.return_token_ids else None
         if request.kind == "completion":
             prompt_ids = request.prompt_ids if (request.return_token_ids and first) else None
@@ -664,12 +681,14 @@ class _Handler(BaseHTTPRequestHandler):
             frames.append(_dumps(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
                                             finish_reason=None, usage=role_usage,
                                             prompt=request.prompt_ids if request.return_token_ids else None)))
-        frames.append(_dumps(chat_chunk(rid, created, model, {"content": text}, finish_reason=step.finish_reason,
+        frames.append(_dumps(chat_chunk(rid, created, model, chat_delta(text, reasoning),
+                                        finish_reason=step.finish_reason,
                                         stop_reason=step.stop_reason, token_ids=ids, usage=usage)))
         return frames
 
     def _full_response(self, request: ApiRequest, rid: str, created: int, text: str, finish_reason: str | None,
-                       stop_reason: int | str | None, usage: dict[str, Any], token_ids: list[int]) -> dict[str, Any]:
+                       stop_reason: int | str | None, usage: dict[str, Any], token_ids: list[int],
+                       reasoning: str | None = None) -> dict[str, Any]:
         """The non-streamed answer, with vLLM 0.32's members in its order; with ``return_token_ids`` the
         choice carries ``token_ids`` and the prompt's ``prompt_token_ids`` (null otherwise)."""
         ids = token_ids if request.return_token_ids else None
@@ -683,11 +702,19 @@ class _Handler(BaseHTTPRequestHandler):
             return {**top, "choices": [choice], "service_tier": None, "system_fingerprint": FINGERPRINT,
                     "usage": usage, **NULL_TOP}
         message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                   "function_call": None, "reasoning": None}
+                   "function_call": None, "reasoning": reasoning}
         chat: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
                                 "stop_reason": stop_reason, "token_ids": ids, "routed_experts": None}
         return {**top, "choices": [chat], "service_tier": None, "system_fingerprint": FINGERPRINT, "usage": usage,
                 "prompt_logprobs": None, "prompt_token_ids": prompt_ids, "prompt_text": None, **NULL_TOP}
+
+
+def _split_reasoning(step: Step, text: str, thinking: int, eos_token_id: int) -> tuple[str, str]:
+    """A step's text as (reasoning, answer): its first ``thinking`` tokens' words are reasoning."""
+    if not thinking:
+        return "", text
+    reasoning = "".join(token_text(t, eos_token_id) for t in step.tokens[:thinking])
+    return reasoning, text[len(reasoning):] if text.startswith(reasoning) else text
 
 
 def _drop_tail(parts: list[str], count: int) -> None:

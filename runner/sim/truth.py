@@ -45,6 +45,7 @@ class RequestTruth:
     drafts: list[int] = field(default_factory=list)      # draft tokens per step
     accepted: list[int] = field(default_factory=list)    # accepted drafts per step
     completion_tokens: int = 0
+    reasoning_tokens: int = 0         # of the completion tokens, those sent as reasoning (delta.reasoning)
     decode_s: float = 0.0             # planned last token - planned first token (what /metrics got)
     observed: bool = False            # the request reached the request-level histograms (finished/aborted)
     fault: str | None = None
@@ -77,7 +78,8 @@ class RequestTruth:
             "seed": self.seed, "priority": self.priority, "cache_salt": self.cache_salt,
             "cached_tokens": self.cached_tokens, "status": self.status,
             "http_status": self.http_status, "error": self.error, "finish_reason": self.finish_reason,
-            "completion_tokens": self.completion_tokens, "decode_s": self.decode_s, "observed": self.observed,
+            "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
+            "decode_s": self.decode_s, "observed": self.observed,
             "fault": self.fault,
             "planned": list(self.planned), "sent": list(self.sent), "tokens": list(self.tokens),
             "drafts": list(self.drafts), "accepted": list(self.accepted),

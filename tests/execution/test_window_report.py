@@ -107,3 +107,31 @@ def test_a_fail_no_later_pass_superseded_is_called_to_attention() -> None:
     assert verdicts[("rng", "-", "5")] == "FAIL"                 # never passed afterwards
     assert verdicts[("start_config", "A1", "6")] == "FAIL"       # another start's PASS supersedes nothing
     assert "2 gate result(s) FAILed: rng (seq 5), start_config A1 (seq 6)" in found.banners
+
+
+def _reasoning_wave(start: str, reasoning: int, answer: int, first_answer_s: float | None) -> _Event:
+    """A wave of ``start`` whose every request streamed reasoning apart (the members a reasoning server adds)."""
+    event = _wave(start, 0.4, 0.0)
+    requests = event.payload["requests"]
+    assert isinstance(requests, list)
+    for r in requests:
+        r.update({"reasoning_tokens": reasoning, "answer_tokens": answer, "first_answer_s": first_answer_s})
+    return event
+
+
+def test_reasoning_and_answer_tokens_per_arm_are_a_diagnostic_only_where_streamed() -> None:
+    from runner.plan import load_plan
+    from runner.report.evidence import window_evidence
+    from tests.runner.script import EXAMPLES
+
+    plan = load_plan(EXAMPLES / "seed003-abba.toml")
+    assert window_evidence(plan, [_wave("A1", 0.4, 0.0)]).reasoning == ()   # no reasoning streamed: no section
+    assert not any("Reasoning" in s.title for s in window_evidence(plan, [_wave("A1", 0.4, 0.0)]).sections())
+    found = window_evidence(plan, [_reasoning_wave("A1", 5, 7, 0.5), _reasoning_wave("B1", 3, 9, None)])
+    a1, b1 = _wave("A1", 0.4, 0.0).payload["requests"], _wave("B1", 0.4, 0.0).payload["requests"]
+    assert isinstance(a1, list) and isinstance(b1, list)
+    a_arm, b_arm = (f"{arm.role} {arm.name}" for arm in plan.arms if arm.role in ("A", "B"))
+    by_arm = {row[0]: row for row in found.reasoning}
+    assert by_arm[a_arm][1:4] == (str(len(a1)), "5", "7") and by_arm[a_arm][5] == "500"
+    assert by_arm[b_arm][1:4] == (str(len(b1)), "3", "9") and by_arm[b_arm][5] == "-"
+    assert any(s.title == "Reasoning and answer tokens (per arm, diagnostic)" for s in found.sections())

@@ -56,10 +56,12 @@ def test_wave_measured_has_exactly_the_contract_keys() -> None:
         "requests", "ok", "failed", "timed_out", "cancelled", "censored", "delivered_tokens", "tokens_after_first",
         "decode_s", "decode_tps", "ttft_s", "chunk_interval_ms", "tokens_per_chunk",
         "token_itl_ms", "tpot_ms", "token_count_sources",
-        "bounded"]  # added with bounded decode runs (optional, written when > 0)
+        "bounded",  # added with bounded decode runs (optional, written when > 0)
+        "reasoning_tokens", "answer_tokens"]  # added with reasoning apart (optional, written when streamed)
     assert [f.name for f in dataclasses.fields(payloads.RequestSummary)] == [
         "index", "prompt_id", "status", "delivered_tokens", "decode_s", "ttft_s", "round_ms_p95", "finish_reason",
-        "reason", "chunk_ms_p95", "token_itl_ms_p95", "tpot_ms", "token_count_source"]
+        "reason", "chunk_ms_p95", "token_itl_ms_p95", "tpot_ms", "token_count_source",
+        "reasoning_tokens", "answer_tokens", "first_answer_s"]  # added with reasoning apart (optional, as above)
     assert [f.name for f in dataclasses.fields(payloads.CounterSourceInfo)] == [
         "name", "speculative", "counts_rounds", "chunks_are_steps", "derived", "resolution", "first_tokens", "absent"]
     assert [f.name for f in dataclasses.fields(payloads.WaveGauges)] == ["before", "after", "series"]
