@@ -1,4 +1,4 @@
-"""diff(recorded, recomputed): exact, field-level; a decision recorded in a real ledger reads back as a MATCH."""
+"""diff(recorded, recomputed): exact but for a float's last bits, field-level; a decision recorded in a real ledger reads back as a MATCH."""
 
 from __future__ import annotations
 
@@ -19,6 +19,18 @@ def test_identical_results_have_no_difference() -> None:
 def test_int_and_float_of_the_same_value_match_but_bools_do_not() -> None:
     assert diff({"a": 100}, {"a": 100.0}) == []
     assert [str(d) for d in diff({"a": 1}, {"a": True})] == ["a: recorded 1, recomputed true"]
+
+
+def test_a_float_that_differs_in_its_last_bits_matches_and_one_that_differs_more_does_not() -> None:
+    """Another machine's maths library may round an exp/log an ulp apart (seen: the model-1 power
+    figure 0.002307708408862985 recomputed as 0.0023077084088629846): that is a MATCH; a difference
+    a rule could act on, an integer off by one, or a verdict are not."""
+    assert diff({"p": 0.002307708408862985}, {"p": 0.0023077084088629846}) == []
+    assert diff({"p": 1e-300}, {"p": 0.0}) == []
+    assert [d.path for d in diff({"p": 0.0231}, {"p": 0.02310001})] == ["p"]
+    assert [d.path for d in diff({"n": 2**60}, {"n": 2**60 + 1})] == ["n"]
+    assert [d.path for d in diff({"x": float("nan")}, {"x": float("nan")})] == ["x"]
+    assert [d.path for d in diff({"x": float("inf")}, {"x": 1e308})] == ["x"]
 
 
 def test_differences_name_the_field() -> None:

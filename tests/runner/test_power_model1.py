@@ -1,4 +1,4 @@
-"""A power gate result recorded before the model was versioned still replays: model 1 is kept, bit for bit.
+"""A power gate result recorded before the model was versioned still replays: model 1 is kept (to the last ulp: diff).
 
 ``tests/fixtures/power_gate_model1.json`` holds the evidence tally's model-1 code computed
 (commit 69ea87d) for a known archive, a pilot and a pp3-v1 pilot; the same ledger is built
