@@ -33,6 +33,7 @@ __all__ = [
     "OBSERVING_ACTIONS",
     "OPTIONAL_ACTIONS",
     "PER_HOST_ACTIONS",
+    "PLANNED_OPTIONAL_ACTIONS",
     "SERVING_STATES",
     "ActionResult",
     "HostDriver",
@@ -46,13 +47,14 @@ __all__ = [
 ACTIONS = ("preflight", "drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "experiment_stop",
            "quiet_proof", "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof",
            "restore", "watch", "read_clock_cap", "probe", "read_thermal", "pair_close", "hold_stash", "commit_close",
-           "list_arms")
+           "list_arms", "restore_check")
 
 # Actions that only look at the hosts and change nothing on them. Every other action (a drain, a
 # start or stop of an engine, a fence, a placeholder, a restore, and any action added later) may
 # change a host: once its start is recorded, the window counts as having touched production.
 OBSERVING_ACTIONS = frozenset({"preflight", "probe", "snapshot", "read_clock_cap", "read_thermal", "watch",
-                               "quiet_proof", "placeholder_proof", "production_down_proof", "list_arms"})
+                               "quiet_proof", "placeholder_proof", "production_down_proof", "list_arms",
+                               "restore_check"})
 
 # Run once per host (host given); every other action is run once, site-wide (host None).
 PER_HOST_ACTIONS = frozenset({"fence", "placeholder_up", "placeholder_down", "placeholder_proof"})
@@ -62,9 +64,13 @@ CHAIN_ACTIONS = frozenset({"fence", "experiment_stop", "quiet_proof", "placehold
                            "placeholder_proof"})
 
 # A site may offer them; the runner uses them when it does (docs/site.md, "Optional actions").
-OPTIONAL_ACTIONS = frozenset({"read_thermal", "pair_close", "hold_stash", "commit_close", "list_arms"})
+OPTIONAL_ACTIONS = frozenset({"read_thermal", "pair_close", "hold_stash", "commit_close", "list_arms",
+                              "restore_check"})
 # Optional steps of a chained close, run when the site has them (docs/window.md, the chained close).
 CLOSE_ACTIONS = frozenset({"pair_close", "hold_stash", "commit_close"})
+# The optional actions the step machine plans with: the close's, and the rollback preflight (a dry
+# restore check on production before the drain; a site without one skips it, and hold.opened says so).
+PLANNED_OPTIONAL_ACTIONS = CLOSE_ACTIONS | {"restore_check"}
 
 # Seconds an action may take when the site file does not say (docs/site.md).
 DEFAULT_TIMEOUTS_S: Mapping[str, float] = {
@@ -73,6 +79,7 @@ DEFAULT_TIMEOUTS_S: Mapping[str, float] = {
     "production_down_proof": 120.0, "placeholder_up": 120.0, "placeholder_down": 120.0,
     "placeholder_proof": 60.0, "restore": 1800.0, "watch": 900.0, "read_clock_cap": 60.0, "probe": 60.0,
     "read_thermal": 60.0, "pair_close": 300.0, "hold_stash": 120.0, "commit_close": 120.0, "list_arms": 60.0,
+    "restore_check": 300.0,
 }
 
 SERVING_STATES = ("up", "down", "draining")
@@ -224,6 +231,7 @@ _REQUIRED: Mapping[str, tuple[str, ...]] = {
     "warmup": (),
     "watch": ("watch",),
     "list_arms": ("arms",),
+    "restore_check": ("snapshot_sha256",),
 }
 
 
@@ -351,6 +359,8 @@ def _contradictions(action: str, host: str | None, params: Mapping[str, Any], fa
     got = facts.get("snapshot_sha256")
     if action == "restore" and wanted is not None and got is not None and got != wanted:
         problems.append(f"restored snapshot {got} is not the requested {wanted}")
+    if action == "restore_check" and wanted is not None and got is not None and got != wanted:
+        problems.append(f"the restore would bring back snapshot {got}, not production's {wanted}")
     placeholders = facts.get("placeholders")
     if isinstance(placeholders, list) and host is not None:
         if action in ("placeholder_up", "placeholder_proof") and host not in placeholders:

@@ -200,7 +200,7 @@ class SimDriver:
                 raise FormatError("sim action start_arm: params['arm'] (the arm's name) is required")
             body["arm"] = params["arm"]
             body["role"] = params.get("role", params["arm"])
-        elif action == "restore" and params.get("snapshot_sha256") is not None:
+        elif action in ("restore", "restore_check") and params.get("snapshot_sha256") is not None:
             body["sha256"] = params["snapshot_sha256"]
             if isinstance(params.get("snapshot_identity"), Mapping):
                 body["identity"] = dict(params["snapshot_identity"])
@@ -288,6 +288,8 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
     elif action == "snapshot":
         facts["snapshot_sha256"] = answer.get("sha256")
         facts["identity"] = answer.get("identity")
+    elif action == "restore_check":
+        facts.update({"snapshot_sha256": answer.get("sha256"), "arm": answer.get("arm")})
     elif action == "start_arm":
         facts.update({"arm": answer.get("arm"), "role": answer.get("role"), "engine": "ready",
                       "clock_cap_mhz": answer.get("clock_cap_mhz"), "log_line": _clock_line(answer.get("log")),

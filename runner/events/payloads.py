@@ -148,6 +148,7 @@ class HoldOpened(WindowPayload):
     hosts: list[str] = field(default_factory=list)
     allow_unreachable: list[str] = field(default_factory=list)
     from_marker: bool = False
+    rollback_preflight: Literal["none"] | None = None   # "none": the site has no restore_check (nothing checked)
 
 
 @payload

@@ -291,7 +291,7 @@ SUCCESS: dict[StepKind, Callable[[_Fold, Step], None]] = {
     "close": _close, "placeholder_up": _placeholder, "fence": _host_step, "experiment_stop": _host_step,
     "closing_quiet_proof": _host_step, "production_down_proof": _production_down_proof,
     "closing_placeholder_proof": _host_step, "pair_close": _host_step, "hold_stash": _host_step,
-    "commit_close": _host_step, "chained_close": _chained_close, "decide": _decide,
+    "commit_close": _host_step, "chained_close": _chained_close, "decide": _decide, "restore_check": _host_step,
 }
 
 
@@ -315,13 +315,13 @@ def planned_steps(plan: Plan, state: State, window: str, hosts: tuple[str, ...],
     """The steps ``--execute`` would take from ``state`` if everything succeeded, and why it would
     stop short of a decision (None: it decides). ``state`` is not changed. ``actions``: the site's
     actions (its thermal watch and optional close steps are steps too)."""
-    from ..drivers.base import CLOSE_ACTIONS
+    from ..drivers.base import PLANNED_OPTIONAL_ACTIONS
 
     f = _Fold(plan, state, window, hosts, frozenset(actions))
     _admitted(f)
     steps: list[DryStep] = []
     for _ in range(MAX_STEPS):
-        step = next_step(Context(plan, f.state, f.ws, hosts, site_actions=f.actions & CLOSE_ACTIONS))
+        step = next_step(Context(plan, f.state, f.ws, hosts, site_actions=f.actions & PLANNED_OPTIONAL_ACTIONS))
         if step.kind == "done":
             return steps, None
         if step.kind == "blocked":

@@ -8,7 +8,7 @@ opens, and the snapshot is the marker's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..events import payloads as p
 from .capture import check_capture
@@ -41,6 +41,15 @@ class OpeningSteps(Recorder):
                 params["expected_tag"] = self.plan.tag
         self.action(HOST_STEP_ACTIONS[step.kind], step.host, params)
 
+    def restore_check(self, _s: Step, _r: RunResult) -> None:
+        """The rollback preflight: the site's dry restore check on production's snapshot (changes nothing)."""
+        sha = self.snapshot_sha()
+        params: dict[str, object] = {"snapshot_sha256": sha} if sha else {}
+        identity = self.snapshot_identity(sha) if sha else None
+        if identity is not None:
+            params["snapshot_identity"] = identity
+        self.action("restore_check", None, params)
+
     def drain(self, _s: Step, _r: RunResult) -> None:
         self.action("drain", None, {}, then=lambda res: [
             ("production.state", p.ProductionState(state="down", proof={"action": "drain", **plain(res.facts)}), ())])
@@ -49,11 +58,15 @@ class OpeningSteps(Recorder):
         from ..drivers.base import unreachable_allowed
 
         allowed = list(unreachable_allowed(self.driver, self.plan.mode))
+        # a member is written only when set (the producer passes it): allow_unreachable when the site allows
+        # some (older ledgers have it empty), rollback_preflight when the site has no restore_check
+        optional: dict[str, Any] = {}
+        if allowed:
+            optional["allow_unreachable"] = allowed
+        if "restore_check" not in self.driver.actions:
+            optional["rollback_preflight"] = "none"
         opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts),
-                              from_marker=bool(step.args.get("from_marker")))
-        if allowed:   # written only when the site allows some (older ledgers have the member empty)
-            opened = p.HoldOpened(owner=self.owner, hosts=list(self.driver.hosts), allow_unreachable=allowed,
-                                  from_marker=bool(step.args.get("from_marker")))
+                              from_marker=bool(step.args.get("from_marker")), **optional)
         self.append([("hold.opened", opened, ())])
         self.say(f"HOLD opened by {self.owner}")
 
@@ -86,6 +99,7 @@ HOST_STEP_ACTIONS: dict[str, str] = {
     "closing_placeholder_proof": "placeholder_proof", "closing_quiet_proof": "quiet_proof",
     "fence": "fence", "experiment_stop": "experiment_stop",
     "pair_close": "pair_close", "hold_stash": "hold_stash", "commit_close": "commit_close",
+    "restore_check": "restore_check",
 }
 
 HANDLERS: dict[StepKind, StepHandler] = {
@@ -96,4 +110,5 @@ HANDLERS: dict[StepKind, StepHandler] = {
     "drain": OpeningSteps.drain,
     "hold_open": OpeningSteps.hold_open,
     "snapshot": OpeningSteps.snapshot,
+    "restore_check": OpeningSteps.restore_check,
 }

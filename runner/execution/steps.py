@@ -6,8 +6,9 @@ The runner performs it, records it, replays, and asks again; a runner killed at 
 instant asks the same question on resume and gets the step that brings the window to
 a safe, recorded state. The order of steps is the reference sequence of ``docs/window.md``:
 
-    preflight -> snapshot -> drain -> hold.opened (under a marker: placeholder proofs,
-    quiet proof, hold.opened, the marker's snapshot) -> for each start: start_arm,
+    preflight -> snapshot -> restore check (the site's, if it has one) -> drain -> hold.opened
+    (under a marker: placeholder proofs, quiet proof, hold.opened, the marker's snapshot, the
+    restore check) -> for each start: start_arm,
     clock cap, start.began, start_config, standard_spec (speculative arms),
     warm-up, prefix priming (a plan's ``[priming]``), waves, the smoke stage's probes (smoke starts), end of start
     -> measurement.ended -> ending -> decision
@@ -35,6 +36,7 @@ __all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_ste
 
 MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once
+ROLLBACK_FAILED = "rollback preflight failed (the site's restore_check could not show the restore would work)"
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
@@ -43,7 +45,7 @@ StepKind = Literal[
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
     "closing_quiet_proof", "production_down_proof", "closing_placeholder_proof", "chained_close", "decide",
-    "pair_close", "hold_stash", "commit_close",
+    "pair_close", "hold_stash", "commit_close", "restore_check",
     "done", "blocked",
 ]
 
@@ -202,6 +204,10 @@ def _opening(ctx: Context) -> Step:
         if _failures(ws, "snapshot") >= MAX_ATTEMPTS:
             return Step("measurement_end", reason="no production snapshot could be taken", args={"why": "failed"})
         return Step("snapshot", args={"from_marker": False})
+    if "restore_check" in ctx.site_actions and not _done(ws, "restore_check"):
+        if _done(ws, "restore_check", ok=False):   # production still serves, untouched: nothing to restore
+            return Step("measurement_end", reason=ROLLBACK_FAILED + " before the drain", args={"why": "failed"})
+        return Step("restore_check")
     if state.production != "down" or not _done(ws, "drain"):
         if _done(ws, "drain", ok=False):
             return Step("measurement_end", reason="drain failed before the HOLD", args={"why": "failed"})
@@ -222,6 +228,11 @@ def _measuring(ctx: Context) -> Step:
         return Step("snapshot", args={"from_marker": _under_foreign_marker(ctx)})
     if _aborting(ws) is not None:
         return _stop_measuring(ctx, "aborted", _aborting(ws) or "")
+    if "restore_check" in ctx.site_actions and not ws.starts and not _done(ws, "restore_check"):
+        # a window opened under a chain's marker checks the restore to the marker's snapshot here
+        if _done(ws, "restore_check", ok=False):
+            return Step("measurement_end", reason=ROLLBACK_FAILED + " before the first start", args={"why": "failed"})
+        return Step("restore_check")
     stopped = _stopped(ws)
     if stopped is not None:
         # the ledger refused an append: end by restoring production, whatever the plan's chain

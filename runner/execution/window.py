@@ -313,10 +313,10 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 began = block_began(ws, current)
                 if began is not None:
                     block_limit = self.clock.block_over(self.clock.minutes(began, now))
-        from ..drivers.base import CLOSE_ACTIONS
+        from ..drivers.base import PLANNED_OPTIONAL_ACTIONS
 
         return Context(self.plan, self.state, ws, self.driver.hosts, stop_limit, block_limit,
-                       frozenset(self.driver.actions) & CLOSE_ACTIONS)
+                       frozenset(self.driver.actions) & PLANNED_OPTIONAL_ACTIONS)
 
     def _stage_clock(self, ws: WindowState, first: datetime, now: datetime) -> StageClock:
         """How long the setup and each begun block have run (window minutes), from the recorded times."""

@@ -36,7 +36,7 @@ __all__ = ["ACTIONS", "EngineSession", "Host", "HostActionError", "wall_time"]
 # Host actions (``docs/site.md``) plus the simulator's own: production up/down and thermal dial-back.
 ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "quiet_proof",
            "production_down_proof", "placeholder_up", "placeholder_down", "placeholder_proof", "restore",
-           "watch", "read_clock_cap", "read_thermal", "production", "thermal", "reboot")
+           "watch", "read_clock_cap", "read_thermal", "production", "thermal", "reboot", "restore_check")
 
 
 def wall_time() -> str:
@@ -439,6 +439,24 @@ class Host:
                  "clock_cap_mhz": session.clock_cap_mhz, "log": list(session.log),
                  "output": f"production restored to snapshot {snap['sha256']}"}
         return {**facts, **self._host_lines(session, "restore")}
+
+    def _do_restore_check(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A dry restore: what ``restore`` would bring back (the snapshot it checks, as ``restore`` does,
+        and the production arm it would start); changes nothing."""
+        sha = args.get("sha256")
+        identity = args.get("identity")
+        with self.cond:
+            snapshot = self.snapshot_taken
+            if snapshot is None and isinstance(identity, dict) and _sha256_json(identity) == sha:
+                snapshot = {"identity": identity, "sha256": sha}   # the caller's capture would serve
+            if snapshot is None:
+                raise HostActionError(409, "restore_check", "no production snapshot was taken: nothing to restore to")
+            if sha is not None and sha != snapshot["sha256"]:
+                raise HostActionError(409, "restore_check", f"snapshot sha256 mismatch: asked {sha}, "
+                                                            f"snapshot is {snapshot['sha256']}")
+            arm = self.config.arm(self.config.production_arm)
+        return {"sha256": snapshot["sha256"], "arm": arm.name,
+                "output": f"restore would start {arm.name} from snapshot {snapshot['sha256']}"}
 
     def _do_production(self, args: dict[str, Any]) -> dict[str, Any]:
         state = args.get("state")

@@ -311,6 +311,23 @@ def restore(cfg: dict[str, Any], state: Path, request: dict[str, Any]) -> None:
            "session": engine["session"]})
 
 
+def restore_check(cfg: dict[str, Any], state: Path, request: dict[str, Any]) -> None:
+    """The rollback preflight: would ``restore`` bring back production's snapshot? Changes nothing: the
+    snapshot is on record with the sha asked for, and production's engine can be launched as configured."""
+    wanted = (request.get("params") or {}).get("snapshot_sha256")
+    try:
+        snap = json.loads((state / "snapshot.json").read_text())
+    except (OSError, ValueError):
+        raise Refused("no production snapshot on record (snapshot.json): nothing to restore to") from None
+    if wanted and snap.get("sha256") != wanted:
+        raise Refused(f"the snapshot on record is {str(snap.get('sha256'))[:12]}, not production's {str(wanted)[:12]}")
+    eng = engine_config(cfg, "production", state)
+    if not Path(eng["model_path"]).is_file():
+        raise Refused(f"production's model {eng['model_path']} is not there")
+    print(f"restore check: would restore {snap['sha256']} ({eng['arm']})")
+    facts({"snapshot_sha256": snap["sha256"], "arm": eng["arm"]})
+
+
 def watch(cfg: dict[str, Any], state: Path) -> None:
     ok = all(post(cfg, "/v1/completions", {"prompt": f"Count to {n}", "max_tokens": 4, "temperature": 0})[0] == 200
              for n in range(3))
@@ -372,6 +389,8 @@ def main(argv: list[str]) -> int:
             restore(cfg, state, request)
         elif action == "watch":
             watch(cfg, state)
+        elif action == "restore_check":
+            restore_check(cfg, state, request)
         elif action == "quiet_proof":
             quiet_proof(cfg, state)
         elif action == "production_down_proof":

@@ -506,6 +506,23 @@ def restore(cfg: dict[str, Any], state: Path, req: dict[str, Any]) -> None:
            "session": (read_json(state / "route.json") or {}).get("session")})
 
 
+def restore_check(cfg: dict[str, Any], state: Path, request: dict[str, Any]) -> None:
+    """The rollback preflight: would ``restore`` bring back production's snapshot? Changes nothing: the
+    snapshot is on record with the sha asked for, and production's engine can be launched as configured."""
+    wanted = (request.get("params") or {}).get("snapshot_sha256")
+    try:
+        snap = json.loads((state / "snapshot.json").read_text())
+    except (OSError, ValueError):
+        raise Refused("no production snapshot on record (snapshot.json): nothing to restore to") from None
+    if wanted and snap.get("sha256") != wanted:
+        raise Refused(f"the snapshot on record is {str(snap.get('sha256'))[:12]}, not production's {str(wanted)[:12]}")
+    eng = engine_config(cfg, "production", state)
+    python(cfg)
+    model_dir(cfg)
+    print(f"restore check: would restore {snap['sha256']} ({eng['arm']})")
+    facts({"snapshot_sha256": snap["sha256"], "arm": eng["arm"]})
+
+
 def watch(cfg: dict[str, Any], state: Path) -> None:
     ok = all(request(int(cfg["port"]), "/v1/completions",
                      {"prompt": f"Count to {n}", "max_tokens": 4, "temperature": 0}, timeout=120.0)[0] == 200
@@ -605,6 +622,8 @@ def main(argv: list[str]) -> int:
             restore(cfg, state, req)
         elif action == "watch":
             watch(cfg, state)
+        elif action == "restore_check":
+            restore_check(cfg, state, req)
         elif action == "quiet_proof":
             quiet_proof(cfg, state)
         elif action == "production_down_proof":
