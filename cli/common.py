@@ -72,8 +72,10 @@ def exit_code(error: BaseException) -> int:
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
-    """Print one line on stderr and return the ``typer.Exit`` to raise."""
-    print("tally: " + " ".join(message.split()), file=sys.stderr)
+    """Print one line on stderr and return the ``typer.Exit`` to raise: whitespace collapsed and control
+    characters escaped (an error may carry what a site, a server or a bundle wrote: an escape sequence
+    must reach the terminal as text, never act on it)."""
+    print("tally: " + printable(message), file=sys.stderr)
     return typer.Exit(code)
 
 

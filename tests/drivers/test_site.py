@@ -164,7 +164,7 @@ def test_unreadable_and_non_toml_files_name_the_file(tmp_path: Path) -> None:
 
 def test_the_examples_load(tmp_path: Path) -> None:
     commands = load_site(REPO / "examples" / "site-commands.toml")
-    assert isinstance(commands, CommandsDriver) and commands.actions == frozenset(ACTIONS) - CLOSE_ACTIONS - {"list_arms"}
+    assert isinstance(commands, CommandsDriver) and commands.actions == frozenset(ACTIONS) - CLOSE_ACTIONS - {"list_arms", "restore_check"}
     assert commands.state_dir == REPO / "examples" / "site-state" and commands.cwd == REPO / "examples"
     simulated = load_site(REPO / "examples" / "site-sim.toml")
     assert isinstance(simulated, SimDriver) and simulated.timeout_s("start_arm") == 120
