@@ -143,6 +143,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
         ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
         ("decision cells", ", ".join(data["decision_cells"])),
         ("metrics", _metric_roles(result)),
+        *_correction_rows(result),
         ("waves counted", _waves_counted(data)),
         ("repeats (registered)", str(params["repeats"])),
         ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
@@ -172,6 +173,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
                                         f"interval against the +/-{params['bar']:.2%} bar, on a scale fitted to "
                                         "them.", inline=True))
         deciding, reported = [], []
+        tested = "correction" in result
         for name, m in cell_result["metrics"].items():
             interval = DASH if m["low"] is None else f"[{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]"
             row = (metric_label(name), m["role"], m["direction"],
@@ -180,10 +182,11 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
             if m["role"] == "reported":
                 reported.append(row)
             else:
-                deciding.append((*row, m["verdict"] or DASH))
+                deciding.append((*row, m["verdict"] or DASH, *((_test_text(m),) if tested else ())))
         header = ("metric (unit)", "role", "better", "s1 per repeat", "s2 per repeat", "s3 per repeat",
                   "d per repeat", "point", f"{params['confidence']:.0%} interval")
-        blocks.append(Table((*header, "verdict"), tuple(deciding), "Deciding: the primary and its guards"))
+        blocks.append(Table((*header, "verdict", *(("p (corrected threshold)",) if tested else ())),
+                            tuple(deciding), "Deciding: the primaries and the guards"))
         if reported:
             blocks.append(Table(header, tuple(reported), "Reported only: shown for reading, never deciding"))
         verdict = cell_result["verdict"] or "not computed (incomplete data)"
@@ -222,6 +225,28 @@ def _metric_roles(result: Mapping[str, Any]) -> str:
                 roles[m["role"]].append(name)
     decide = ", ".join(roles["primary"]) + (f" (primary); guards {', '.join(roles['guard'])}" if roles["guard"] else "")
     return f"decide: {decide or DASH}; reported only: {', '.join(roles['reported']) or 'none'}"
+
+
+def _correction_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Where the plan registers several primaries: how they combine, and the correction registered and applied."""
+    c = result.get("correction")
+    if not isinstance(c, Mapping):
+        return []
+    combine = ("WIN when every primary wins" if c["decide"] == "all"
+               else "WIN when a primary wins and passes its corrected threshold")
+    return [("primaries", f"{', '.join(c['primaries'])}: decide {c['decide']} ({combine})"),
+            ("correction", f"registered {c['registered']}; applied: {c['applied']} (alpha {c['alpha']:.4g})")]
+
+
+def _test_text(m: Mapping[str, Any]) -> str:
+    """A primary's p, and where a correction applied its rank, threshold and outcome."""
+    test = m.get("test")
+    if not isinstance(test, Mapping):
+        return DASH
+    if "threshold" not in test:
+        return f"{test['p']:.4g}"
+    return (f"{test['p']:.4g} (rank {test['rank']}, threshold {test['threshold']:.4g}: "
+            f"{'passed' if test['passed'] else 'not passed'})")
 
 
 def _waves_counted(data: Mapping[str, Any]) -> str:
@@ -270,6 +295,14 @@ def _accepted_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
             for arm, value in sorted(per_arm.items())]
 
 
+def _pp3_roles(params: Mapping[str, Any]) -> str:
+    """Which pp3-v1 figures decide and which are reported only (docs/rules.md 3.5)."""
+    guard = "TPOT" if params.get("guard") == "tpot_ms" else "p95 round-time"
+    return (f"decide: point gain (>= minimum gain), bootstrap lower bound (> 0); guards TTFT and {guard} change "
+            "per usable pair (<= the regression limit); reported only: per-family gains, distinct resample values, "
+            "accepted/round (diagnostic)")
+
+
 def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bool) -> list[Section]:
     from .plots import pp3_figure
 
@@ -283,6 +316,7 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
         ("resamples (seed)", f"{result['resamples']} (seed {params['seed']})"),
         ("distinct resample values", _opt(result["distinct_resamples"])),
         ("source families (clusters)", str(k)),
+        ("figures", _pp3_roles(params)),
         *_accepted_rows(result),
         ("input sha256 (JCS)", input_sha256(data)),
     ))
