@@ -98,11 +98,10 @@ def _why(result: Mapping[str, Any]) -> str:
         bar = (result.get("params") or {}).get("bar")
         cells = []
         for cell, cell_result in (result.get("cells") or {}).items():
-            primary = next(((n, m) for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
-            if primary is None or primary[1]["low"] is None:
-                continue
-            name, m = primary
-            cells.append(f"{cell} {name} {fmt_pct(m['point'])} in [{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]")
+            for name in primaries_of(result, cell_result):
+                m = cell_result["metrics"][name]
+                if m["low"] is not None:
+                    cells.append(f"{cell} {name} {fmt_pct(m['point'])} in [{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]")
         if not cells:
             return "; ".join(reasons[:1])
         return "; ".join(cells) + (f" against the +/-{bar:.2%} bar" if isinstance(bar, int | float) else "")
@@ -111,6 +110,13 @@ def _why(result: Mapping[str, Any]) -> str:
         return (f"gain {fmt_pct(result['point_gain'])}, {params.get('interval', 0.9):.0%} lower bound "
                 f"{fmt_pct(result.get('lower_bound'))}, minimum gain {params.get('min_gain', 0):+.2%}")
     return "; ".join(reasons[:1])
+
+
+def primaries_of(result: Mapping[str, Any], cell_result: Mapping[str, Any]) -> list[str]:
+    """A win2-v1 cell's primary metrics in registered order (a recorded result's members may come sorted)."""
+    found = [n for n, m in cell_result["metrics"].items() if m["role"] == "primary"]
+    registered = (result.get("correction") or {}).get("primaries") or []
+    return [n for n in registered if n in found] + [n for n in found if n not in registered]
 
 
 def _decision_section(result: Mapping[str, Any], ending: Sequence[str] = ()) -> Section:
@@ -163,7 +169,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
                                  "per-repeat relative differences of the primary with its interval and the +/- bar; "
                                  "every metric's interval; the in-window OFF/OFF and archive spreads."))
         if plots:
-            primary = next((n for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
+            primary = next(iter(primaries_of(result, cell_result)), None)
             if primary is not None and cell_result["metrics"][primary]["point"] is not None:
                 from .plots import primary_figure
 
@@ -196,7 +202,8 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     sections.append(Section("checklist_literal", (
         Para("What the decision would have been had ms_per_round (lower is better) been the primary, with the "
              "same guards and the same window conditions. Recorded, never deciding.", "note"),
-        Table(("cell", "verdict (pooled_rate_tps primary)", "checklist_literal (ms_per_round primary)"),
+        Table(("cell", f"verdict ({', '.join(_registered_primaries(result))} primary)",
+               "checklist_literal (ms_per_round primary)"),
               tuple((c, result["cells"][c]["verdict"] or DASH, v or DASH) for c, v in literal["cells"].items())),
         Para(f"checklist_literal decision: {literal['decision']}, had ms_per_round been the primary; the decision "
              f"stands: {result['decision']}."),
@@ -216,10 +223,17 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     return sections
 
 
+def _registered_primaries(result: Mapping[str, Any]) -> list[str]:
+    return list((result.get("correction") or {}).get("primaries") or ["pooled_rate_tps"])
+
+
 def _metric_roles(result: Mapping[str, Any]) -> str:
-    """Which metrics decide (the primary, the guards) and which are reported only, by their recorded roles."""
+    """Which metrics decide (the primaries, the guards) and which are reported only, by their recorded roles."""
     roles: dict[str, list[str]] = {"primary": [], "guard": [], "reported": []}
     for cell in result["cells"].values():
+        for name in primaries_of(result, cell):
+            if name not in roles["primary"]:
+                roles["primary"].append(name)
         for name, m in cell["metrics"].items():
             if name not in roles.setdefault(m["role"], []):
                 roles[m["role"]].append(name)
