@@ -17,7 +17,9 @@ __all__ = [
     "ARM_ROLES",
     "BUDGET_ACTIONS",
     "CHAIN_MODES",
+    "CORRECTIONS",
     "COUNTER_SOURCES",
+    "DECIDE_MODES",
     "DECISION_REQUEST_STATUSES",
     "ENDINGS",
     "GATES",
@@ -36,11 +38,14 @@ __all__ = [
     "TOKEN_COUNT_SOURCES",
     "WAVE_ORDERS",
     "WIN2_DECISIONS",
+    "WIN2_METRICS",
     "WINDOW_KINDS",
     "ArmRole",
     "BudgetAction",
     "ChainMode",
+    "Correction",
     "CounterSourceName",
+    "DecideMode",
     "DecisionRequestStatus",
     "EffectVerdict",
     "Ending",
@@ -64,7 +69,9 @@ __all__ = [
     "TokenCountSource",
     "WaveOrder",
     "Win2Decision",
+    "Win2Metric",
     "WindowKind",
+    "multiplicity_problem",
 ]
 
 # ---------------------------------------------------------------------- plans
@@ -137,6 +144,27 @@ MetricRole = Literal["primary", "guard", "reported"]
 
 WIN2_DECISIONS: tuple[Win2Decision, ...] = get_args(Win2Decision)
 PP3_DECISIONS: tuple[Pp3Decision, ...] = get_args(Pp3Decision)
+
+# win2-v1's metrics, and how a plan deciding on several primaries combines them (docs/rules.md 2.7)
+Win2Metric = Literal["pooled_rate_tps", "accepted_per_round", "decode_tps", "ms_per_round", "ttft_s"]
+Correction = Literal["holm", "bonferroni", "none"]
+DecideMode = Literal["all", "any"]
+WIN2_METRICS: tuple[Win2Metric, ...] = get_args(Win2Metric)
+CORRECTIONS: tuple[Correction, ...] = get_args(Correction)
+DECIDE_MODES: tuple[DecideMode, ...] = get_args(DecideMode)
+
+
+def multiplicity_problem(primaries: int, correction: str, decide: str) -> tuple[str, str] | None:
+    """The (field, problem) that makes a registered set of primaries unusable, or ``None``.
+
+    ``decide = "any"`` over more than one primary claims a WIN when any one of them wins:
+    without a correction the chance of a false WIN grows with the number of primaries, so
+    ``correction = "none"`` is refused there (plan parse and rule input alike).
+    """
+    if decide == "any" and primaries > 1 and correction == "none":
+        return ("correction", f'"none" with decide = "any" over {primaries} primaries: a WIN on any one of them '
+                              'needs a correction ("holm" or "bonferroni")')
+    return None
 
 # ---------------------------------------------------------------------- the smoke stage
 

@@ -18,11 +18,14 @@ __all__ = [
     "Direction",
     "GuardVerdict",
     "Interval",
+    "StepTest",
     "Verdict",
     "effect_verdict",
     "mean",
     "paired_interval",
+    "paired_p_value",
     "relative_change",
+    "step_tests",
     "t_quantile",
 ]
 
@@ -67,12 +70,62 @@ def paired_interval(d: Sequence[float], confidence: float) -> Interval:
     ``half = (t * sd) / sqrt(n)``; ``low = point - half``; ``high = point + half``.
     """
     n = len(d)
+    point, sd = _point_sd(d)
+    half = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
+    return Interval(point, point - half, point + half)
+
+
+def _point_sd(d: Sequence[float]) -> tuple[float, float]:
+    """``fsum(d) / n`` and ``sqrt(fsum((x - point)^2) / (n - 1))``, as ``paired_interval`` computes them."""
+    n = len(d)
     if n < 2:
         raise ValueError("a paired interval needs at least two differences")
     point = math.fsum(d) / n
-    sd = math.sqrt(math.fsum((x - point) * (x - point) for x in d) / (n - 1))
-    half = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
-    return Interval(point, point - half, point + half)
+    return point, math.sqrt(math.fsum((x - point) * (x - point) for x in d) / (n - 1))
+
+
+def paired_p_value(d: Sequence[float]) -> float:
+    """Two-sided p-value of the paired t statistic the interval uses: ``2 * t.sf(|t|, n - 1)``.
+
+    ``t = point / (sd / sqrt(n))`` with ``point`` and ``sd`` exactly as ``paired_interval``
+    computes them. No spread (``sd == 0``): p is 0 for a non-zero point, 1 for a zero one.
+    """
+    point, sd = _point_sd(d)
+    if sd == 0:
+        return 1.0 if point == 0 else 0.0
+    from scipy.stats import t  # heavy import, paid once per process
+
+    stat = point / (sd / math.sqrt(len(d)))
+    return float(2 * t.sf(abs(stat), len(d) - 1))
+
+
+@dataclass(frozen=True)
+class StepTest:
+    """One hypothesis of a corrected family: its rank by p (1 = smallest), threshold and outcome."""
+
+    rank: int
+    threshold: float
+    passed: bool
+
+
+def step_tests(p_values: Sequence[float], alpha: float, correction: Literal["holm", "bonferroni"]) -> list[StepTest]:
+    """Holm's step-down or Bonferroni over ``p_values`` at family-wise level ``alpha``, in input order.
+
+    The p-values are ranked ascending (ties keep input order). Holm: the k-th smallest of m
+    passes when ``p < alpha / (m - k + 1)`` and every smaller-ranked one passed (the first
+    failure stops the step-down). Bonferroni: each passes when ``p < alpha / m``.
+    Comparisons are strict, like every comparison of the rules.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (p_values[i], i))
+    out: dict[int, StepTest] = {}
+    going = True
+    for rank, i in enumerate(order, start=1):
+        threshold = alpha / (m - rank + 1) if correction == "holm" else alpha / m
+        passed = p_values[i] < threshold and (going or correction != "holm")
+        going = going and passed
+        out[i] = StepTest(rank, threshold, passed)
+    return [out[i] for i in range(m)]
 
 
 def effect_verdict(interval: Interval, bar: float, direction: Direction) -> Verdict:

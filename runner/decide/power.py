@@ -71,7 +71,7 @@ def design_of(plan: Plan) -> Win2Design | Pp3Design:
     """The registered rule and design of a plan: cells, repeats, families, contexts, bootstrap, decode bound."""
     from . import pp3, win2
 
-    params = dict(plan.decision_params)
+    params: dict[str, Any] = dict(plan.decision_params)
     if plan.protocol == "win2-v1":
         w = win2.Win2Params(bar=float(params.get("bar", 0.02)), confidence=float(params.get("confidence", 0.95)),
                             guard_min_repeats=int(params.get("guard_min_repeats", 2)),

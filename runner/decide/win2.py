@@ -19,9 +19,27 @@ from typing import Any
 from ledger.errors import FieldError
 
 from ..fields import Fields
-from ..vocabulary import MetricRole, Win2Decision
+from ..vocabulary import (
+    CORRECTIONS,
+    DECIDE_MODES,
+    WIN2_METRICS,
+    Correction,
+    DecideMode,
+    MetricRole,
+    Win2Decision,
+    multiplicity_problem,
+)
 from .clocks import cap_reasons, dial_back_reasons
-from .paired import Direction, Verdict, effect_verdict, mean, paired_interval, relative_change
+from .paired import (
+    Direction,
+    Verdict,
+    effect_verdict,
+    mean,
+    paired_interval,
+    paired_p_value,
+    relative_change,
+    step_tests,
+)
 
 __all__ = [
     "METRICS",
@@ -35,6 +53,7 @@ __all__ = [
     "decide",
     "parse",
     "pooled_values",
+    "roles",
 ]
 
 RULE = "win2-v1"
@@ -64,16 +83,63 @@ METRICS: tuple[Metric, ...] = (
 _COUNTERS = ("rounds", "accepted", "decode_s")
 
 
+DEFAULT_PRIMARY = "pooled_rate_tps"
+
+
 @dataclass(frozen=True)
 class Win2Params:
     bar: float = 0.02
     confidence: float = 0.95
     guard_min_repeats: int = 2
     repeats: int = 3
+    # Several primaries (docs/rules.md 2.7); None: not registered, the rule decides on pooled_rate_tps alone.
+    primaries: tuple[str, ...] | None = None
+    correction: Correction | None = None
+    decide: DecideMode | None = None
+
+    @property
+    def registered_primaries(self) -> bool:
+        """The plan registered any of ``primaries``, ``correction``, ``decide`` (the result then says more)."""
+        return self.primaries is not None or self.correction is not None or self.decide is not None
+
+    @property
+    def deciding(self) -> tuple[str, ...]:
+        """The primary metrics, in registered order."""
+        return self.primaries if self.primaries is not None else (DEFAULT_PRIMARY,)
+
+    @property
+    def mode(self) -> DecideMode:
+        return self.decide or "all"
+
+    @property
+    def applied(self) -> Correction:
+        """The correction applied: the registered one only where a WIN may rest on one of several primaries."""
+        return (self.correction or "none") if self.mode == "any" and len(self.deciding) > 1 else "none"
 
     def to_json(self) -> dict[str, Any]:
-        return {"bar": self.bar, "confidence": self.confidence,
-                "guard_min_repeats": self.guard_min_repeats, "repeats": self.repeats}
+        data: dict[str, Any] = {"bar": self.bar, "confidence": self.confidence,
+                                "guard_min_repeats": self.guard_min_repeats, "repeats": self.repeats}
+        if self.primaries is not None:   # written only when registered: older results keep their bytes
+            data["primaries"] = list(self.primaries)
+        if self.correction is not None:
+            data["correction"] = self.correction
+        if self.decide is not None:
+            data["decide"] = self.decide
+        return data
+
+
+def roles(params: Win2Params) -> dict[str, MetricRole]:
+    """Each metric's role in the decision: a registered primary, else a guard, else reported only.
+
+    Without registered primaries: ``pooled_rate_tps`` primary, ``accepted_per_round`` and
+    ``decode_tps`` guards, ``ms_per_round`` and ``ttft_s`` reported. A guard registered as a
+    primary is a primary (not also a guard); ``pooled_rate_tps`` left out of the primaries
+    is reported only.
+    """
+    out: dict[str, MetricRole] = {}
+    for m in METRICS:
+        out[m.name] = "primary" if m.name in params.deciding else "guard" if m.role == "guard" else "reported"
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,8 +216,16 @@ def _params(f: Fields) -> Win2Params:
     confidence = f.number("confidence", d.confidence, low=0, high=1, low_open=True, high_open=True)
     repeats = f.integer("repeats", d.repeats, low=2, high=1000)
     guard = f.integer("guard_min_repeats", d.guard_min_repeats, low=1, high=repeats)
+    primaries = f.strings("primaries", choices=WIN2_METRICS) if f.has("primaries") else None
+    if primaries is not None and not primaries:
+        raise f.fail("primaries", "expected at least one metric")
+    correction = f.string("correction", choices=CORRECTIONS) if f.has("correction") else None
+    decide = f.string("decide", choices=DECIDE_MODES) if f.has("decide") else None
+    problem = multiplicity_problem(len(primaries or (DEFAULT_PRIMARY,)), correction or "none", decide or "all")
+    if problem is not None:
+        raise f.fail(*problem)
     f.done()
-    return Win2Params(float(bar), float(confidence), guard, repeats)
+    return Win2Params(float(bar), float(confidence), guard, repeats, primaries, correction, decide)
 
 
 def _starts(f: Fields) -> dict[str, StartInfo]:
@@ -302,6 +376,7 @@ def decide(inp: Win2Input) -> dict[str, Any]:
                             f"the decision cells have {len(families)} famil{'y' if len(families) == 1 else 'ies'}"
                             + (f" ({', '.join(families)})" if families else ""))
 
+    role_of = roles(p)
     cells_out: dict[str, Any] = {}
     literal_cells: dict[str, str | None] = {}
     spread: dict[str, Any] = {}
@@ -313,12 +388,15 @@ def decide(inp: Win2Input) -> dict[str, Any]:
         missing = [m for r in repeats for s in STARTS for m in pooled[(s, r)].missing]
         inconclusive.extend(f"missing data: {m}" for m in missing)
         complete = not missing and len(families) == FAMILIES_PER_REPEAT
-        metrics = {m.name: _metric(m, m.role, pooled, p, complete) for m in METRICS}
-        verdict, why = _cell_verdict(metrics, "pooled_rate_tps", complete, p)
+        metrics = {m.name: _metric(m, role_of[m.name], pooled, p, complete) for m in METRICS}
+        if p.registered_primaries and complete:
+            _record_tests(metrics, p)
+        verdict, why = _cell_verdict(metrics, p.deciding, complete, p, p.mode if p.registered_primaries else None)
         literal_metrics = {m.name: _metric(m, m.literal_role, pooled, p, complete) for m in METRICS}
-        literal, _ = _cell_verdict(literal_metrics, "ms_per_round", complete, p)
+        literal, _ = _cell_verdict(literal_metrics, ("ms_per_round",), complete, p)
         if complete and verdict is None:
-            inconclusive.append(f"missing data: {cell}: pooled_rate_tps has a zero control value")
+            zero = [n for n in p.deciding if metrics[n]["point"] is None]
+            inconclusive.append(f"missing data: {cell}: {', '.join(zero)} has a zero control value")
         cells_out[cell] = {"verdict": verdict, "metrics": metrics}
         literal_cells[cell] = literal
         verdicts[cell] = verdict
@@ -330,7 +408,8 @@ def decide(inp: Win2Input) -> dict[str, Any]:
     result: dict[str, Any] = {
         "rule": RULE,
         "decision": decision,
-        "reasons": [*inconclusive, *cell_lines, _summary(decision, verdicts)],
+        "reasons": [*inconclusive, *([_correction_line(p)] if p.registered_primaries else []), *cell_lines,
+                    _summary(decision, verdicts)],
         "cells": cells_out,
         "checklist_literal": {"decision": literal_decision, "cells": literal_cells},
         "spread": spread,
@@ -338,7 +417,47 @@ def decide(inp: Win2Input) -> dict[str, Any]:
     }
     if inp.production_clock_cap_mhz is None:
         result["clocks"] = CLOCKS_NOT_APPLICABLE
+    if p.registered_primaries:   # members of a plan that registers primaries; older results keep their bytes
+        result["roles"] = dict(role_of)
+        result["correction"] = _correction_record(p)
     return result
+
+
+NONE_NEEDED = {
+    "all": "none needed: decide = all, a WIN needs every primary to win at the registered confidence "
+           "(an intersection-union test keeps its level without a correction)",
+    "one": "none needed: one primary",
+}
+
+
+def _applied_text(p: Win2Params) -> str:
+    """What was applied, in words: the correction's name, or why none was needed."""
+    if p.applied != "none":
+        return p.applied
+    return NONE_NEEDED["one"] if len(p.deciding) == 1 else NONE_NEEDED["all"]
+
+
+def _correction_record(p: Win2Params) -> dict[str, Any]:
+    """The result's ``correction`` member: what was registered, what was applied, at which level."""
+    return {"primaries": list(p.deciding), "decide": p.mode, "registered": p.correction or "none",
+            "applied": _applied_text(p), "alpha": 1 - p.confidence}
+
+
+def _correction_line(p: Win2Params) -> str:
+    return (f"primaries {', '.join(p.deciding)}: decide {p.mode}, correction {p.correction or 'none'} "
+            f"registered, applied: {_applied_text(p)}")
+
+
+def _record_tests(metrics: Mapping[str, dict[str, Any]], p: Win2Params) -> None:
+    """Add each primary's ``test``: its two-sided p, and where a correction applies its rank, threshold, outcome."""
+    names = [n for n in p.deciding if all(x is not None for x in metrics[n]["d"])]
+    p_values = [paired_p_value(metrics[n]["d"]) for n in names]
+    for name, value in zip(names, p_values, strict=True):
+        metrics[name]["test"] = {"p": value}
+    if p.applied == "none" or len(names) != len(p.deciding):
+        return
+    for name, step in zip(names, step_tests(p_values, 1 - p.confidence, p.applied), strict=True):
+        metrics[name]["test"].update(rank=step.rank, threshold=step.threshold, passed=step.passed)
 
 
 def _metric(m: Metric, role: MetricRole, pooled: Mapping[tuple[str, int], _Pooled], p: Win2Params,
@@ -374,9 +493,14 @@ def _guard_worse(per_repeat: Mapping[str, list[float | None]], direction: Direct
     return worse
 
 
-def _cell_verdict(metrics: Mapping[str, Mapping[str, Any]], primary: str, complete: bool,
-                  p: Win2Params) -> tuple[Verdict | None, list[str]]:
-    """LOSS if the primary or a guard says LOSS, else the primary's verdict; with the lines saying why."""
+def _cell_verdict(metrics: Mapping[str, Mapping[str, Any]], primaries: Sequence[str], complete: bool,
+                  p: Win2Params, mode: DecideMode | None = None) -> tuple[Verdict | None, list[str]]:
+    """LOSS if a primary or a guard says LOSS, else what the primaries say; with the lines saying why.
+
+    ``mode`` ``None``: one primary, decided as the rule always has (its verdict). ``"all"``:
+    WIN when every primary wins. ``"any"``: WIN when a primary wins and passes its corrected
+    threshold (where a correction applies).
+    """
     if not complete:
         return None, []
     lines: list[str] = []
@@ -388,12 +512,38 @@ def _cell_verdict(metrics: Mapping[str, Mapping[str, Any]], primary: str, comple
             side = "below" if m["direction"] == "higher" else "above"
             lines.append(f"LOSS by guard {name}: candidate {side} both controls in {worse} of {p.repeats} "
                          f"repeats (LOSS from {p.guard_min_repeats})")
-    pm = metrics[primary]
-    verdict: Verdict | None = pm["verdict"]
-    if verdict is None:
-        return None, lines
-    lines.insert(0, f"{primary} {verdict} ({_describe(pm, p)})")
+    found: list[Verdict] = []
+    for name in primaries:
+        pm = metrics[name]
+        if pm["verdict"] is None:
+            return None, lines
+        found.append(pm["verdict"])
+        test = _describe_test(pm.get("test"))
+        lines.insert(len(found) - 1, f"{name} {pm['verdict']} ({_describe(pm, p)}{test})")
+    if mode is None:
+        verdict: Verdict = found[0]
+    elif "LOSS" in found:
+        verdict = "LOSS"
+    elif mode == "all":
+        verdict = "WIN" if all(v == "WIN" for v in found) else "NO_CHANGE"
+    else:
+        verdict = "WIN" if any(_wins(metrics[n]) for n in primaries) else "NO_CHANGE"
     return ("LOSS" if guard_loss else verdict), lines
+
+
+def _wins(m: Mapping[str, Any]) -> bool:
+    """A primary's WIN under decide = any: its effect verdict, and its corrected test where one applies."""
+    test = m.get("test") or {}
+    return bool(m["verdict"] == "WIN" and test.get("passed", True))
+
+
+def _describe_test(test: Mapping[str, Any] | None) -> str:
+    if not test:
+        return ""
+    if "threshold" not in test:
+        return f"; p {test['p']:.4g}"
+    outcome = "passed" if test["passed"] else "not passed"
+    return f"; p {test['p']:.4g}, rank {test['rank']}, threshold {test['threshold']:.4g}: {outcome}"
 
 
 def _describe(m: Mapping[str, Any], p: Win2Params) -> str:

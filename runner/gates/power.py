@@ -364,7 +364,8 @@ def _check_power_v1(ledger: Ledger, plan: Plan, *, effect: float | None = None, 
 
 def design_bar(plan: Plan) -> float:
     key = "bar" if plan.protocol == "win2-v1" else "min_gain"
-    return float(plan.decision_params.get(key, 0.02 if key == "bar" else 0.05))
+    value: Any = plan.decision_params.get(key, 0.02 if key == "bar" else 0.05)
+    return float(value)
 
 
 def describe(figures: Mapping[str, Any]) -> str:

@@ -97,6 +97,8 @@ CONTEXT_TOKENS: Mapping[str, int] = {"short": 2048, "8k": 8192, "32k": 32768, "6
 SPEC_OFF = "none"
 """An arm's ``speculative`` when it runs no speculative decoding (a spec-off control)."""
 WIN2_DEFAULTS: Mapping[str, float | int] = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2}
+DecisionParam = float | int | str | list[str]
+"""A ``[decision]`` member's value: a number, a name, or (win2-v1 ``primaries``) a list of metric names."""
 PP3_DEFAULTS: Mapping[str, float | int] = {
     "min_gain": 0.05, "bootstrap": 2000, "seed": 4103, "interval": 0.90, "max_regression": 0.05,
 }
@@ -470,7 +472,7 @@ class Plan:
     cells: tuple[Cell, ...]
     families: tuple[Family, ...]
     measurement: Measurement
-    decision: dict[str, float | int | str]
+    decision: dict[str, DecisionParam]
     budget: Budget
     required_gates: tuple[GateName, ...]
     qualification: Carry = field(default_factory=Carry)
@@ -508,7 +510,7 @@ class Plan:
             "cells": [cell.to_json() for cell in self.cells],
             "families": [family.to_json() for family in self.families],
             "measurement": self.measurement.to_json(),
-            "decision": dict(self.decision),
+            "decision": {k: list(v) if isinstance(v, list) else v for k, v in self.decision.items()},
             "budget": self.budget.to_json(),
             "gates": self._gates_json(),
             "qualification": self.qualification.to_json(),
@@ -571,9 +573,9 @@ class Plan:
         return CONTROL_ROLE[self.mode]
 
     @property
-    def decision_params(self) -> dict[str, float | int | str]:
+    def decision_params(self) -> dict[str, DecisionParam]:
         """The rule's ``params`` exactly as the decision input takes them (``docs/rules.md``)."""
-        return dict(self.decision)
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.decision.items()}
 
     # ------------------------------------------------------------------ schedule
 

@@ -18,6 +18,7 @@ from ledger.errors import FormatError
 from ledger.strictfile import read_limited
 
 from ..fields import FieldError, Fields
+from ..vocabulary import CORRECTIONS, DECIDE_MODES, WIN2_METRICS, multiplicity_problem
 from .model import (
     BLOCK_OVERRUNS,
     CHAIN_MODES,
@@ -41,6 +42,7 @@ from .model import (
     Budget,
     Carry,
     Cell,
+    DecisionParam,
     Family,
     Measurement,
     Plan,
@@ -254,8 +256,8 @@ def _clock_cap(f: Fields) -> int | None:
     return int(f.integer("production_clock_cap_mhz", low=1, high=100_000))
 
 
-def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int | str]:
-    params: dict[str, float | int | str] = {}
+def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, DecisionParam]:
+    params: dict[str, DecisionParam] = {}
     if protocol == "win2-v1":
         params["bar"] = f.number("bar", WIN2_DEFAULTS["bar"], low=0.0, high=1.0, high_open=True)
         params["confidence"] = f.number("confidence", WIN2_DEFAULTS["confidence"], low=0.0, high=1.0,
@@ -264,6 +266,7 @@ def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int |
         params["guard_min_repeats"] = guard_min
         if guard_min > repeats:
             raise f.fail("guard_min_repeats", f"more than the {repeats} registered repeats")
+        params.update(_win2_primaries(f))
     else:
         params["min_gain"] = f.number("min_gain", PP3_DEFAULTS["min_gain"], low=0.0)
         params["bootstrap"] = f.integer("bootstrap", PP3_DEFAULTS["bootstrap"], low=100, high=1_000_000)
@@ -275,6 +278,29 @@ def _decision(f: Fields, protocol: str, repeats: int) -> dict[str, float | int |
             params["guard"] = f.string("guard", choices=("round_ms_p95", "tpot_ms"))
     f.done()
     return params
+
+
+def _win2_primaries(f: Fields) -> dict[str, DecisionParam]:
+    """win2-v1's optional ``primaries``, ``correction``, ``decide`` (``docs/rules.md`` 2.7).
+
+    Registered only when given, so a plan without them keeps its digest.
+    """
+    out: dict[str, DecisionParam] = {}
+    count = 1
+    if f.has("primaries"):
+        primaries = f.strings("primaries", choices=WIN2_METRICS)
+        if not primaries:
+            raise f.fail("primaries", "expected at least one metric")
+        out["primaries"] = list(primaries)
+        count = len(primaries)
+    if f.has("correction"):
+        out["correction"] = f.string("correction", choices=CORRECTIONS)
+    if f.has("decide"):
+        out["decide"] = f.string("decide", choices=DECIDE_MODES)
+    problem = multiplicity_problem(count, str(out.get("correction", "none")), str(out.get("decide", "all")))
+    if problem is not None:
+        raise f.fail(*problem)
+    return out
 
 
 def _budget(f: Fields, starts: tuple[Start, ...]) -> Budget:

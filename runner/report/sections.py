@@ -98,11 +98,10 @@ def _why(result: Mapping[str, Any]) -> str:
         bar = (result.get("params") or {}).get("bar")
         cells = []
         for cell, cell_result in (result.get("cells") or {}).items():
-            primary = next(((n, m) for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
-            if primary is None or primary[1]["low"] is None:
-                continue
-            name, m = primary
-            cells.append(f"{cell} {name} {fmt_pct(m['point'])} in [{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]")
+            for name in primaries_of(result, cell_result):
+                m = cell_result["metrics"][name]
+                if m["low"] is not None:
+                    cells.append(f"{cell} {name} {fmt_pct(m['point'])} in [{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]")
         if not cells:
             return "; ".join(reasons[:1])
         return "; ".join(cells) + (f" against the +/-{bar:.2%} bar" if isinstance(bar, int | float) else "")
@@ -111,6 +110,13 @@ def _why(result: Mapping[str, Any]) -> str:
         return (f"gain {fmt_pct(result['point_gain'])}, {params.get('interval', 0.9):.0%} lower bound "
                 f"{fmt_pct(result.get('lower_bound'))}, minimum gain {params.get('min_gain', 0):+.2%}")
     return "; ".join(reasons[:1])
+
+
+def primaries_of(result: Mapping[str, Any], cell_result: Mapping[str, Any]) -> list[str]:
+    """A win2-v1 cell's primary metrics in registered order (a recorded result's members may come sorted)."""
+    found = [n for n, m in cell_result["metrics"].items() if m["role"] == "primary"]
+    registered = (result.get("correction") or {}).get("primaries") or []
+    return [n for n in registered if n in found] + [n for n in found if n not in registered]
 
 
 def _decision_section(result: Mapping[str, Any], ending: Sequence[str] = ()) -> Section:
@@ -143,6 +149,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
         ("thermal dial-backs inside the HOLD", str(data["thermal_dialbacks_in_hold"])),
         ("decision cells", ", ".join(data["decision_cells"])),
         ("metrics", _metric_roles(result)),
+        *_correction_rows(result),
         ("waves counted", _waves_counted(data)),
         ("repeats (registered)", str(params["repeats"])),
         ("bar", f"{params['bar']:.2%} (registered; never changed silently)"),
@@ -162,7 +169,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
                                  "per-repeat relative differences of the primary with its interval and the +/- bar; "
                                  "every metric's interval; the in-window OFF/OFF and archive spreads."))
         if plots:
-            primary = next((n for n, m in cell_result["metrics"].items() if m["role"] == "primary"), None)
+            primary = next(iter(primaries_of(result, cell_result)), None)
             if primary is not None and cell_result["metrics"][primary]["point"] is not None:
                 from .plots import primary_figure
 
@@ -172,6 +179,7 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
                                         f"interval against the +/-{params['bar']:.2%} bar, on a scale fitted to "
                                         "them.", inline=True))
         deciding, reported = [], []
+        tested = "correction" in result
         for name, m in cell_result["metrics"].items():
             interval = DASH if m["low"] is None else f"[{fmt_pct(m['low'])}, {fmt_pct(m['high'])}]"
             row = (metric_label(name), m["role"], m["direction"],
@@ -180,10 +188,11 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
             if m["role"] == "reported":
                 reported.append(row)
             else:
-                deciding.append((*row, m["verdict"] or DASH))
+                deciding.append((*row, m["verdict"] or DASH, *((_test_text(m),) if tested else ())))
         header = ("metric (unit)", "role", "better", "s1 per repeat", "s2 per repeat", "s3 per repeat",
                   "d per repeat", "point", f"{params['confidence']:.0%} interval")
-        blocks.append(Table((*header, "verdict"), tuple(deciding), "Deciding: the primary and its guards"))
+        blocks.append(Table((*header, "verdict", *(("p (corrected threshold)",) if tested else ())),
+                            tuple(deciding), "Deciding: the primaries and the guards"))
         if reported:
             blocks.append(Table(header, tuple(reported), "Reported only: shown for reading, never deciding"))
         verdict = cell_result["verdict"] or "not computed (incomplete data)"
@@ -193,7 +202,8 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     sections.append(Section("checklist_literal", (
         Para("What the decision would have been had ms_per_round (lower is better) been the primary, with the "
              "same guards and the same window conditions. Recorded, never deciding.", "note"),
-        Table(("cell", "verdict (pooled_rate_tps primary)", "checklist_literal (ms_per_round primary)"),
+        Table(("cell", f"verdict ({', '.join(_registered_primaries(result))} primary)",
+               "checklist_literal (ms_per_round primary)"),
               tuple((c, result["cells"][c]["verdict"] or DASH, v or DASH) for c, v in literal["cells"].items())),
         Para(f"checklist_literal decision: {literal['decision']}, had ms_per_round been the primary; the decision "
              f"stands: {result['decision']}."),
@@ -213,15 +223,44 @@ def _win2_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bo
     return sections
 
 
+def _registered_primaries(result: Mapping[str, Any]) -> list[str]:
+    return list((result.get("correction") or {}).get("primaries") or ["pooled_rate_tps"])
+
+
 def _metric_roles(result: Mapping[str, Any]) -> str:
-    """Which metrics decide (the primary, the guards) and which are reported only, by their recorded roles."""
+    """Which metrics decide (the primaries, the guards) and which are reported only, by their recorded roles."""
     roles: dict[str, list[str]] = {"primary": [], "guard": [], "reported": []}
     for cell in result["cells"].values():
+        for name in primaries_of(result, cell):
+            if name not in roles["primary"]:
+                roles["primary"].append(name)
         for name, m in cell["metrics"].items():
             if name not in roles.setdefault(m["role"], []):
                 roles[m["role"]].append(name)
     decide = ", ".join(roles["primary"]) + (f" (primary); guards {', '.join(roles['guard'])}" if roles["guard"] else "")
     return f"decide: {decide or DASH}; reported only: {', '.join(roles['reported']) or 'none'}"
+
+
+def _correction_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Where the plan registers several primaries: how they combine, and the correction registered and applied."""
+    c = result.get("correction")
+    if not isinstance(c, Mapping):
+        return []
+    combine = ("WIN when every primary wins" if c["decide"] == "all"
+               else "WIN when a primary wins and passes its corrected threshold")
+    return [("primaries", f"{', '.join(c['primaries'])}: decide {c['decide']} ({combine})"),
+            ("correction", f"registered {c['registered']}; applied: {c['applied']} (alpha {c['alpha']:.4g})")]
+
+
+def _test_text(m: Mapping[str, Any]) -> str:
+    """A primary's p, and where a correction applied its rank, threshold and outcome."""
+    test = m.get("test")
+    if not isinstance(test, Mapping):
+        return DASH
+    if "threshold" not in test:
+        return f"{test['p']:.4g}"
+    return (f"{test['p']:.4g} (rank {test['rank']}, threshold {test['threshold']:.4g}: "
+            f"{'passed' if test['passed'] else 'not passed'})")
 
 
 def _waves_counted(data: Mapping[str, Any]) -> str:
@@ -270,6 +309,14 @@ def _accepted_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
             for arm, value in sorted(per_arm.items())]
 
 
+def _pp3_roles(params: Mapping[str, Any]) -> str:
+    """Which pp3-v1 figures decide and which are reported only (docs/rules.md 3.5)."""
+    guard = "TPOT" if params.get("guard") == "tpot_ms" else "p95 round-time"
+    return (f"decide: point gain (>= minimum gain), bootstrap lower bound (> 0); guards TTFT and {guard} change "
+            "per usable pair (<= the regression limit); reported only: per-family gains, distinct resample values, "
+            "accepted/round (diagnostic)")
+
+
 def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: bool) -> list[Section]:
     from .plots import pp3_figure
 
@@ -283,6 +330,7 @@ def _pp3_sections(data: Mapping[str, Any], result: Mapping[str, Any], plots: boo
         ("resamples (seed)", f"{result['resamples']} (seed {params['seed']})"),
         ("distinct resample values", _opt(result["distinct_resamples"])),
         ("source families (clusters)", str(k)),
+        ("figures", _pp3_roles(params)),
         *_accepted_rows(result),
         ("input sha256 (JCS)", input_sha256(data)),
     ))

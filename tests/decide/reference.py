@@ -33,8 +33,37 @@ def _verdict(point: float, low: float, high: float, bar: float, direction: str) 
     return "NO_CHANGE"
 
 
+def corrected(p_values: list[float], alpha: float, correction: str) -> list[bool]:
+    """Holm's step-down or Bonferroni (docs/rules.md 2.7): which p-values pass, in input order."""
+    m = len(p_values)
+    passed = [False] * m
+    for k, i in enumerate(sorted(range(m), key=lambda i: (p_values[i], i)), start=1):
+        if correction == "bonferroni":
+            passed[i] = p_values[i] < alpha / m
+        elif p_values[i] < alpha / (m - k + 1):
+            passed[i] = True
+        else:
+            break
+    return passed
+
+
+def _p_value(d: list[float]) -> float:
+    arr = np.array(d, dtype=float)
+    point, sd = float(np.mean(arr)), float(np.std(arr, ddof=1))
+    if sd == 0:
+        return 1.0 if point == 0 else 0.0
+    return float(2 * student_t.sf(abs(point / (sd / math.sqrt(len(d)))), len(d) - 1))
+
+
 def win2(inp: dict[str, Any]) -> dict[str, Any]:
     params = {"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2, "repeats": 3, **inp.get("params", {})}
+    registered = any(k in params for k in ("primaries", "decide", "correction"))
+    primaries = params.get("primaries", ["pooled_rate_tps"])
+    mode = params.get("decide", "all")
+    correction = params.get("correction", "none") if mode == "any" and len(primaries) > 1 else "none"
+
+    def role(m: str) -> str:
+        return "primary" if m in primaries else "guard" if METRICS[m][1] == "guard" else "reported"
     n = params["repeats"]
     cells = inp["decision_cells"]
     waves = [w for w in inp["waves"] if w["cell"] in cells]
@@ -88,17 +117,36 @@ def win2(inp: dict[str, Any]) -> dict[str, Any]:
                                                     else v["s2"][i] > max(v["s1"][i], v["s3"][i])))
                 entry["guard"] = "LOSS" if worse >= params["guard_min_repeats"] else "OK"
             metrics[m] = entry
+        if complete and registered:
+            for m in primaries:
+                metrics[m]["p"] = _p_value(metrics[m]["d"])
+            passes = corrected([metrics[m]["p"] for m in primaries], 1 - params["confidence"], correction) \
+                if correction != "none" else [True] * len(primaries)
+            for m, ok in zip(primaries, passes, strict=True):
+                metrics[m]["passed"] = ok
 
-        def cell_verdict(primary: str, complete: bool = complete, metrics: dict[str, Any] = metrics) -> str | None:
+        def literal_verdict(complete: bool = complete, metrics: dict[str, Any] = metrics) -> str | None:
             if not complete:
                 return None
-            guards = [m for m, (_, role, _) in METRICS.items() if role == "guard"]
-            if any(metrics[g]["guard"] == "LOSS" for g in guards):
+            if any(metrics[g]["guard"] == "LOSS" for g in ("accepted_per_round", "decode_tps")):
                 return "LOSS"
-            return str(metrics[primary]["effect"])
+            return str(metrics["ms_per_round"]["effect"])
 
-        out["cells"][cell] = {"verdict": cell_verdict("pooled_rate_tps"), "metrics": metrics}
-        out["literal"][cell] = cell_verdict("ms_per_round")
+        def cell_verdict(complete: bool = complete, metrics: dict[str, Any] = metrics) -> str | None:
+            if not complete:
+                return None
+            effects = [metrics[m]["effect"] for m in primaries]
+            if "LOSS" in effects or any(metrics[g]["guard"] == "LOSS" for g in METRICS if role(g) == "guard"):
+                return "LOSS"
+            if not registered:
+                return str(effects[0])
+            if mode == "all":
+                return "WIN" if all(e == "WIN" for e in effects) else "NO_CHANGE"
+            return "WIN" if any(metrics[m]["effect"] == "WIN" and metrics[m]["passed"] for m in primaries) \
+                else "NO_CHANGE"
+
+        out["cells"][cell] = {"verdict": cell_verdict(), "metrics": metrics}
+        out["literal"][cell] = literal_verdict()
         s1, s3 = values["pooled_rate_tps"]["s1"], values["pooled_rate_tps"]["s3"]
         off = [None if s1[i] is None or s3[i] is None else abs(s1[i] - s3[i]) / ((s1[i] + s3[i]) / 2)
                for i in range(n)]

@@ -32,6 +32,25 @@ def ref() -> dict[str, Any]:
     return namespace
 
 
+def test_documented_correction_step_is_the_rule() -> None:
+    """docs/rules.md 2.7's Holm / Bonferroni block, run against ``step_tests`` on random p-values (ties too)."""
+    from runner.decide.paired import step_tests
+
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(r"<!-- reference:holm -->\n```python\n(.*?)```", text, re.S)
+    assert match, "docs/rules.md lost its correction block"
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), str(DOC), "exec"), namespace)
+    rng = random.Random(5)
+    for _ in range(500):
+        m = rng.randint(1, 5)
+        p = [rng.choice([rng.random() * 0.06, 0.01, 0.025]) for _ in range(m)]
+        alpha = rng.choice([1 - 0.95, 1 - 0.9, 0.01])
+        for correction in ("holm", "bonferroni"):
+            want = [(s.rank, s.threshold, s.passed) for s in step_tests(p, alpha, correction)]
+            assert namespace["corrected"](p, alpha, correction) == want, (p, alpha, correction)
+
+
 def _json_blocks() -> list[Any]:
     text = DOC.read_text(encoding="utf-8")
     return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]

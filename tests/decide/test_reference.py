@@ -147,6 +147,39 @@ def test_win2_agrees_with_the_reference() -> None:
     assert set(outcomes) == {"WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"}, outcomes
 
 
+def with_primaries(data: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """``data`` with a random valid registration of several primaries (docs/rules.md 2.7)."""
+    names = ["pooled_rate_tps", "accepted_per_round", "decode_tps", "ms_per_round", "ttft_s"]
+    primaries = rng.sample(names, rng.choice([1, 2, 2, 3]))
+    decide = rng.choice(["all", "any"])
+    correction = rng.choice(["holm", "bonferroni"] if decide == "any" and len(primaries) > 1
+                            else ["holm", "bonferroni", "none"])
+    return {**data, "params": {**data["params"], "primaries": primaries, "decide": decide, "correction": correction}}
+
+
+def test_win2_with_primaries_agrees_with_the_reference() -> None:
+    rng = random.Random(20261028)
+    outcomes: dict[str, int] = {}
+    for i in range(N_INPUTS):
+        data = with_primaries(random_win2(rng), rng)
+        got = compute(data)
+        want = reference.win2(data)
+        where = f"input {i}: {data['params']}"
+        assert got["decision"] == want["decision"], where
+        assert got["checklist_literal"]["cells"] == want["literal"], where
+        for cell, w in want["cells"].items():
+            g = got["cells"][cell]
+            assert g["verdict"] == w["verdict"], (where, cell)
+            for name in data["params"]["primaries"]:
+                gm, wm = g["metrics"][name], w["metrics"][name]
+                assert gm["role"] == "primary", (where, name)
+                if "p" in wm:
+                    assert close(gm["test"]["p"], wm["p"]) or abs(gm["test"]["p"] - wm["p"]) < 1e-15, (where, name)
+                    assert gm["test"].get("passed", True) == wm["passed"], (where, cell, name)
+        outcomes[got["decision"]] = outcomes.get(got["decision"], 0) + 1
+    assert set(outcomes) == {"WIN", "LOSS", "NO_CHANGE", "INCONCLUSIVE"}, outcomes
+
+
 def test_pp3_agrees_with_the_reference() -> None:
     rng = random.Random(4103)
     outcomes: dict[str, int] = {}

@@ -188,3 +188,34 @@ def test_a_decision_by_builder_one_still_replays_to_its_own_input(tmp_path: Path
         assert len(build_input(plan, events).input["requests"]) == 40  # today's builder on the same events
     finally:
         close(w)
+
+
+def test_registered_primaries_decide_record_and_replay(tmp_path: Path) -> None:
+    """A win2 plan with two primaries and Holm: the input carries them, the decision records roles, the
+    correction and each primary's test, and replays as MATCH; the report says which metrics decide."""
+    def edit(text: str) -> str:
+        text = text.replace("guard_min_repeats = 2\n", 'guard_min_repeats = 2\nprimaries = ["pooled_rate_tps", '
+                            '"decode_tps"]\ndecide = "any"\ncorrection = "holm"\n')
+        return arms(small(text, max_tokens=256), A=BASE, B=BETTER)
+
+    w = world(tmp_path, [window("seed000-controlled.toml", "holm", edit=edit, chain="none")],
+              sim_config={"seed": 2, "start_jitter": 0.01}, time_scale=0.05)
+    try:
+        gate_all(w)
+        assert run(w, "holm").ending == "restored"
+        decision = _decision(w, "holm")
+        params = decision["input"]["params"]
+        assert (params["primaries"], params["decide"], params["correction"]) == (["pooled_rate_tps", "decode_tps"],
+                                                                                  "any", "holm")
+        result = decision["result"]
+        assert result["roles"]["decode_tps"] == "primary" and result["roles"]["accepted_per_round"] == "guard"
+        assert result["correction"]["applied"] == "holm"
+        metrics = result["cells"]["short-b1"]["metrics"]
+        assert {metrics[n]["test"]["rank"] for n in ("pooled_rate_tps", "decode_tps")} == {1, 2}
+        assert replay_window(w.book, "holm").match
+        paths = window_report(w.book, "holm", tmp_path / "report")
+        text = Path(paths["markdown"]).read_text(encoding="utf-8")
+        assert "decide: pooled_rate_tps, decode_tps (primary); guards accepted_per_round" in text
+        assert "registered holm; applied: holm" in text
+    finally:
+        close(w)

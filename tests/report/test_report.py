@@ -13,6 +13,7 @@ import pytest
 
 from runner.decide import compute
 from runner.report import ReportPaths, build_document, render_html, render_markdown, write_report
+from tests.decide.builders import Rep, same, win2_input
 
 from .cases import CASES
 
@@ -105,6 +106,9 @@ def test_report_renders_for_every_outcome(name: str, rendered: Callable[[str], R
                 "ms_per_round, ttft_s |") in markdown
     else:
         assert "Small-family limit" in markdown
+        assert ("| figures | decide: point gain (>= minimum gain), bootstrap lower bound (> 0); guards TTFT and "
+                "p95 round-time change per usable pair") in markdown
+        assert "reported only: per-family gains" in markdown
         for pair in result["per_pair"]:
             assert f"| {pair} |" in markdown
     if plots:
@@ -177,3 +181,32 @@ def test_unwritable_out_dir_is_a_format_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(FormatError, match="cannot write the report"):
         write_report(data, compute(data), blocker / "sub", plots=False)
+
+
+def test_several_primaries_say_which_decide_and_the_correction(tmp_path: Path) -> None:
+    """A plan deciding on two primaries with Holm: the report names both, the guard left, what is reported
+    only, the correction registered and applied, and each primary's p against its threshold (text and HTML)."""
+    from tests.decide.test_primaries import X_TINY, Y_WIN, _reps
+
+    data = win2_input({"short-b1": {"s1": same(Rep()), "s2": _reps(X_TINY, Y_WIN), "s3": same(Rep())}},
+                      params={"bar": 0.02, "confidence": 0.95, "guard_min_repeats": 2,
+                              "primaries": ["pooled_rate_tps", "decode_tps"], "decide": "any", "correction": "holm"})
+    result = compute(data)
+    assert result["decision"] == "WIN"
+    paths = write_report(data, result, tmp_path, title="two primaries", plots=False)
+    markdown = paths.markdown.read_text(encoding="utf-8")
+    html = paths.html.read_text(encoding="utf-8")
+    roles = ("decide: pooled_rate_tps, decode_tps (primary); guards accepted_per_round; reported only: "
+             "ms_per_round, ttft_s")
+    correction = "registered holm; applied: holm (alpha 0.05)"
+    for text in (markdown, html):
+        assert roles in text and correction in text
+        assert "pooled_rate_tps, decode_tps: decide any (WIN when a primary wins and passes its corrected threshold)" \
+            in text
+        assert "p (corrected threshold)" in text
+        assert "(rank 2, threshold 0.05: passed)" in text and "(rank 1, threshold 0.025: passed)" in text
+    # a plan without the members: no correction rows, no p column
+    plain_input = win2_input({"short-b1": {"s1": same(Rep()), "s2": same(Rep()), "s3": same(Rep())}})
+    plain = write_report(plain_input, compute(plain_input), tmp_path / "plain", title="plain", plots=False)
+    plain_md = plain.markdown.read_text(encoding="utf-8")
+    assert "| correction |" not in plain_md and "p (corrected threshold)" not in plain_md

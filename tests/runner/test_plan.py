@@ -305,6 +305,23 @@ BROKEN = [
     ("pp3_bootstrap_too_small", ABBA, "bootstrap = 2000", "bootstrap = 10", "plan.decision.bootstrap: must be >= 100"),
     ("production_clock_cap_missing", ABBA, "production_clock_cap_mhz = 2300\n", "",
      "plan.production_clock_cap_mhz: required"),
+    ("correction_not_enumerated", PP, "guard_min_repeats = 2\n",
+     'guard_min_repeats = 2\nprimaries = ["pooled_rate_tps", "decode_tps"]\ncorrection = "sidak"\n',
+     "plan.decision.correction: expected one of holm, bonferroni, none"),
+    ("primary_not_a_metric", PP, "guard_min_repeats = 2\n",
+     'guard_min_repeats = 2\nprimaries = ["pooled_rate_tps", "tokens_per_joule"]\n', "plan.decision.primaries[1]:"),
+    ("primary_twice", PP, "guard_min_repeats = 2\n",
+     'guard_min_repeats = 2\nprimaries = ["decode_tps", "decode_tps"]\n',
+     "plan.decision.primaries[1]: 'decode_tps' appears twice"),
+    ("no_primary", PP, "guard_min_repeats = 2\n", "guard_min_repeats = 2\nprimaries = []\n",
+     "plan.decision.primaries: expected at least one metric"),
+    ("decide_any_uncorrected", PP, "guard_min_repeats = 2\n",
+     'guard_min_repeats = 2\nprimaries = ["pooled_rate_tps", "decode_tps"]\ndecide = "any"\ncorrection = "none"\n',
+     'plan.decision.correction: "none" with decide = "any" over 2 primaries'),
+    ("decide_not_enumerated", PP, "guard_min_repeats = 2\n", 'guard_min_repeats = 2\ndecide = "most"\n',
+     "plan.decision.decide: expected one of all, any"),
+    ("primaries_in_pp3", ABBA, "bootstrap = 2000", 'bootstrap = 2000\nprimaries = ["pooled_rate_tps"]',
+     "plan.decision.primaries: unknown field"),
 ]
 _FULL = {
     "no_decision_cell": (PP, "decision = true", "decision = false", "plan.cells: no decision cell"),
@@ -436,3 +453,17 @@ def test_a_malformed_tag_is_refused(tmp_path: Path, tag: str) -> None:
     path = _edited(tmp_path, PP, ("\nchain = ", f"\ntag = {json.dumps(tag)}\nchain = "))
     with pytest.raises(FieldError, match=r"plan\.tag: .* is not a git tag name"):
         load_plan(path)
+
+
+def test_primaries_are_registered_only_when_given(tmp_path: Path) -> None:
+    """win2-v1's primaries, correction and decide: absent from plans that do not give them (digests unchanged)."""
+    for name in PLANS:
+        assert not {"primaries", "correction", "decide"} & set(load_plan(EXAMPLES / name).to_json()["decision"])
+    path = _edited(tmp_path, PP, ("guard_min_repeats = 2\n", 'guard_min_repeats = 2\nprimaries = ["pooled_rate_tps", '
+                                  '"decode_tps"]\ndecide = "any"\ncorrection = "holm"\n'))
+    plan = load_plan(path)
+    assert plan.decision_params["primaries"] == ["pooled_rate_tps", "decode_tps"]
+    assert (plan.decision_params["decide"], plan.decision_params["correction"]) == ("any", "holm")
+    again = parse_plan(json.loads(canonical(plan.to_json())))
+    assert again == plan and again.sha256 == plan.sha256
+    assert plan.sha256 != load_plan(EXAMPLES / PP).sha256
