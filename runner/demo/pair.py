@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HOSTS", "PlanDemo", "derived_arm", "prepare_plan_demo", "sim_config_for"]
 
+ARM_IMAGE = "sim/vllm-openai:v0.12.0"   # the image every experiment arm runs (production: its own)
+
 HOSTS = ("sim-head", "sim-worker")
 
 SPEC_OFF_STEP_MS = 18.0  # a step without drafting to verify is cheaper (the simulator's "off" arm)
@@ -56,7 +58,8 @@ def derived_arm(arm: Arm) -> tuple[dict[str, Any], str]:
 # Plan arm `sim` tables use the plan's names; the simulator's config uses its own.
 _SIM_NAMES = {"draft_depth": "k", "accept_per_pos": "acceptance", "step_base_ms": "step_base_ms",
               "step_per_token_ms": "step_per_token_ms", "ttft_base_ms": "ttft_base_ms",
-              "ttft_per_1k_prompt_ms": "ttft_per_1k_tokens_ms", "clock_cap_mhz": "clock_cap_mhz"}
+              "ttft_per_1k_prompt_ms": "ttft_per_1k_tokens_ms", "clock_cap_mhz": "clock_cap_mhz",
+              "image": "image"}
 
 
 def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7,
@@ -86,7 +89,7 @@ def sim_config_for(plans: Sequence[Any], *, time_scale: float, seed: int = 7,
             table["reported_digest"] = arm.config_digest
             if arm.identities:
                 table["reported_identities"] = dict(arm.identities)
-            table["image"] = f"sim/{arm.name}@{arm.config_digest[:12]}"
+            table.setdefault("image", ARM_IMAGE)   # one build for every arm: they differ in their switches only
             arms[arm.name] = table
             # Production serves with speculative decoding: the plan's P arm, else a speculative A.
             if production is None and arm.role in ("P", "A") and arm.speculates:

@@ -175,12 +175,28 @@ class StartSteps(Recorder):
         production = self.snapshot_identity(snapshot) if snapshot and arm.role == "P" else None
         began = self.ws.starts.get(start.id)
         clock = [str(problem) for problem in began.clock_problems] if began else []
-        checked = check_start_config(start.id, arm, reported, production, clock_problems=clock)
+        checked = check_start_config(start.id, arm, reported, production, clock_problems=clock,
+                                     reference=self._arm_reference(start.id, start.role),
+                                     equal_identity=self.plan.equal_identity)
         self.append([("gate.result", p.GateResult(gate="start_config", verdict=checked.verdict,
                                                   evidence=dict(checked.evidence), summary=checked.summary,
                                                   commit=self.plan.commit, start=start.id), ())])
         self.say(f"  start_config {start.label}: {checked.verdict}" +
                  (f" ({checked.summary})" if checked.failures else ""))
+
+    def _arm_reference(self, start_id: str, role: str) -> tuple[str, str, Any] | None:
+        """The start this one's arm is held equal to: at the first start of a role other than the plan's
+        first start's, that first start (its id, role and the identity its host reported); else None."""
+        first_role = self.plan.starts[0].role
+        if role == first_role:
+            return None
+        mine = self.ws.first_identity.get(role)
+        if mine is not None and mine[0] != start_id:
+            return None   # compared at the role's first start
+        reference = self.ws.first_identity.get(first_role)
+        if reference is None:
+            return None
+        return reference[0], first_role, reference[1]
 
     def spec_gate(self, step: Step, _r: RunResult) -> None:
         from ..gates.spec import SpecResult, check_standard_spec

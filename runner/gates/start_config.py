@@ -11,7 +11,10 @@ compares them with the plan's arm:
   members the arm lists as ``allowed_differences``;
 - each host identity the arm declares (``worker_identity``, ``markov_identity``,
   ``experiment_commit``, ``worker_tree``) is reported, and equal;
-- the hosts agree on the start's clock cap (``clock_problems``, :mod:`.clocks`).
+- the hosts agree on the start's clock cap (``clock_problems``, :mod:`.clocks`);
+- the arms are equal where they must be (``reference``: the identity the plan's first start of
+  another role reported at its first start): the plan's ``equal_identity`` paths, by default
+  every identity member but the ones an arm's switches live in (:data:`ARM_SWITCHES`).
 
 What the host did not report cannot be checked: the gate fails closed. Pure: facts in,
 verdict out.
@@ -28,9 +31,13 @@ from ..vocabulary import GateVerdict
 if TYPE_CHECKING:
     from ..plan.model import Arm
 
-__all__ = ["ConfigResult", "check_start_config", "identity_differences"]
+__all__ = ["ARM_SWITCHES", "ConfigResult", "arm_differences", "check_start_config", "identity_differences"]
 
 MAX_DIFFERENCES = 50  # listed in the evidence; the count is always exact
+# Identity members in which two arms may differ by default: the arm's name, its config digest (which
+# covers its switches), its speculative config, and the launch members a speculative switch is set in.
+# A path with any of these as one of its parts is not compared (``command.args``, ``env.VLLM_X``).
+ARM_SWITCHES = frozenset({"arm", "config_digest", "speculative_config", "args", "argv", "env", "port"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,24 @@ def identity_differences(reported: Mapping[str, Any], production: Mapping[str, A
                   if path not in ours or path not in theirs or ours[path] != theirs[path])
 
 
+def arm_differences(identity: Mapping[str, Any], reference: Mapping[str, Any],
+                    equal: Sequence[str] | None) -> list[str]:
+    """The identity paths in which two arms differ but must not: ``equal`` (the plan's ``equal_identity``;
+    a path covers everything under it; one that neither reports counts, as what is not reported cannot
+    be shown equal), else every path but the :data:`ARM_SWITCHES` ones."""
+    if equal is not None:
+        ours, theirs = dict(_leaves(identity, "")), dict(_leaves(reference, ""))
+        out = []
+        for entry in equal:
+            mine = {k: v for k, v in ours.items() if _allowed(k, (entry,))}
+            other = {k: v for k, v in theirs.items() if _allowed(k, (entry,))}
+            if not mine or mine != other:
+                out.append(entry)
+        return out
+    return [path for path in identity_differences(identity, reference)
+            if not ARM_SWITCHES & set(path.split("."))]
+
+
 def _allowed(path: str, allowed: Sequence[str]) -> bool:
     return any(path == entry or path.startswith(entry + ".") for entry in allowed)
 
@@ -70,11 +95,15 @@ def spec_reported(config: Any) -> bool:
 
 def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
                        production_identity: Mapping[str, Any] | None, *,
-                       clock_problems: Sequence[str] = ()) -> ConfigResult:
+                       clock_problems: Sequence[str] = (),
+                       reference: tuple[str, str, Any] | None = None,
+                       equal_identity: Sequence[str] | None = None) -> ConfigResult:
     """Compare what the host reported for ``start`` (its ``start_arm`` facts) with ``arm``.
 
     ``clock_problems`` are what the start's clock reading found (hosts disagreeing on the
     cap, a log line contradicting its number: :mod:`.clocks`); each fails the start.
+    ``reference`` (start, role, identity): the first start of another role, as its host reported
+    it; given at the first start of each other role, whose identity must equal it (:func:`arm_differences`).
     """
     failures: list[str] = [f"clock: {problem}" for problem in clock_problems]
     digest = reported.get("config_digest")
@@ -121,8 +150,32 @@ def check_start_config(start: str, arm: Arm, reported: Mapping[str, Any],
             elif value != declared:
                 failures.append(f"{key} {_short(value)} is not arm {arm.role}'s declared {_short(declared)}")
         evidence["identities"] = {"declared": dict(arm.identities), "reported": seen}
+    if reference is not None:
+        failures += _equivalence(start, arm.role, reported.get("identity"), reference, equal_identity, evidence)
     evidence["failures"] = failures
     return ConfigResult("FAIL" if failures else "PASS", evidence, tuple(failures))
+
+
+def _equivalence(start: str, role: str, identity: Any, reference: tuple[str, str, Any],
+                 equal: Sequence[str] | None, evidence: dict[str, Any]) -> list[str]:
+    """Arm equivalence: this start's identity against the reference start's, recorded in ``evidence``."""
+    ref_start, ref_role, ref_identity = reference
+    if not isinstance(identity, Mapping) or not identity or not isinstance(ref_identity, Mapping) or not ref_identity:
+        missing = start if not isinstance(identity, Mapping) or not identity else ref_start
+        evidence["equivalence"] = {"reference": ref_start, "compared": None}
+        return [f"arms not shown equal: the host reported no identity for {missing}"]
+    differing = arm_differences(identity, ref_identity, equal)
+    evidence["equivalence"] = {"reference": ref_start, "equal": "registered" if equal is not None else "default",
+                               "paths": list(equal) if equal is not None else None,
+                               "differing": differing[:MAX_DIFFERENCES]}
+    if not differing:
+        return []
+    ours, theirs = dict(_leaves(identity, "")), dict(_leaves(ref_identity, ""))
+    first = differing[0]
+    shown = (f": {start} ({role}) reports {_short(ours.get(first))}, {ref_start} ({ref_role}) "
+             f"{_short(theirs.get(first))}") if first in ours or first in theirs else ""
+    return [f"arms differ in {', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}{shown} "
+            "(the arms must be equal but for their switches)"]
 
 
 def _short(value: Any) -> str:

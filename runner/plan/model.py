@@ -484,6 +484,9 @@ class Plan:
     tag: str | None = None  # the git tag the hosts must have checked out at ``commit`` (checked at a chained start)
     kind: WindowKind | None = None  # what the window is for (None: not registered, a measurement window)
     pressure: Pressure | None = None  # pressure limits checked on every wave (None: none registered)
+    # the identity paths every arm's first start must report equal to the plan's first start's (None: not
+    # registered, the default: every member but the arms' switches, ``runner.gates.start_config.ARM_SWITCHES``)
+    equal_identity: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ JSON
 
@@ -518,6 +521,7 @@ class Plan:
             **({"priming": self.priming.to_json()} if self.priming is not None else {}),
             **({"smoke": self.smoke.to_json()} if self.smoke is not None and self.smoke.declared else {}),
             **({"pressure": self.pressure.to_json()} if self.pressure is not None else {}),
+            **({"equal_identity": list(self.equal_identity)} if self.equal_identity is not None else {}),
         } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:

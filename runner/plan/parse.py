@@ -506,6 +506,11 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     priming = _priming(f.table("priming"), protocol) if "priming" in f.data else None
     smoke = _smoke(f.table("smoke"), f.has("smoke"), mode, starts, protocol)
     pressure = _pressure(f.table("pressure")) if "pressure" in f.data else None
+    equal_identity = f.strings("equal_identity", None, pattern=IDENTITY_PATH, nonempty=True,
+                               what="an identity path (dotted member names: model, command.module)")
+    if equal_identity is not None and not equal_identity:
+        raise f.fail("equal_identity", "an empty list compares nothing: leave it out for the default (every "
+                                       "identity member but the arms' switches)")
     f.done()
     plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
@@ -513,6 +518,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
         power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind), pressure=pressure,
+        equal_identity=equal_identity,
     )
     _check_bounded_blocks(plan, path)
     return plan

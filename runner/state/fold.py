@@ -378,8 +378,13 @@ def _host_action(s: Folding, ws: WindowState, e: Event, p: pl.HostAction) -> Win
     block_began = ws.block_began
     if p.action == "start_arm" and ok and isinstance(start, str) and e.time and start not in block_began:
         block_began = {**block_began, start: started.time if started and started.time else e.time}
+    first_identity = ws.first_identity
+    if p.action == "start_arm" and ok and isinstance(start, str):
+        role = next((r for sid, r in ws.plan_starts if sid == start), None)
+        if isinstance(role, str) and role not in first_identity:
+            first_identity = {**first_identity, role: (start, facts.get("identity"))}
     return evolve(ws, open_actions=open_actions, begun=begun, not_serving_seq=not_serving,
-                   finished=(*ws.finished, done), block_began=block_began,
+                   finished=(*ws.finished, done), block_began=block_began, first_identity=first_identity,
                    engine=_engine(ws.engine, p.action, ok, facts))
 
 

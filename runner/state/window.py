@@ -467,6 +467,9 @@ class WindowState:
     # the hosts this window's HOLD allows unreachable (``hold.opened`` allow_unreachable, the site's table
     # for the window's mode): a per-host step that cannot reach one of them is recorded and passed
     unreachable_allowed: tuple[str, ...] = ()
+    # per role: the first start of it whose start_arm succeeded, and the identity its host reported then
+    # (arm equivalence compares each role's first start with the plan's first start's)
+    first_identity: Mapping[str, tuple[str, JSONValue]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def closed(self) -> bool:
