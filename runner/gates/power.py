@@ -292,6 +292,13 @@ def check_power(ledger: Ledger, plan: Plan, *, effect: float | None = None, targ
     evidence: dict[str, Any] = {"model": MODEL, "effect": effect, "min_power": target,
                                 "min_windows": power.min_windows,
                                 "spread_from": "pilot" if pilot is not None else "archive", "until_seq": until}
+    primaries = plan.decision.get("primaries")
+    if isinstance(primaries, list | tuple) and list(primaries) != ["pooled_rate_tps"]:
+        summary = (f"FAIL (closed): the power model covers pooled_rate_tps alone, and this plan decides on "
+                   f"{', '.join(map(str, primaries))} (decide {plan.decision.get('decide', 'all')}, correction "
+                   f"{plan.decision.get('correction', 'none')}): its power cannot be shown; decide on "
+                   "pooled_rate_tps alone, or leave the power gate out")
+        return PowerCheck("FAIL", summary, dict(evidence, needed_windows=power.min_windows, entries={}))
     noise: Win2Noise | Pp3Noise | None
     if pilot is not None:
         contexts = design.contexts if not isinstance(design, Win2Design) else ()

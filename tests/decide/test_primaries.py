@@ -183,3 +183,23 @@ def test_bad_registrations_are_refused_in_the_input(extra: dict[str, Any], messa
     with pytest.raises(FieldError) as caught:
         compute(data)
     assert message in str(caught.value) and len(str(caught.value).splitlines()) == 1
+
+
+def test_the_power_gate_refuses_a_plan_deciding_on_several_primaries(ledger: Any) -> None:
+    """The power model covers pooled_rate_tps alone: with several primaries (and their correction) the
+    gate cannot show the design detects the bar, so it fails closed before the drain, naming why."""
+    import tomllib
+
+    from runner.demo.scenarios import DATA
+    from runner.gates.power import check_power
+    from runner.plan.parse import read_plan_file
+
+    path = DATA / "seed000-controlled.toml"
+    decision = tomllib.loads(path.read_text())["decision"]
+    several = read_plan_file(path, overrides={"decision": {**decision, "primaries": ["pooled_rate_tps", "decode_tps"],
+                                                           "decide": "any", "correction": "holm"}}).plan
+    checked = check_power(ledger, several)
+    assert checked.verdict == "FAIL" and "covers pooled_rate_tps alone" in checked.summary
+    assert "pooled_rate_tps, decode_tps (decide any, correction holm)" in checked.summary
+    alone = read_plan_file(path, overrides={"decision": {**decision, "primaries": ["pooled_rate_tps"]}}).plan
+    assert "covers pooled_rate_tps alone" not in check_power(ledger, alone).summary
