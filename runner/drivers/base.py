@@ -103,6 +103,7 @@ class ActionResult:
     stdout: bytes
     stderr: bytes
     facts: dict[str, Any]
+    unreachable: bool = False   # the runner could not reach the site at all (the driver raised)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the raw output (a ``host.action`` payload adds the output blobs)."""

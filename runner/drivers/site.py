@@ -89,6 +89,9 @@ def _allow_unreachable(f: Fields, hosts: tuple[str, ...]) -> dict[str, tuple[str
         unknown = [n for n in names if n not in hosts]
         if unknown:
             raise table.fail(mode, f"{unknown[0]!r} is not a host of this site")
+        if set(names) >= set(hosts):
+            raise table.fail(mode, "lists every host of the site: a window of this mode could hold nothing it "
+                                   "can reach (at least one host must answer)")
         out[mode] = tuple(names)
     return out
 

@@ -77,7 +77,6 @@ def failed_result(action: str, host: str | None, error: str, *, may_have_run: bo
     facts: dict[str, Any] = {"error": error[:MAX_REASON * 2]}
     if not may_have_run:
         facts["not_run"] = True
-    if unreachable:
-        facts["unreachable"] = True
     return ActionResult(action=action, host=host, ok=False, exit_code=None, duration_s=0.0, timed_out=False,
-                        stdout=b"", stderr=error.encode("utf-8", "replace")[:MAX_OUTPUT_BYTES], facts=facts)
+                        stdout=b"", stderr=error.encode("utf-8", "replace")[:MAX_OUTPUT_BYTES], facts=facts,
+                        unreachable=unreachable)

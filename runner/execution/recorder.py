@@ -52,6 +52,14 @@ CRASH_ENV = "TALLY_TEST_CRASH_AFTER"  # test hook: "event.type[:n]" -> SIGKILL a
 Pending = tuple[str, p.WindowPayload, Sequence[Blob]]
 StepHandler = Callable[[Any, "Step", "RunResult"], None]  # (runner, step, result): performs one step kind
 
+RUNNER_KEYS = frozenset({"unreachable", "unreachable_allowed"})   # written by the runner alone
+
+
+def _site_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What a site reported, less the keys only the runner writes (a site saying it was unreachable, or
+    allowed to be, would have its failed step passed)."""
+    return {k: v for k, v in facts.items() if k not in RUNNER_KEYS}
+
 
 @dataclass
 class RunResult:
@@ -327,7 +335,7 @@ class Recorder:
 
         if result.ok or name not in PER_HOST_ACTIONS or host is None:
             return False
-        if not (result.timed_out or result.facts.get("unreachable") is True):
+        if not (result.timed_out or result.unreachable):
             return False
         ws = self.ws
         if ws.hold_seq is not None:
@@ -360,13 +368,15 @@ class Recorder:
                  ) -> tuple[ActionResult, list[NewEvent]]:
         """The ``finished`` record and what the outcome established, as validated events (bounded)."""
         output, cut = output_blob(result)
-        detail = {**plain(result.facts), "start": start, "timed_out": bool(result.timed_out),
+        detail = {**_site_facts(plain(result.facts)), "start": start, "timed_out": bool(result.timed_out),
                   **({"output_cut": cut} if cut else {})}
         why = recordable(detail)
         if why is not None:
             result = unrecordable(result, why)
-            detail = {**result.facts, "start": start, "timed_out": bool(result.timed_out),
+            detail = {**_site_facts(result.facts), "start": start, "timed_out": bool(result.timed_out),
                       **({"output_cut": cut} if cut else {})}
+        if result.unreachable:   # the runner's own findings, never the site's (its facts lose these keys)
+            detail["unreachable"] = True
         if self._unreachable_allowed(name, host, result):
             detail["unreachable_allowed"] = True
         finished = p.HostAction(

@@ -185,16 +185,13 @@ class StartSteps(Recorder):
                  (f" ({checked.summary})" if checked.failures else ""))
 
     def _arm_reference(self, start_id: str, role: str) -> tuple[str, str, Any] | None:
-        """The start this one's arm is held equal to: at the first start of a role other than the plan's
-        first start's, that first start (its id, role and the identity its host reported); else None."""
+        """The start every other start's engine is held equal to: the first start of the plan's first
+        role that started (its id, role and the identity its host reported); None for that start itself
+        (or before it started). Every other start is compared, so a role whose first start was lost
+        before its gate is still compared at its next."""
         first_role = self.plan.starts[0].role
-        if role == first_role:
-            return None
-        mine = self.ws.first_identity.get(role)
-        if mine is not None and mine[0] != start_id:
-            return None   # compared at the role's first start
         reference = self.ws.first_identity.get(first_role)
-        if reference is None:
+        if reference is None or reference[0] == start_id:
             return None
         return reference[0], first_role, reference[1]
 

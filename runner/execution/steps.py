@@ -228,16 +228,16 @@ def _measuring(ctx: Context) -> Step:
         return Step("snapshot", args={"from_marker": _under_foreign_marker(ctx)})
     if _aborting(ws) is not None:
         return _stop_measuring(ctx, "aborted", _aborting(ws) or "")
-    if "restore_check" in ctx.site_actions and not ws.starts and not _done(ws, "restore_check"):
-        # a window opened under a chain's marker checks the restore to the marker's snapshot here
-        if _done(ws, "restore_check", ok=False):
-            return Step("measurement_end", reason=ROLLBACK_FAILED + " before the first start", args={"why": "failed"})
-        return Step("restore_check")
     stopped = _stopped(ws)
     if stopped is not None:
         # the ledger refused an append: end by restoring production, whatever the plan's chain
         why = "failed" if any(item.append_failed for item in ws.interrupted) else "interrupted"
         return _stop_measuring(ctx, why, stopped)
+    if "restore_check" in ctx.site_actions and not ws.starts and not _done(ws, "restore_check"):
+        # a window opened under a chain's marker checks the restore to the marker's snapshot here
+        if _done(ws, "restore_check", ok=False):
+            return Step("measurement_end", reason=ROLLBACK_FAILED + " before the first start", args={"why": "failed"})
+        return Step("restore_check")
     if ws.engine is not None and ws.engine.serving == "up":  # production serves inside our HOLD: the host restarted
         reason = "the hosts serve production inside the HOLD (did a host restart?)"
         if ws.current_start is not None:
@@ -391,6 +391,10 @@ def _chained_close(ctx: Context) -> Step:
                             "first fence; production is down and the HOLD stays ours: escalate, or "
                             "`tally window abort` to restore production")
             return Step("placeholder_up", host=host)
+    if not any((raised := state.placeholders.get(host)) is not None and raised.window == ws.id for host in hosts):
+        return Step("blocked", reason="no placeholder could be raised on any host (each was unreachable): a chain "
+                    "cannot leave production down holding nothing; the HOLD stays ours: escalate, or "
+                    "`tally window abort` to restore production")
     optional = ctx.site_actions
     sequence: Sequence[tuple[StepKind, str, str | None]] = (
         *(("fence", "fence", h) for h in hosts),

@@ -12,8 +12,8 @@ compares them with the plan's arm:
 - each host identity the arm declares (``worker_identity``, ``markov_identity``,
   ``experiment_commit``, ``worker_tree``) is reported, and equal;
 - the hosts agree on the start's clock cap (``clock_problems``, :mod:`.clocks`);
-- the arms are equal where they must be (``reference``: the identity the plan's first start of
-  another role reported at its first start): the plan's ``equal_identity`` paths, by default
+- the arms are equal where they must be (``reference``: the identity the plan's first start
+  reported; every later start is compared with it): the plan's ``equal_identity`` paths, by default
   every identity member but the ones an arm's switches live in (:data:`ARM_SWITCHES`).
 
 What the host did not report cannot be checked: the gate fails closed. Pure: facts in,

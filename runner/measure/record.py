@@ -23,8 +23,10 @@ chunk carried reasoning). The record then splits its delivered tokens into
 ``reasoning_tokens`` (the server's ``usage.completion_tokens_details.reasoning_tokens``
 when the delivered count is its usage, else the counted tokens of the reasoning-only
 chunks) and ``answer_tokens`` (the rest), and says when the first visible answer token
-came (``first_answer_s``). These are diagnostics: delivered tokens, TTFT (the first
-token chunk, reasoning or not) and every decode figure stay what they were.
+came (``first_answer_s``). These are diagnostics. A reasoning chunk is a token chunk
+like any other (TTFT is the first of either kind, as vLLM's benchmark counts it); before
+``delta.reasoning`` was read, a reasoning-only chunk without token ids was skipped, so a
+reasoning server's older figures are not comparable (``docs/events.md``).
 """
 
 from __future__ import annotations

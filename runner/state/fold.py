@@ -372,7 +372,8 @@ def _host_action(s: Folding, ws: WindowState, e: Event, p: pl.HostAction) -> Win
     if p.action == "probe" and facts.get("serving") in ("down", "draining") and not_serving is None:
         not_serving = e.seq
     start = facts.get("start")
-    unreachable = not ok and facts.get("unreachable_allowed") is True and p.action in PER_HOST_ACTIONS
+    unreachable = (not ok and facts.get("unreachable_allowed") is True and p.action in PER_HOST_ACTIONS
+                   and (ws.hold_seq is None or p.host in ws.unreachable_allowed))   # in the HOLD: as it recorded
     done = FinishedAction(action=p.action, host=p.host, ok=ok, seq=e.seq, time=e.time, start=start,
                           started_time=started.time if started else None, unreachable=unreachable)
     block_began = ws.block_began

@@ -26,7 +26,7 @@ class _Lost:
                  how: str = "unreachable") -> None:
         self._driver = driver
         self.allow_unreachable = allowed
-        self.lost = host
+        self.lost = {host} if how != "both" else {"sim-head", "sim-worker"}
         self.how = how
         self.calls: list[tuple[str, str | None]] = []
 
@@ -35,9 +35,12 @@ class _Lost:
 
     def run(self, action: str, host: str | None, params: Any) -> ActionResult:
         self.calls.append((action, host))
-        if host == self.lost and action in PER_HOST_ACTIONS:
+        if host in self.lost and action in PER_HOST_ACTIONS:
             if self.how == "timeout":
                 return ActionResult(action, host, False, None, 30.0, True, b"", b"timed out", {"error": "timed out"})
+            if self.how == "refuses":   # it answers: a failure, which claims (as a hostile site might) to be passable
+                return ActionResult(action, host, False, 1, 0.1, False, b"", b"refused",
+                                    {"error": "refused", "unreachable": True, "unreachable_allowed": True})
             raise ExternalError(f"ssh: connect to host {host} port 22: No route to host")
         return self._driver.run(action, host, params)
 
@@ -93,18 +96,43 @@ def test_without_the_allowance_a_lost_worker_blocks_the_close_as_before(tmp_path
         close(w)
 
 
-def test_an_allowed_host_that_answers_with_a_failure_fails_as_before(tmp_path: Path) -> None:
-    """Only no answer is passed: the head (not allowed) lost, or the worker refusing, blocks the close."""
-    w = _worlds(tmp_path)
-    try:
-        gate_all(w)
-        admit(w.book, w.root, "chain-a")
-        lost = _Lost(w.driver, BOTH_MODES, host="sim-head")
-        result = WindowRunner(w.book, w.root, "chain-a", lost, time_scale=w.time_scale).run()   # type: ignore[arg-type]
-        assert result.ending is None and "placeholder_up failed 3 times" in (result.blocked or ""), result
-        assert not any(r["detail"].get("unreachable_allowed") for r in _finished(w, "chain-a", "sim-head"))
-    finally:
-        close(w)
+def test_only_no_answer_from_an_allowed_host_is_passed(tmp_path: Path) -> None:
+    """The head (not allowed) lost; the allowed worker answering with a failure, its facts claiming to be
+    unreachable (a site cannot pass its own failed step); every host lost (a chain cannot leave production
+    down holding nothing): each blocks the close, the HOLD ours."""
+    for name, host, how, blocked in (("head", "sim-head", "unreachable", "placeholder_up failed 3 times"),
+                                     ("refuses", "sim-worker", "refuses", "placeholder_up failed 3 times"),
+                                     ("both", "sim-worker", "both", "no placeholder could be raised on any host")):
+        w = _worlds(tmp_path / name)
+        try:
+            gate_all(w)
+            admit(w.book, w.root, "chain-a")
+            allowed = {"production-policy": ("sim-head", "sim-worker")} if how == "both" else BOTH_MODES
+            lost = _Lost(w.driver, allowed, host=host, how=how)
+            result = WindowRunner(w.book, w.root, "chain-a", lost, time_scale=w.time_scale).run()  # type: ignore[arg-type]
+            assert result.ending is None and blocked in (result.blocked or ""), (name, result)
+            records = _finished(w, "chain-a", host)
+            if how != "both":
+                assert len(records) == 3 and not any("unreachable_allowed" in r["detail"] for r in records), name
+            if how == "refuses":
+                assert not any("unreachable" in r["detail"] for r in records)   # the site's claim is not kept
+            s = state(w.book)
+            assert s.hold is not None and s.hold.owner == "chain-a" and s.production == "down", name
+        finally:
+            close(w)
+
+
+def test_a_site_that_lets_a_mode_lose_every_host_is_refused(tmp_path: Path) -> None:
+    import pytest
+
+    from ledger.errors import FormatError
+    from runner.drivers.site import load_site
+
+    site = tmp_path / "site.toml"
+    site.write_text('kind = "sim"\nurl = "http://127.0.0.1:9"\nhosts = ["h1", "h2"]\n\n[allow_unreachable]\n'
+                    'controlled = ["h2", "h1"]\n')
+    with pytest.raises(FormatError, match="lists every host of the site"):
+        load_site(site)
 
 
 def test_the_chain_end_passes_a_lost_worker_and_its_placeholder_stays_on_record(tmp_path: Path) -> None:
