@@ -59,7 +59,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.drivers": [
         "ACTIONS", "CHAIN_ACTIONS", "CLOSE_ACTIONS", "DEFAULT_TIMEOUTS_S", "OBSERVING_ACTIONS", "PER_HOST_ACTIONS",
-        "SERVING_STATES",
+        "PLANNED_OPTIONAL_ACTIONS", "SERVING_STATES",
         "ActionResult", "CommandTemplate", "CommandsDriver", "HostDriver", "SimDriver", "check_action", "load_site",
         "parse_facts", "parse_template", "settle", "site_from_dict", "site_time_scale", "unreachable_allowed",
     ],

@@ -37,7 +37,9 @@ MAX_DIFFERENCES = 50  # listed in the evidence; the count is always exact
 # Identity members in which two arms may differ by default: the arm's name, its config digest (which
 # covers its switches), its speculative config, and the launch members a speculative switch is set in.
 # A path with any of these as one of its parts is not compared (``command.args``, ``env.VLLM_X``).
-ARM_SWITCHES = frozenset({"arm", "config_digest", "speculative_config", "args", "argv", "env", "port"})
+# ``clock_cap_mhz`` is judged by the clock rules (a start at another cap: INCONCLUSIVE / NO_PROMOTION).
+ARM_SWITCHES = frozenset({"arm", "config_digest", "speculative_config", "args", "argv", "env", "port",
+                          "clock_cap_mhz"})
 
 
 @dataclass(frozen=True)

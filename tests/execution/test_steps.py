@@ -207,6 +207,17 @@ ROWS = [
     Row("snapshot taken: drain", lambda: Story().admitted().act("preflight", serving="up").act(
         "snapshot", snapshot_sha256=SNAPSHOT).event("production.snapshot", sha256=SNAPSHOT, source="drain"),
         "drain"),
+    Row("snapshot taken, the site can check a restore: the rollback preflight", lambda: Story().admitted().act(
+        "preflight", serving="up").act("snapshot", snapshot_sha256=SNAPSHOT).event(
+        "production.snapshot", sha256=SNAPSHOT, source="drain"), "restore_check", site_actions=frozenset({"restore_check"})),
+    Row("rollback preflight failed: end before the drain", lambda: Story().admitted().act(
+        "preflight", serving="up").act("snapshot", snapshot_sha256=SNAPSHOT).event(
+        "production.snapshot", sha256=SNAPSHOT, source="drain").act("restore_check", ok=False), "measurement_end",
+        {"args": {"why": "failed"}}, site_actions=frozenset({"restore_check"})),
+    Row("rollback preflight passed: drain", lambda: Story().admitted().act(
+        "preflight", serving="up").act("snapshot", snapshot_sha256=SNAPSHOT).event(
+        "production.snapshot", sha256=SNAPSHOT, source="drain").act("restore_check", snapshot_sha256=SNAPSHOT),
+        "drain", site_actions=frozenset({"restore_check"})),
     Row("drain failed before the HOLD", lambda: Story().admitted().act("preflight", serving="up").act(
         "snapshot", snapshot_sha256=SNAPSHOT).event("production.snapshot", sha256=SNAPSHOT, source="drain").act(
         "drain", ok=False), "measurement_end", {"reason": "drain failed before the HOLD"}),
