@@ -37,14 +37,9 @@ class EndingSteps(Recorder):
         return {"production_snapshot_sha256": sha} if sha else {}
 
     def restore(self, step: Step, _r: RunResult) -> None:
-        sha = self.snapshot_sha()
         attempt = int(step.args.get("attempt", 1))
         self.say(f"restore (attempt {attempt})")
-        params: dict[str, Any] = {"snapshot_sha256": sha} if sha else {}
-        identity = self.snapshot_identity(sha) if sha else None
-        if identity is not None:
-            params["snapshot_identity"] = identity
-        self.action("restore", None, params, verify=self._verify_restored_clock, then=lambda res: [
+        self.action("restore", None, self.restore_params(), verify=self._verify_restored_clock, then=lambda res: [
             ("restore.finished", p.RestoreFinished(status="ok", attempts=attempt,
                                                    detail={**plain(res.facts), **self._restored_clock(res.facts)},
                                                    **self._snapshot_member()), ())])

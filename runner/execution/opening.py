@@ -43,12 +43,7 @@ class OpeningSteps(Recorder):
 
     def restore_check(self, _s: Step, _r: RunResult) -> None:
         """The rollback preflight: the site's dry restore check on production's snapshot (changes nothing)."""
-        sha = self.snapshot_sha()
-        params: dict[str, object] = {"snapshot_sha256": sha} if sha else {}
-        identity = self.snapshot_identity(sha) if sha else None
-        if identity is not None:
-            params["snapshot_identity"] = identity
-        self.action("restore_check", None, params)
+        self.action("restore_check", None, self.restore_params())
 
     def drain(self, _s: Step, _r: RunResult) -> None:
         self.action("drain", None, {}, then=lambda res: [

@@ -407,6 +407,16 @@ class Recorder:
         arm = self.plan.arm(start.role)
         return {"role": start.role, "arm": arm.name, "arm_config": arm.to_json()}
 
+    def restore_params(self) -> dict[str, Any]:
+        """What a restore (and its dry check, ``restore_check``) is told: production's snapshot sha and,
+        where the ledger holds it, its identity (none before a snapshot is recorded)."""
+        sha = self.snapshot_sha()
+        params: dict[str, Any] = {"snapshot_sha256": sha} if sha else {}
+        identity = self.snapshot_identity(sha) if sha else None
+        if identity is not None:
+            params["snapshot_identity"] = identity
+        return params
+
     def snapshot_identity(self, sha: str) -> dict[str, Any] | None:
         """The production identity recorded with snapshot ``sha`` (the drain's, or a capture's), if any.
 
