@@ -109,7 +109,10 @@ def test_reasoning_tokens_counted_apart_on_a_simulated_reasoning_server(stream_m
         assert record.usage_reasoning_tokens == REASONING
         assert (record.reasoning_tokens, record.answer_tokens) == (REASONING, MAX_TOKENS - REASONING)
         assert record.ttft_s is not None and record.first_answer_s is not None
-        assert record.first_answer_s > record.ttft_s
+        # the first answer chunk comes after the reasoning ones: its time is that chunk's (chunks one network
+        # read carried share a stamp, so under load it may equal the first chunk's)
+        first_answer = next(i for i, kind in enumerate(record.chunk_kinds or "") if kind != "r")
+        assert first_answer > 0 and record.first_answer_s == record.chunk_t[first_answer] >= record.ttft_s
         assert record.chunk_kinds is not None and record.chunk_kinds.startswith("r")
         entry = record.summary_entry()
         assert {k: entry[k] for k in NEW_MEMBERS} == {"reasoning_tokens": REASONING,
