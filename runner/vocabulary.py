@@ -81,7 +81,8 @@ ArmRole = Literal["A", "B", "P"]
 ChainMode = Literal["none", "chained", "last"]
 GateName = Literal["qualification", "rng", "budget", "rehearsal", "standard_spec", "chain_prev_ok", "start_config",
                    "power"]
-StageKind = Literal["setup", "measure", "restore", "close"]
+StageKind = Literal["setup", "measure", "smoke", "restore", "close"]
+"""Budget stages in their order; ``smoke`` is the smoke stage of its own (``[smoke] arms``), after the blocks."""
 WaveOrder = Literal["cell-major", "repeat-major"]
 WindowKind = Literal["measurement", "admission", "pair-only"]
 

@@ -313,11 +313,12 @@ def _check_start_began(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState
         a.flag("measure-inside-hold", e, f"start {p['start']} after measurement.ended", ws.id)
     index = t.starts_seen
     t.starts_seen += 1
-    if index >= len(plan.starts):
-        a.flag("order-seeds-families-match-plan", e, f"start {p['start']} is beyond the {len(plan.starts)} "
+    starts = plan.run_starts   # the measurement starts, then the smoke stage's own
+    if index >= len(starts):
+        a.flag("order-seeds-families-match-plan", e, f"start {p['start']} is beyond the {len(starts)} "
                                                      f"registered starts", ws.id)
     else:
-        planned = plan.starts[index]
+        planned = starts[index]
         if p["start"] != planned.id or p["role"] != planned.role:
             a.flag("order-seeds-families-match-plan", e,
                    f"start {p['start']} (role {p['role']}) where the plan has {planned.id} (role {planned.role})",

@@ -242,6 +242,8 @@ def _win2(plan: Plan, events: Sequence[Event], archive: Iterable[Event], before:
     for event in events:
         if event.type == "start.began":
             began = read_payload(event, p.StartBegan)
+            if began.start in plan.smoke_stage_ids:
+                continue   # the smoke stage's own start measures nothing: no start of the rule's
             starts[began.start] = {"role": began.role, "clock_cap_mhz": began.clock_cap_mhz}
             used.append(event)
         elif event.type == "wave.measured":

@@ -52,11 +52,13 @@ class StageClock:
 
     ``setup_min``: from the first host action to the first start's arm start (so far, while
     none has begun); ``blocks_min``: each begun start's block clock (its arm start to its
-    end, or to now while it runs).
+    end, or to now while it runs); ``smoke_min``: the smoke stage of its own, timed the same way
+    from its first start's arm start.
     """
 
     setup_min: float = 0.0
     blocks_min: Mapping[str, float] = field(default_factory=dict)
+    smoke_min: float | None = None   # the smoke stage of its own, once begun (None: not begun, or none)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class BudgetClock:
             planned = self.budget.stage_minutes(start=start)
             if planned > 0 and minutes > planned:
                 return f"block {start} ran {minutes:.1f} min, over its {planned:g} min"
+        smoke = self.budget.stage_minutes("smoke")
+        if smoke > 0 and stages.smoke_min is not None and stages.smoke_min > smoke:
+            return f"the smoke stage ran {stages.smoke_min:.1f} min, over its {smoke:g} min"
         return None
 
     def admitting(self, elapsed_min: float, stages: StageClock | None = None) -> Limit | None:

@@ -101,7 +101,9 @@ def dry_run_report(ledger: Ledger, window: str, driver: HostDriver, time_scale: 
         f"window {window}: {plan.protocol} {plan.mode}, chain {plan.chain}, commit {plan.commit[:12]}, "
         f"plan {reg.plan_sha256[:16]}",
         f"starts: {' / '.join(s.label for s in plan.starts)}; cells: {', '.join(c.name for c in plan.cells)}; "
-        f"{len(plan.waves)} waves",
+        f"{len(plan.waves)} waves"
+        + (f"; then the smoke stage of its own: {' / '.join(s.label for s in plan.stage_starts)} "
+           f"({plan.budget.stage_minutes('smoke'):g} min)" if plan.stage_starts else ""),
         f"phase {ws.phase}; gates: " + (", ".join(f"{g} {v.verdict}" for g, v in ws.gates.items()) or "none")
         + ("; ADMITTED" if ws.admitted_seq else f"; not admitted: {'; '.join(blockers)}"),
         f"site: {driver.kind}, hosts {', '.join(driver.hosts)}, serving {driver.serving_url}, "

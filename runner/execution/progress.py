@@ -81,6 +81,8 @@ class Progress:
 
     def begin(self, total: int, plan: Plan) -> None:
         starts = " / ".join(s.label for s in plan.starts)
+        if plan.stage_starts:
+            starts += f", then the smoke stage on {' / '.join(s.label for s in plan.stage_starts)}"
         self.say(f"window {plan.window_id} ({plan.protocol}, {plan.mode}): {starts}; {total} waves; "
                  f"budget {plan.budget.hard_ceiling_min:g} min")
         if self._bar is not None:

@@ -11,7 +11,8 @@ a safe, recorded state. The order of steps is the reference sequence of ``docs/w
     restore check) -> for each start: start_arm,
     clock cap, start.began, start_config, standard_spec (speculative arms),
     warm-up, prefix priming (a plan's ``[priming]``), waves, the smoke stage's probes (smoke starts), end of start
-    -> measurement.ended -> ending -> decision
+    -> the smoke stage of its own (``[smoke] arms``: per arm start_arm, clock cap, start.began, start_config,
+    standard_spec, the probes, end of start) -> measurement.ended -> ending -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
 cleared], production up, HOLD closed), ``chained`` (placeholders up before the first
@@ -255,12 +256,13 @@ def _measuring(ctx: Context) -> Step:
             return _stop_measuring(ctx, "truncated", f"block {over[0]} went over its "
                                    f"{plan.budget.per_block_limit_min:g}-minute limit: the experiment is truncated "
                                    "(the remaining blocks do not run; raw partials kept)")
-    for start in plan.starts:
+    for start in plan.run_starts:   # the measurement starts, then the smoke stage's own (if registered)
         info = ws.starts.get(start.id)
         if info is not None and info.status == "ended":
             continue
         return _start_step(ctx, start.id, info)
-    return Step("measurement_end", reason="every planned wave was measured", args={"why": "complete"})
+    return Step("measurement_end", reason="every planned wave was measured"
+                + (" and the smoke stage ran" if plan.stage_starts else ""), args={"why": "complete"})
 
 
 def _stop_measuring(ctx: Context, why: str, reason: str) -> Step:
@@ -301,6 +303,11 @@ def _start_step(ctx: Context, start_id: str, info: StartView | None) -> Step:
     spec = None if standard is None else standard.of(start_id)
     if spec is None and plan.arm(plan.start(start_id).role).speculates:
         return Step("spec_gate", start=start_id)
+    staged = plan.smoke is not None and plan.smoke.own_stage and start_id in plan.smoke.starts
+    if staged:   # the smoke stage's own start measures nothing: no warm-up, priming or wave, its probes only
+        if not info.smoke:
+            return Step("smoke", start=start_id, reason="the smoke stage of its own: the probes on this arm's engine")
+        return Step("end_start", start=start_id, reason="the smoke stage's probes ran on this arm's engine")
     if info.warmup is None:
         if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:
             return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})

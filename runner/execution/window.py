@@ -309,7 +309,7 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 else None
             stop_limit = self.clock.admitting(elapsed, stages)
             current = ws.current_start
-            if current is not None:
+            if current is not None and current not in self.plan.smoke_stage_ids:   # the smoke stage is no block
                 began = block_began(ws, current)
                 if began is not None:
                     block_limit = self.clock.block_over(self.clock.minutes(began, now))
@@ -328,7 +328,12 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
                 continue
             began_first = began if began_first is None else min(began_first, began)
             blocks[start.id] = self.clock.minutes(began, block_ended(ws, start.id) or now)
-        return StageClock(self.clock.minutes(first, began_first or now), blocks)
+        smoke_min: float | None = None
+        staged = [began for start in self.plan.stage_starts if (began := block_began(ws, start.id)) is not None]
+        if staged:   # the smoke stage of its own: from its first start's arm start to its last one's end (or now)
+            last = self.plan.stage_starts[len(staged) - 1].id
+            smoke_min = self.clock.minutes(min(staged), block_ended(ws, last) or now)
+        return StageClock(self.clock.minutes(first, began_first or now), blocks, smoke_min)
 
 
 def unhandled_step_kinds() -> set[str]:

@@ -130,7 +130,7 @@ def _row(budget: Budget, label: str, reserve_s: float | None) -> BudgetRow:
             elapsed += _exact(reserve_s or 0.0)
         else:
             elapsed += _seconds(stage.minutes or 0.0)
-        if stage.kind == "measure":
+        if stage.kind in ("measure", "smoke"):   # the smoke stage of its own runs before measurement ends
             measurement_end = elapsed
     fits = (elapsed <= _seconds(budget.hard_ceiling_min)
             and measurement_end <= _seconds(budget.measurement_end_limit_min))

@@ -83,6 +83,7 @@ __all__ = [
     "Start",
     "WaveSpec",
     "plan_sha256",
+    "stage_start_id",
 ]
 
 BlockOverrun = Literal["next_block", "truncate_experiment"]
@@ -311,6 +312,11 @@ class Stage:
                 "reserve": self.reserve}
 
 
+def stage_start_id(role: str) -> str:
+    """The id of the smoke stage's start of ``role`` (``A-smoke``): never a measurement start's."""
+    return f"{role}-smoke"
+
+
 DEFAULT_NEAR_TIE_FOLLOW = 4   # near ties greedy identity follows when the plan registers no near_tie_follow
 
 
@@ -326,6 +332,10 @@ class Smoke:
 
     starts: tuple[str, ...]
     probes: tuple[SmokeProbe, ...] = ("greedy_identity",)
+    # the stage of its own (``[smoke] arms``): one start per arm after the blocks, in this order (the first the
+    # control, the greedy reference); ``starts`` are then their ids (:func:`stage_start_id`). Empty: the
+    # probes run at the end of the named measurement starts, as plans without ``arms`` always have.
+    arms: tuple[ArmRole, ...] = ()
     compare: str = "token_ids"                 # or "text": the server gives no token ids
     max_tokens: int = 16
     seed: int = 7
@@ -345,9 +355,16 @@ class Smoke:
     def reference(self) -> str:
         return self.starts[0]
 
+    @property
+    def own_stage(self) -> bool:
+        """Do the probes run in a stage of their own (a start per arm, after the blocks)?"""
+        return bool(self.arms)
+
     def to_json(self) -> dict[str, Any]:
+        # a stage of its own is registered by its arms (its starts follow from them); else by the starts
+        where: dict[str, Any] = {"arms": list(self.arms)} if self.arms else {"starts": list(self.starts)}
         data: dict[str, Any] = {
-            "starts": list(self.starts), "probes": list(self.probes), "compare": self.compare,
+            **where, "probes": list(self.probes), "compare": self.compare,
             "max_tokens": self.max_tokens, "seed": self.seed, "temperature": self.temperature, "prompt": self.prompt,
             "logprobs": self.logprobs, "near_tie_margin": self.near_tie_margin,
             "near_tie_rejects": self.near_tie_rejects, "structured_field": self.structured_field,
@@ -544,10 +561,29 @@ class Plan:
         raise KeyError(role)
 
     def start(self, start_id: str) -> Start:
-        for start in self.starts:
+        for start in self.run_starts:
             if start.id == start_id:
                 return start
         raise KeyError(start_id)
+
+    @cached_property
+    def stage_starts(self) -> tuple[Start, ...]:
+        """The smoke stage's own starts (one per arm of ``[smoke] arms``, in order; none without it).
+
+        They measure no wave: each runs its arm's engine, attested as any start, for the probes."""
+        if self.smoke is None or not self.smoke.own_stage:
+            return ()
+        return tuple(Start(stage_start_id(role), role) for role in self.smoke.arms)
+
+    @cached_property
+    def smoke_stage_ids(self) -> frozenset[str]:
+        """The ids of :attr:`stage_starts`."""
+        return frozenset(start.id for start in self.stage_starts)
+
+    @property
+    def run_starts(self) -> tuple[Start, ...]:
+        """Every start the window runs, in order: the measurement starts, then the smoke stage's."""
+        return self.starts + self.stage_starts
 
     def cell(self, name: str) -> Cell:
         return self._cells_by_name[name]  # KeyError for a cell the plan does not have

@@ -53,6 +53,7 @@ from .model import (
     Smoke,
     Stage,
     Start,
+    stage_start_id,
 )
 
 __all__ = ["LoadedPlan", "check_family_files", "check_pp3_arms", "load_plan", "parse_plan", "read_family_file",
@@ -392,19 +393,11 @@ def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], proto
         if starts[[s.id for s in starts].index(flagged[0])].role != control:  # the reference: the first control start
             flagged.insert(0, next(s.id for s in starts if s.role == control))
         return Smoke(starts=tuple(flagged), declared=False)
-    ids = [s.id for s in starts]
-    chosen = f.strings("starts", tuple(flagged), choices=ids) or ()
-    if len(chosen) < 2 and "greedy_identity" in f.data.get("probes", ("greedy_identity",)):
-        raise f.fail("starts", "greedy identity compares starts: name at least two (the first a control start), "
-                               "or set greedy_check = true on them")
-    if not chosen:
-        raise f.fail("starts", "the smoke stage runs on named starts: list them (or set greedy_check = true)")
-    ordered = tuple(sorted(chosen, key=ids.index))
-    if tuple(chosen) != ordered:
-        raise f.fail("starts", f"list the starts in registered order ({', '.join(ordered)})")
-    if starts[ids.index(chosen[0])].role != control:
-        raise f.fail("starts", f"the first smoke start is the greedy reference and must be a control ({control}) "
-                               f"start, got {chosen[0]}")
+    arms: tuple[str, ...] = ()
+    if f.has("arms"):
+        arms, chosen = _smoke_arms(f, control, starts, flagged)
+    else:
+        chosen = _smoke_starts(f, control, starts, flagged)
     probes = f.strings("probes", ("greedy_identity",), choices=SMOKE_PROBES, nonempty=True)
     if not probes:
         raise f.fail("probes", "an empty list of probes is refused (fail closed)")
@@ -423,7 +416,7 @@ def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], proto
     if protocol != "win2-v1" and effect != "report":
         raise f.fail("win2_effect", "pp3-v1 rejects on any smoke failure (a win2-v1 setting)")
     smoke = Smoke(
-        starts=tuple(chosen), probes=probes, compare=compare,
+        starts=tuple(chosen), arms=cast(Any, arms), probes=probes, compare=compare,
         max_tokens=f.integer("max_tokens", 16, low=2, high=256), seed=f.integer("seed", 7, low=0, high=2**31),
         temperature=temperature, prompt=f.string("prompt", SMOKE_PROMPT, nonempty=True), logprobs=logprobs,
         near_tie_margin=margin, near_tie_rejects=f.boolean("near_tie_rejects", False),
@@ -434,6 +427,67 @@ def _smoke(f: Fields, present: bool, mode: str, starts: tuple[Start, ...], proto
     )
     f.done()
     return smoke
+
+
+def _smoke_starts(f: Fields, control: str, starts: tuple[Start, ...], flagged: list[str]) -> tuple[str, ...]:
+    """The measurement starts whose ends run the probes (``[smoke] starts``)."""
+    ids = [s.id for s in starts]
+    chosen: tuple[str, ...] = f.strings("starts", tuple(flagged), choices=ids) or ()
+    if len(chosen) < 2 and "greedy_identity" in f.data.get("probes", ("greedy_identity",)):
+        raise f.fail("starts", "greedy identity compares starts: name at least two (the first a control start), "
+                               "or set greedy_check = true on them")
+    if not chosen:
+        raise f.fail("starts", "the smoke stage runs on named starts: list them (or set greedy_check = true)")
+    ordered = tuple(sorted(chosen, key=ids.index))
+    if chosen != ordered:
+        raise f.fail("starts", f"list the starts in registered order ({', '.join(ordered)})")
+    if starts[ids.index(chosen[0])].role != control:
+        raise f.fail("starts", f"the first smoke start is the greedy reference and must be a control ({control}) "
+                               f"start, got {chosen[0]}")
+    return chosen
+
+
+def _smoke_arms(f: Fields, control: str, starts: tuple[Start, ...],
+                flagged: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The smoke stage of its own (``[smoke] arms``): its arms, and the ids of its starts (one per arm)."""
+    if f.has("starts"):
+        raise f.fail("starts", "a smoke stage of its own runs one start per arm after the blocks: give arms "
+                               "or starts, not both")
+    if flagged:
+        raise f.fail("arms", f"greedy_check on {', '.join(flagged)} runs the probes inside those starts; with "
+                             "arms they run in the stage of their own: leave greedy_check out")
+    roles = sorted({s.role for s in starts})
+    arms: tuple[str, ...] = f.strings("arms", choices=roles)
+    if not arms:
+        raise f.fail("arms", "an empty list of arms runs no probe (fail closed)")
+    if len(arms) < 2 and "greedy_identity" in f.data.get("probes", ("greedy_identity",)):
+        raise f.fail("arms", "greedy identity compares arms: name at least two (the first the control)")
+    if arms[0] != control:
+        raise f.fail("arms", f"the first smoke arm is the greedy reference and must be the control ({control}), "
+                             f"got {arms[0]}")
+    chosen = tuple(stage_start_id(role) for role in arms)
+    taken = sorted(set(chosen) & {s.id for s in starts})
+    if taken:
+        raise f.fail("arms", f"the smoke stage's starts are named {', '.join(chosen)}; a measurement start "
+                             f"already is: {', '.join(taken)}")
+    return arms, chosen
+
+
+def _check_smoke_stage(plan: Plan, path: str) -> None:
+    """A smoke stage of its own has its minutes in the budget (a ``smoke`` stage), and only it has one."""
+    own = plan.smoke is not None and plan.smoke.own_stage
+    staged = [s for s in plan.budget.stages if s.kind == "smoke"]
+    if own and not staged:
+        raise FieldError(f"{path}.budget.stages", "the smoke stage of its own ([smoke] arms) needs its minutes "
+                                                  "in the budget: a stage of kind \"smoke\" after the blocks")
+    if staged and not own:
+        raise FieldError(f"{path}.budget.stages", "a budget stage of kind \"smoke\" times the smoke stage of "
+                                                  "its own: register it with [smoke] arms (or use kind "
+                                                  "\"measure\")")
+    if len(staged) > 1:
+        raise FieldError(f"{path}.budget.stages", "one stage of kind \"smoke\" at most (the smoke stage)")
+    if staged and staged[0].start is not None:
+        raise FieldError(f"{path}.budget.stages", "the smoke stage runs after the blocks: it names no start")
 
 
 def _carry(f: Fields, required: tuple[str, ...]) -> Carry:
@@ -521,6 +575,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         equal_identity=equal_identity,
     )
     _check_bounded_blocks(plan, path)
+    _check_smoke_stage(plan, path)
     return plan
 
 

@@ -31,10 +31,19 @@ CANDIDATE_ARM = "k2-sampled-fixed5"
 SHORT_TIME_SCALE = 0.02
 
 
-def _plan_with(smoke: str, *, short: bool = False):  # type: ignore[no-untyped-def]
-    """The plan with 32-token decode runs and ``smoke``; ``short``: its short cell alone (a quick window)."""
+OWN_STAGE = ('name = "paired greedy and failure/structured smoke within qualified test processes"\nkind = "measure"\n',
+             'name = "paired greedy and failure/structured smoke within qualified test processes"\nkind = "smoke"\n')
+"""The plan's 3-minute smoke stage in the budget, made the smoke stage's own (for ``[smoke] arms``)."""
+
+
+def _plan_with(smoke: str, *, short: bool = False, own: bool = False):  # type: ignore[no-untyped-def]
+    """The plan with 32-token decode runs and ``smoke``; ``short``: its short cell alone (a quick window);
+    ``own``: the budget's smoke stage is the smoke stage of its own (``[smoke] arms``)."""
     def edit(text: str) -> str:
         text = text.replace("max_tokens = 1024", "max_tokens = 32") + "\n" + smoke
+        if own:
+            assert OWN_STAGE[0] in text
+            text = text.replace(*OWN_STAGE)
         if short:
             for cell in ("32k", "150k"):
                 text = text.replace(f'[[cells]]\nname = "{cell}"\ncontext = "{cell}"\n', "")
@@ -49,12 +58,12 @@ def _smoke(**extra: Any) -> str:
 
 
 def _window(tmp_path: Path, smoke: str, faults: dict[str, Any] | None = None, window_id: str = "smoke-pp3",
-            sim: dict[str, Any] | None = None, short: bool = False) -> tuple[Any, Any, list[Any]]:
+            sim: dict[str, Any] | None = None, short: bool = False, own: bool = False) -> tuple[Any, Any, list[Any]]:
     config = dict(sim or {})
     if faults:
         config["faults"] = faults
     # a short window runs at a slower time scale: a loaded machine's overhead counts less against its budget
-    w = world(tmp_path, [window(str(SIMPLE_PP3), window_id, edit=_plan_with(smoke, short=short))],
+    w = world(tmp_path, [window(str(SIMPLE_PP3), window_id, edit=_plan_with(smoke, short=short, own=own))],
               sim_config=config, **({"time_scale": SHORT_TIME_SCALE} if short else {}))
     gate_all(w)
     result = run(w, window_id)
@@ -88,7 +97,8 @@ def test_fixture_plan_is_the_seed_faithful_smoke_table() -> None:
     plan = parse_plan(read_toml(text.encode(), "seed003+smoke"))
     assert plan.smoke is not None and plan.smoke.declared
     example = load_plan(Path(__file__).resolve().parents[2] / "examples" / "seed003-abba.toml")
-    assert example.smoke == plan.smoke
+    # the example runs the same stage as a stage of its own, on each arm's engine after the blocks
+    assert example.smoke == dataclasses.replace(plan.smoke, arms=("A", "B"), starts=("A-smoke", "B-smoke"))
     assert plan.smoke.starts == ("A1", "B1", "B2", "A2")
     assert set(plan.smoke.probes) == {"greedy_identity", "structured", "stop", "eos", "lifecycle"}
     assert plan.to_json()["smoke"]["near_tie_margin"] == 0.05

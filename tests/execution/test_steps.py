@@ -178,6 +178,43 @@ def _chain_last() -> Story:
 
 CLOSING = frozenset({"pair_close", "hold_stash", "commit_close"})
 
+
+def own_stage() -> Story:
+    """Seed 003's simple ABBA plan with its smoke stage as a stage of its own (``[smoke] arms``)."""
+    plan, _, _ = example_plan(SIMPLE_PP3_NAME)
+    budget = plan.budget.to_json()
+    for stage in budget["stages"]:
+        if stage["kind"] == "measure" and stage["start"] is None:
+            stage["kind"] = "smoke"
+    story = Story(SIMPLE_PP3_NAME, smoke={"arms": ["A", "B"], "probes": ["greedy_identity"]}, budget=budget)
+    assert story.plan.smoke is not None and story.plan.smoke.starts == ("A-smoke", "B-smoke")
+    return story
+
+
+def blocks_ended(story: Story) -> Story:
+    story.held()
+    for start in story.plan.starts:
+        story.ended(start.id)
+    return story
+
+
+def stage_attested(story: Story, start: str) -> Story:
+    """The smoke stage's ``start`` began and passed its start gates (its arm speculates: standard_spec too)."""
+    story.configured(start).gate(story.plan, "standard_spec", start=start)
+    return story
+
+
+def probed(story: Story, start: str) -> Story:
+    role = story.plan.start(start).role
+    return story.event("smoke.result", start=start, role=role, probe="greedy_identity",
+                       outcome="recorded" if role == "A" else "pass", kind="greedy-identity", summary="scripted")
+
+
+def stage_ended(story: Story, start: str) -> Story:
+    probed(stage_attested(story, start), start)
+    story.act("read_clock_cap", start=start, clock_cap_mhz=2300).act("stop_arm", start=start)
+    return story.event("start.ended", start=start, role=story.plan.start(start).role)
+
 @dataclass(frozen=True)
 class Row:
     situation: str
@@ -251,6 +288,25 @@ ROWS = [
         {"start": "s1", "reason": "every wave of the start was measured"}),
     Row("every wave of a start outside the smoke stage measured", lambda: Story(SIMPLE_PP3_NAME).held().measured(
         "A1"), "end_start", {"start": "A1", "reason": "every wave of the start was measured"}),
+    Row("a block's waves measured, the smoke stage of its own registered: the block ends (no probe in it)",
+        lambda: own_stage().held().measured("A1"), "end_start",
+        {"start": "A1", "reason": "every wave of the start was measured"}),
+    Row("every block ended, the smoke stage of its own registered: its start on A's engine",
+        lambda: blocks_ended(own_stage()), "start_arm", {"start": "A-smoke"}),
+    Row("the smoke stage's start began: its start_config gate, as any start's",
+        lambda: blocks_ended(own_stage()).began("A-smoke"), "config_gate", {"start": "A-smoke"}),
+    Row("the smoke stage's start attested: its probes (no warm-up, priming or wave)",
+        lambda: stage_attested(blocks_ended(own_stage()), "A-smoke"), "smoke", {"start": "A-smoke"}),
+    Row("the smoke stage's probes recorded on A: its start ends",
+        lambda: probed(stage_attested(blocks_ended(own_stage()), "A-smoke"), "A-smoke"), "end_start",
+        {"start": "A-smoke", "reason": "the smoke stage's probes ran on this arm's engine"}),
+    Row("the smoke stage ended on A: its start on B's engine",
+        lambda: stage_ended(blocks_ended(own_stage()), "A-smoke"), "start_arm", {"start": "B-smoke"}),
+    Row("the smoke stage ran on both arms: measurement ends, complete",
+        lambda: stage_ended(stage_ended(blocks_ended(own_stage()), "A-smoke"), "B-smoke"), "measurement_end",
+        {"args": {"why": "complete"}}),
+    Row("stop admitting reached after the blocks: the smoke stage does not begin",
+        lambda: blocks_ended(own_stage()), "budget", {"start": None}, STOP),
     Row("s1 ended: the next start", lambda: Story().held().ended("s1"), "start_arm", {"start": "s2"}),
     Row("began, and the engine is gone (crash and host restart)", lambda: Story().held().began("s1").act(
         "probe", serving="up", arm="production", engine="ready"), "end_start",

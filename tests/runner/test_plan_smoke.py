@@ -33,8 +33,22 @@ def test_the_example_plans_register_no_smoke_member_and_keep_their_digests() -> 
         plan = load_plan(EXAMPLES / name)
         assert "smoke" not in plan.to_json() and plan.sha256 == digest
     faithful = load_plan(EXAMPLES / "seed003-abba.toml")
-    assert faithful.sha256 == "168b06c6c87f42b96b7bb82c56bc8c796772d7d59b5bcc07216e05f359e8e253"
-    assert faithful.to_json()["smoke"] == _plan(SMOKE).to_json()["smoke"]
+    assert faithful.sha256 == "8649ca4b2e27bf06ce5f392dc550ccac308a0e8e4a7a5a570326e84c6916fbdf"
+    assert faithful.smoke is not None and faithful.smoke.arms == ("A", "B")
+    in_starts = _in_starts(EXAMPLES / "seed003-abba.toml")
+    # the example as registered before the smoke stage had a stage of its own: the same digest as then
+    assert in_starts.sha256 == "168b06c6c87f42b96b7bb82c56bc8c796772d7d59b5bcc07216e05f359e8e253"
+    assert in_starts.to_json()["smoke"] == _plan(SMOKE).to_json()["smoke"] and in_starts.stage_starts == ()
+
+
+def _in_starts(path: Path) -> Any:
+    """The seed 003 example with its smoke probes at the end of each block, as it was registered before the
+    smoke stage had a stage of its own (``[smoke] starts``, the stage's minutes a ``measure`` stage)."""
+    text = path.read_text()
+    text = text.replace('arms = ["A", "B"]', 'starts = ["A1", "B1", "B2", "A2"]', 1)
+    text = text.replace('kind = "smoke"', 'kind = "measure"', 1)
+    data = read_toml(text.encode(), "plan")
+    return parse_plan(data)
 
 
 def test_greedy_check_starts_imply_a_greedy_identity_stage_with_a_control_reference() -> None:
@@ -71,6 +85,52 @@ def test_a_broken_smoke_table_is_refused_naming_the_field(extra: str, field: str
     with pytest.raises(FieldError) as caught:
         _plan(extra)
     assert caught.value.path.startswith(field) and words in str(caught.value), str(caught.value)
+
+
+SMOKE_MINUTES = 'smoke within qualified test processes"\nkind = "measure"'
+
+
+def _staged(extra: str, kind: str = "smoke") -> Any:
+    """The simple seed 003 plan with ``extra``, its 3-minute smoke minutes a budget stage of ``kind``."""
+    text = SIMPLE_PP3.read_text().replace(SMOKE_MINUTES, f'smoke within qualified test processes"\nkind = "{kind}"')
+    return parse_plan(read_toml((text + "\n" + extra).encode(), "plan"))
+
+
+def test_a_smoke_stage_of_its_own_registers_its_arms_and_runs_a_start_per_arm_after_the_blocks() -> None:
+    plan = _staged('[smoke]\narms = ["A", "B"]\nprobes = ["greedy_identity", "structured"]')
+    smoke = plan.smoke
+    assert smoke is not None and smoke.own_stage and smoke.arms == ("A", "B")
+    assert smoke.starts == ("A-smoke", "B-smoke") and smoke.reference == "A-smoke"
+    assert [(s.id, s.role) for s in plan.stage_starts] == [("A-smoke", "A"), ("B-smoke", "B")]
+    assert [s.id for s in plan.run_starts] == ["A1", "B1", "B2", "A2", "A-smoke", "B-smoke"]
+    assert plan.start_ids == ("A1", "B1", "B2", "A2") and plan.start("B-smoke").role == "B"
+    assert not plan.waves_of("A-smoke")   # the stage measures no wave
+    registered = plan.to_json()["smoke"]
+    assert registered["arms"] == ["A", "B"] and "starts" not in registered
+    assert parse_plan(plan.to_json()) == plan
+
+
+@pytest.mark.parametrize(("extra", "kind", "words"), [
+    ('[smoke]\narms = ["B", "A"]', "smoke", "must be the control (A), got B"),
+    ('[smoke]\narms = ["A"]', "smoke", "greedy identity compares arms"),
+    ('[smoke]\narms = []', "smoke", "an empty list of arms"),
+    ('[smoke]\narms = ["A", "A"]', "smoke", "appears twice"),
+    ('[smoke]\narms = ["A", "P"]', "smoke", "expected one of"),
+    ('[smoke]\narms = ["A", "B"]\nstarts = ["A1", "B1"]', "smoke", "give arms or starts, not both"),
+    ('[smoke]\narms = ["A", "B"]', "measure", 'needs its minutes in the budget: a stage of kind "smoke"'),
+    ('[smoke]\nstarts = ["A1", "B1"]', "smoke", "register it with [smoke] arms"),
+])
+def test_a_broken_smoke_stage_of_its_own_is_refused_in_one_line(extra: str, kind: str, words: str) -> None:
+    with pytest.raises(FieldError) as caught:
+        _staged(extra, kind)
+    assert words in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_greedy_check_starts_and_a_stage_of_its_own_are_refused_together() -> None:
+    text = SIMPLE_PP3.read_text().replace('id = "B1"\narm = "B"', 'id = "B1"\narm = "B"\ngreedy_check = true')
+    text = text.replace(SMOKE_MINUTES, 'smoke within qualified test processes"\nkind = "smoke"')
+    with pytest.raises(FieldError, match="greedy_check on B1 runs the probes inside those starts"):
+        parse_plan(read_toml((text + '\n[smoke]\narms = ["A", "B"]').encode(), "plan"))
 
 
 def test_smoke_probes_the_capability_probe_found_ignored_are_refused_before_any_host_action() -> None:
