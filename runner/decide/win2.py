@@ -527,14 +527,19 @@ def _cell_verdict(metrics: Mapping[str, Mapping[str, Any]], primaries: Sequence[
     elif mode == "all":
         verdict = "WIN" if all(v == "WIN" for v in found) else "NO_CHANGE"
     else:
-        verdict = "WIN" if any(_wins(metrics[n]) for n in primaries) else "NO_CHANGE"
+        verdict = "WIN" if any(_wins(metrics[n], p) for n in primaries) else "NO_CHANGE"
     return ("LOSS" if guard_loss else verdict), lines
 
 
-def _wins(m: Mapping[str, Any]) -> bool:
-    """A primary's WIN under decide = any: its effect verdict, and its corrected test where one applies."""
+def _wins(m: Mapping[str, Any], p: Win2Params) -> bool:
+    """A primary's WIN under decide = any: its effect verdict, and its corrected test where one applies
+    (fail closed: a correction applied and no recorded pass is no WIN)."""
+    if m["verdict"] != "WIN":
+        return False
+    if p.applied == "none":
+        return True
     test = m.get("test") or {}
-    return bool(m["verdict"] == "WIN" and test.get("passed", True))
+    return test.get("passed") is True
 
 
 def _describe_test(test: Mapping[str, Any] | None) -> str:

@@ -203,3 +203,18 @@ def test_the_power_gate_refuses_a_plan_deciding_on_several_primaries(ledger: Any
     assert "pooled_rate_tps, decode_tps (decide any, correction holm)" in checked.summary
     alone = read_plan_file(path, overrides={"decision": {**decision, "primaries": ["pooled_rate_tps"]}}).plan
     assert "covers pooled_rate_tps alone" not in check_power(ledger, alone).summary
+
+
+def test_under_decide_any_a_primary_wins_only_with_its_corrected_test_recorded_as_passed() -> None:
+    """Fail closed: a WIN effect whose corrected test is missing (or not passed) is no WIN of a primary."""
+    from runner.decide.win2 import Win2Params, _wins
+
+    holm = Win2Params(primaries=("pooled_rate_tps", "decode_tps"), correction="holm", decide="any")
+    assert holm.applied == "holm"
+    assert not _wins({"verdict": "WIN", "test": {"p": 0.001}}, holm)          # no recorded outcome
+    assert not _wins({"verdict": "WIN"}, holm)
+    assert not _wins({"verdict": "WIN", "test": {"p": 0.04, "passed": False}}, holm)
+    assert _wins({"verdict": "WIN", "test": {"p": 0.001, "passed": True}}, holm)
+    assert not _wins({"verdict": "NO_CHANGE", "test": {"p": 0.001, "passed": True}}, holm)
+    single = Win2Params()   # one primary: no correction applies, the effect verdict decides
+    assert single.applied == "none" and _wins({"verdict": "WIN"}, single)
