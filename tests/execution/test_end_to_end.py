@@ -65,7 +65,10 @@ def test_pp3_abba_window(tmp_path: Path) -> None:
         assert [p["start"] for p in primed] == ["A1", "B1", "B2", "A2"] and all(p["ok"] for p in primed)
         assert {r["prompt_tokens"] for p in primed for r in p["requests"]} == {2048, 32768, 153600}
         smoke = [e.payload for e in w.book.events(stream="window/e2e-pp3", types=["smoke.result"])]
-        assert len(smoke) == 20 and all(s["outcome"] in ("pass", "recorded") for s in smoke)
+        # the smoke stage of its own: five probes on A's engine, then on B's, after the four blocks
+        assert [(s["start"], s["probe"]) for s in smoke][::5] == [("A-smoke", "greedy_identity"),
+                                                                  ("B-smoke", "greedy_identity")]
+        assert len(smoke) == 10 and all(s["outcome"] in ("pass", "recorded") for s in smoke)
         _checked(w, "e2e-pp3")
     finally:
         close(w)

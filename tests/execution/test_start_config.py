@@ -48,9 +48,10 @@ def test_a_spec_off_control_passes_its_starts(tmp_path: Path) -> None:
         result = run(w, "plain")
         assert result.ending == "restored", result.blocked
         gates = _gates(w, "plain")
+        # every start, the smoke stage's own (A-smoke, B-smoke) too
         assert {s for (g, s), r in gates.items() if g == "start_config" and r["verdict"] == "PASS"} == {
-            "A1", "B1", "B2", "A2"}
-        assert {s for (g, s) in gates if g == "standard_spec"} == {"B1", "B2"}  # speculative arms only
+            "A1", "B1", "B2", "A2", "A-smoke", "B-smoke"}
+        assert {s for (g, s) in gates if g == "standard_spec"} == {"B1", "B2", "B-smoke"}  # speculative arms only
         a1 = gates[("start_config", "A1")]["evidence"]
         assert a1["declared"]["speculative"] == "none" and a1["reported"]["speculative_config"] is None
         assert result.decision in ("CANDIDATE", "NO_PROMOTION")
