@@ -302,6 +302,8 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
     elif action == "warmup":
         facts["ttft_cold_s"] = answer.get("cold_ttft_s")
         facts["ttft_warm_s"] = answer.get("warm_ttft_s")
+        if isinstance(answer.get("requests"), int):
+            facts["requests"] = answer["requests"]
     elif action == "fence":
         facts["fenced"] = list(answer.get("hosts", []))
     elif action in ("placeholder_up", "placeholder_down"):
