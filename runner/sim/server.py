@@ -219,6 +219,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.host.engine is None:
             self._json(503, error_body("no engine is running on this host", "ServiceUnavailableError", None, 503))
             return
+        if config.metrics_format == "none":   # llama-cpp-python's listing: no root, no context length
+            self._json(200, {"object": "list", "data": [{"id": config.model, "object": "model",
+                                                         "owned_by": "me", "permissions": []}]})
+            return
         self._json(200, {"object": "list", "data": [{
             "id": config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
             "root": config.model, "parent": None, "max_model_len": config.max_model_len, "permission": [],
