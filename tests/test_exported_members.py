@@ -76,7 +76,8 @@ FACES: dict[str, list[str]] = {
         "Admission", "AdmissionReceipt", "BudgetGate", "BudgetReport", "ChainPrevOkGate", "ClockReading", "Finding",
         "Gate", "GateOutcome", "GateRecord", "PowerCheck", "PowerGate", "PrevOk", "PrevOkRecord", "QualificationGate",
         "RehearsalGate", "RngGate", "RngReceipt", "SpecResult", "StandardSpecGate", "admit", "budget_report",
-        "check_power", "check_prev_ok", "check_rng", "check_standard_spec", "check_start_config", "describe",
+        "check_effective", "check_power", "check_prev_ok", "check_rng", "check_standard_spec", "check_start_config",
+        "check_warmup_served", "context_problems", "describe",
         "new_dial_backs", "power_gate", "read_admission_receipt", "read_caps", "read_rng_receipt", "record_finding",
         "record_gate", "replay_power_gate", "restored_clock", "run_gate", "run_prev_ok", "spec_reported", "spec_sha256",
     ],
@@ -86,8 +87,9 @@ FACES: dict[str, list[str]] = {
         "SSEDecoder", "SSEOverflow", "ServerURL", "StampingTransport", "WaveResult", "WaveTotals", "bounded_json",
         "clip", "counter_deltas", "counter_source", "deadline_guard", "dump_json", "error_of", "family_bytes", "fetch",
         "has_credentials", "list_models", "load_family", "measure_wave", "parse_family", "parse_metrics", "read_frame",
+        "read_served",
         "redact",
-        "scrape_metrics", "select_source", "served_models", "server_url", "summary_entry_bound", "synthetic_family",
+        "scrape_metrics", "select_source", "served_count", "served_models", "server_url", "summary_entry_bound", "synthetic_family",
         "write_family",
     ],
     "runner.plan": [
@@ -102,7 +104,7 @@ FACES: dict[str, list[str]] = {
     ],
     "runner.rehearsal": [
         "FIELDS", "GREEDY_NEUTRAL", "MAX_PROBE_LIST_BYTES", "RESERVED_NAMES", "VLLM_PROBES", "Need", "Probe",
-        "ProbeList", "ProbeResult", "Rehearsal", "not_sent", "plan_needs", "read_probe_list", "rehearse", "send",
+        "ProbeList", "ProbeResult", "Rehearsal", "engine_refusals", "not_sent", "plan_needs", "read_probe_list", "rehearse", "send",
         "smoke_refusals", "token_count", "write_rehearsal",
     ],
     "runner.report": [

@@ -206,6 +206,8 @@ class SimDriver:
                 body["identity"] = dict(params["snapshot_identity"])
         elif action == "placeholder_proof":
             body.update({k: params[k] for k in ("expected_tag", "expected_commit") if isinstance(params.get(k), str)})
+        elif action == "warmup" and isinstance(params.get("engine_sampling"), Mapping):
+            body["engine_sampling"] = dict(params["engine_sampling"])   # the warm-up's requests carry them
         elif action == "drain":
             # let the simulator give up on in-flight requests before our call times out
             body["timeout_s"] = max(0.0, self._timeouts["drain"] * 0.8)
@@ -302,6 +304,8 @@ def _facts(action: str, host: str | None, answer: Mapping[str, Any]) -> dict[str
     elif action == "warmup":
         facts["ttft_cold_s"] = answer.get("cold_ttft_s")
         facts["ttft_warm_s"] = answer.get("warm_ttft_s")
+        if isinstance(answer.get("requests"), int):
+            facts["requests"] = answer["requests"]
     elif action == "fence":
         facts["fenced"] = list(answer.get("hosts", []))
     elif action in ("placeholder_up", "placeholder_down"):

@@ -58,6 +58,7 @@ CATALOGUE: Mapping[str, type[p.WindowPayload]] = {
     "host.action": p.HostAction,
     "start.began": p.StartBegan,
     "warmup.done": p.WarmupDone,
+    "params.attested": p.ParamsAttested,
     "priming.done": p.PrimingDone,
     "start.ended": p.StartEnded,
     "wave.measured": p.WaveMeasured,

@@ -56,6 +56,7 @@ __all__ = [
     "HostAction",
     "HostLoad",
     "MeasurementEnded",
+    "ParamsAttested",
     "Placeholder",
     "PressureCrossed",
     "PrimingDone",
@@ -70,6 +71,7 @@ __all__ = [
     "StartEnded",
     "ThermalEvent",
     "WarmupDone",
+    "WarmupServed",
     "WatchResult",
     "WaveGauges",
     "WaveMeasured",
@@ -221,11 +223,44 @@ class StartBegan(WindowPayload):
 
 
 @payload
+class WarmupServed:
+    """Whether the start's engine served the warm-up: its own request counter across the warm-up action."""
+
+    attested: bool                       # the counter was read before and after, and the site said how many
+    ok: bool                             # attested and risen enough, or not attested where the plan allows it
+    detail: str                          # one line: what was read and what it shows
+    series: str | None = None            # the counter read (vllm:request_success_total, ...)
+    counts: str | None = None            # what it counts: "requests", or "tokens" (one per request at least)
+    before: float | None = None
+    after: float | None = None
+
+
+@payload
 class WarmupDone(WindowPayload):
     start: Name
     cold_ttft_s: float | None
     warm_ttft_s: float | None
     requests: int = 0
+    served: WarmupServed | None = None   # recorded by runners that attest the warm-up (older ledgers: absent)
+
+
+@payload
+class ParamsAttested(WindowPayload):
+    """A start's effective parameters, as its server reports them, against the plan's (before its warm-up).
+
+    ``reported``: what the server's own endpoints said (``/v1/models``, ``/metrics`` info series,
+    ``/server_info``), bounded; ``checks``: each parameter compared (``param``, ``plan``,
+    ``reported``, ``source``, ``ok``); ``none_reported``: the server reported none of them.
+    """
+
+    start: Name
+    ok: bool
+    reported: dict[str, Any]
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    none_reported: bool = False
+    required: bool = False               # the plan requires attestation (attest = "required")
+    sampling: dict[str, Any] = field(default_factory=dict)   # the engine-side fields every request carries
 
 
 @payload

@@ -158,6 +158,12 @@ def _gate(name: GateName) -> Callable[[_Fold, Step], None]:
     return passed
 
 
+def _attest_params(f: _Fold, s: Step) -> None:
+    assert s.start is not None  # reads of the server's own endpoints, no host action
+    f.add("params.attested", p.ParamsAttested(window=f.window, start=s.start, ok=True, reported={},
+                                              sampling=f.plan.sampling.engine_fields))
+
+
 def _warmup(f: _Fold, s: Step) -> None:
     assert s.start is not None
     f.act("warmup", start=s.start, **f.arm(s.start))
@@ -283,7 +289,8 @@ SUCCESS: dict[StepKind, Callable[[_Fold, Step], None]] = {
     "probe": _probe, "preflight": _preflight, "placeholder_proof": _host_step, "quiet_proof": _host_step,
     "drain": _drain, "hold_open": _hold_open, "snapshot": _snapshot,
     "start_arm": _start_arm, "start_began": _start_began, "config_gate": _gate("start_config"),
-    "spec_gate": _gate("standard_spec"), "warmup": _warmup, "prime": _prime, "wave": _wave, "smoke": _smoke,
+    "spec_gate": _gate("standard_spec"), "attest_params": _attest_params, "warmup": _warmup, "prime": _prime,
+    "wave": _wave, "smoke": _smoke,
     "budget": _budget,
     "end_start": _end_start, "measurement_end": _measurement_end,
     "chain_abort": _chain_abort, "restore": _restore, "restore_failed": _restore_failed, "watch": _watch,

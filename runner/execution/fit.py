@@ -109,27 +109,12 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
 
 
 def context_refusals(plan: Plan, model: str, max_model_len: int | None) -> list[str]:
-    """What would not fit the server's context (nothing when the server does not say).
+    """What would not fit the server's context (nothing when the server does not say): the rule each
+    start's attestation applies to its own engine (:func:`runner.gates.context_problems`). The probe is
+    production's; an arm's engine with another context is found at its start, before its warm-up."""
+    from ..gates import context_problems
 
-    ``max_tokens`` (the sampling's, or the priming's when larger) over ``max_model_len`` is
-    refused whatever the prompts: the server refuses every request (vLLM: HTTP 400), after
-    the drain. A cell's declared context counts only where priming verifies it (the
-    prompts then occupy exactly that many tokens); elsewhere a label such as "short" names
-    a condition, not the prompts' length, and is not held against the server. The probe is
-    production's: an arm's engine with another context is found by its waves.
-    """
-    if max_model_len is None:
-        return []
-    asked = max(plan.sampling.max_tokens, plan.priming.max_tokens if plan.priming is not None else 0)
-    if asked >= max_model_len:
-        return [f"max_tokens {asked} alone fills the {max_model_len}-token context {model} serves (max_model_len): "
-                "every request would be refused"]
-    if plan.priming is None:
-        return []
-    return [f"cell {cell.name}: its {cell.tokens}-token context (verified by priming) plus max_tokens {asked} is "
-            f"{cell.tokens + asked} tokens, over the {max_model_len} {model} serves (max_model_len): every request "
-            "would be refused"
-            for cell in plan.cells if cell.tokens + asked > max_model_len]
+    return context_problems(plan, model, max_model_len)
 
 
 def recorded_fields(ledger: Ledger, window: str) -> dict[str, Any] | None:
@@ -151,9 +136,9 @@ def unfit(plan: Plan, driver: HostDriver, *, production_serves: bool = True,
     down, and the static checks are all there is to know. ``fields`` (the recorded
     capability probe's finding per request field) refuses smoke probes the server cannot run.
     """
-    from ..rehearsal.capability import smoke_refusals
+    from ..rehearsal.capability import engine_refusals, smoke_refusals
 
-    static = site_refusals(plan, driver) + smoke_refusals(plan, fields)
+    static = site_refusals(plan, driver) + smoke_refusals(plan, fields) + engine_refusals(plan, fields)
     if static:
         return static
     arms = arm_refusals(plan, driver)   # asked of the site, not of production: also under a chain marker

@@ -1,4 +1,5 @@
-"""The steps of a start: its engine, its clock cap, the standard_spec gate, warm-up, waves, its end.
+"""The steps of a start: its engine, its clock cap, the standard_spec gate, its effective parameters
+attested, warm-up, waves, its end.
 
 A wave's deadlines are the plan's (window seconds, scaled by the site's time scale)
 and never run past the budget's next cut (the restore point, the block limit): a
@@ -100,6 +101,7 @@ def _said(value: Any) -> str | int | None:
     return repr(value)[:200]
 
 
+ATTEST_TIMEOUT_S = 10.0   # each of a start's reads of what its server reports (its endpoints, its counters)
 READ_ONLY_ACTIONS = frozenset({"read_thermal"})  # host actions that read the host and change nothing on it
 
 
@@ -214,13 +216,60 @@ class StartSteps(Recorder):
                                                   commit=self.plan.commit, start=start.id), ())])
         self.say(f"  standard_spec {start.label}: {checked.verdict}")
 
+    def attest_params(self, step: Step, _r: RunResult) -> None:
+        """The start's effective parameters, read back from its server's own endpoints and compared with the
+        plan's (``params.attested``), before its warm-up: a block begins only on what was attested."""
+        from ..gates.effective import check_effective
+        from ..measure.served import read_served
+        from ..measure.sources import counter_source
+
+        assert step.start is not None
+        start = self.plan.start(step.start)
+        arm = self.plan.arm(start.role)
+        urls = self.driver.metrics_urls if counter_source(self.driver.counter_source).scrapes else ()
+        reported = read_served(self.driver.serving_url, urls, timeout_s=ATTEST_TIMEOUT_S)
+        checked = check_effective(self.plan, arm, reported)
+        self.append([("params.attested", p.ParamsAttested(
+            start=start.id, ok=checked.ok, reported=reported, checks=list(checked.checks),
+            failures=list(checked.failures), none_reported=checked.none_reported, required=self.plan.attest_required,
+            sampling=self.plan.sampling.engine_fields), ())])
+        said = ("the server reports none of them" if checked.none_reported
+                else ", ".join(f"{c['param']} {c['reported']!r}" for c in checked.checks))
+        self.say(f"  effective parameters {start.label}: {'attested' if checked.ok else 'NOT attested'} ({said})"
+                 + (f": {'; '.join(checked.failures)}" if checked.failures else ""))
+
     def warmup(self, step: Step, _r: RunResult) -> None:
+        """The site's warm-up, told the plan's engine-side sampling fields (``engine_sampling``), with the
+        server's own served-requests counter read on either side of it (``warmup.done``'s ``served``)."""
+        from ..gates.effective import check_warmup_served
+        from ..measure.served import served_count
+
         assert step.start is not None
         start_id = step.start
-        self.action("warmup", None, self.arm_params(start_id), start=start_id, then=lambda res: [
-            ("warmup.done", p.WarmupDone(start=start_id, cold_ttft_s=res.facts.get("ttft_cold_s"),
-                                         warm_ttft_s=res.facts.get("ttft_warm_s"),
-                                         requests=int(res.facts.get("requests", 0) or 0)), ())])
+        params = self.arm_params(start_id)
+        if self.plan.sampling.engine_fields:
+            params["engine_sampling"] = self.plan.sampling.engine_fields
+        urls = tuple(self.driver.metrics_urls or ())
+        source = self.driver.counter_source
+        before, series, counts, problem = served_count(urls, source, timeout_s=ATTEST_TIMEOUT_S)
+
+        def done(res: ActionResult) -> list[Pending]:
+            said = res.facts.get("requests", 0)
+            requests = said if isinstance(said, int) and not isinstance(said, bool) and 0 <= said < 2**31 else 0
+            after, why = None, problem
+            if before is not None:
+                after, _, _, why = served_count(urls, source, timeout_s=ATTEST_TIMEOUT_S)
+            checked = check_warmup_served(requests, before, after, counts, series, why,
+                                          required=self.plan.attest_required)
+            served = p.WarmupServed(attested=checked.attested, ok=checked.ok, detail=checked.detail, series=series,
+                                    counts=counts, before=before, after=after)
+            if not checked.ok:
+                self.say(f"  warm-up {start_id}: {checked.detail}")
+            return [("warmup.done", p.WarmupDone(start=start_id, cold_ttft_s=res.facts.get("ttft_cold_s"),
+                                                 warm_ttft_s=res.facts.get("ttft_warm_s"), requests=requests,
+                                                 served=served), ())]
+
+        self.action("warmup", None, params, start=start_id, then=done)
 
     def prime(self, step: Step, result: RunResult) -> None:
         """Prefix priming (plan ``[priming]``): identical requests per prompt under the block's own cache_salt,
@@ -247,7 +296,8 @@ class StartSteps(Recorder):
             seed=sampling.seed_base, deadline_s=self.plan.measurement.request_deadline_s * scale,
             wave_deadline_s=max(min(self.plan.measurement.wave_deadline_s * scale * len(prompts), cut_s), 0.001),
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, temperature=sampling.temperature,
-            top_p=sampling.top_p, cancel=self.cancel, counter_source="none", extra_body={"cache_salt": salt})
+            top_p=sampling.top_p, cancel=self.cancel, counter_source="none",
+            extra_body={**sampling.engine_fields, "cache_salt": salt})
         result.measuring_s += time.perf_counter() - t0
         result.load_s += measured.duration_s
         entries: list[p.PrimingRequest] = []
@@ -401,7 +451,8 @@ class StartSteps(Recorder):
             counter_source=self.driver.counter_source,
             speculative=self.plan.arm(self.plan.start(step.start).role).speculates,
             decode_bound_s=None if bound is None else bound * self.clock.time_scale,
-            extra_body=self._block_salt(step.start), keep_token_ids=self.plan.measurement.keep_token_ids,
+            extra_body={**sampling.engine_fields, **(self._block_salt(step.start) or {})} or None,
+            keep_token_ids=self.plan.measurement.keep_token_ids,
         )
         self.last_wave_end = time.perf_counter()
         spent = self.last_wave_end - t0
@@ -546,6 +597,7 @@ HANDLERS: dict[StepKind, StepHandler] = {
     "start_began": StartSteps.start_began,
     "config_gate": StartSteps.config_gate,
     "spec_gate": StartSteps.spec_gate,
+    "attest_params": StartSteps.attest_params,
     "warmup": StartSteps.warmup,
     "prime": StartSteps.prime,
     "wave": StartSteps.wave,

@@ -9,10 +9,12 @@ a safe, recorded state. The order of steps is the reference sequence of ``docs/w
     preflight -> snapshot -> restore check (the site's, if it has one) -> drain -> hold.opened
     (under a marker: placeholder proofs, quiet proof, hold.opened, the marker's snapshot, the
     restore check) -> for each start: start_arm,
-    clock cap, start.began, start_config, standard_spec (speculative arms),
-    warm-up, prefix priming (a plan's ``[priming]``), waves, the smoke stage's probes (smoke starts), end of start
+    clock cap, start.began, start_config, standard_spec (speculative arms), the effective parameters
+    attested (params.attested), warm-up (its requests attested served), prefix priming (a plan's
+    ``[priming]``), waves, the smoke stage's probes (smoke starts), end of start
     -> the smoke stage of its own (``[smoke] arms``: per arm start_arm, clock cap, start.began, start_config,
-    standard_spec, the probes, end of start) -> measurement.ended -> ending -> decision
+    standard_spec, the effective parameters attested, the probes, end of start) -> measurement.ended -> ending
+    -> decision
 
 Endings: ``restored`` (restore with retries, watch, [placeholders down, marker
 cleared], production up, HOLD closed), ``chained`` (placeholders up before the first
@@ -41,7 +43,8 @@ ROLLBACK_FAILED = "rollback preflight failed (the site's restore_check could not
 
 StepKind = Literal[
     "probe", "preflight", "placeholder_proof", "quiet_proof", "drain", "hold_open", "snapshot",
-    "start_arm", "start_began", "config_gate", "spec_gate", "warmup", "prime", "wave", "smoke", "end_start",
+    "start_arm", "start_began", "config_gate", "spec_gate", "attest_params", "warmup", "prime", "wave", "smoke",
+    "end_start",
     "measurement_end",
     "budget", "chain_abort", "restore", "restore_failed", "watch", "placeholder_down", "marker_clear",
     "restore_close", "close", "placeholder_up", "fence", "experiment_stop",
@@ -303,6 +306,12 @@ def _start_step(ctx: Context, start_id: str, info: StartView | None) -> Step:
     spec = None if standard is None else standard.of(start_id)
     if spec is None and plan.arm(plan.start(start_id).role).speculates:
         return Step("spec_gate", start=start_id)
+    # A start whose warm-up an older runner recorded without attesting its parameters goes on as it did.
+    if info.warmup is None and info.params is None:
+        return Step("attest_params", start=start_id)
+    if info.params is not None and not info.params.ok:
+        return Step("end_start", start=start_id, args={"failed": True},
+                    reason="effective parameters not attested: " + "; ".join(info.params.failures[:3]))
     staged = plan.smoke is not None and plan.smoke.own_stage and start_id in plan.smoke.starts
     if staged:   # the smoke stage's own start measures nothing: no warm-up, priming or wave, its probes only
         if not info.smoke:
@@ -312,6 +321,9 @@ def _start_step(ctx: Context, start_id: str, info: StartView | None) -> Step:
         if _failures(ws, "warmup", start=start_id) >= MAX_ATTEMPTS:
             return Step("end_start", start=start_id, reason="warm-up failed", args={"failed": True})
         return Step("warmup", start=start_id)
+    if info.warmup.failed is not None:
+        return Step("end_start", start=start_id, reason=f"warm-up not served: {info.warmup.failed}",
+                    args={"failed": True})
     if plan.priming is not None and info.priming is None:
         return Step("prime", start=start_id)
     for wave in plan.waves_of(start_id):

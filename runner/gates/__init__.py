@@ -26,6 +26,7 @@ from .admission import Admission, GateRecord, admit, record_gate
 from .budget import BudgetGate, BudgetReport, budget_report
 from .chain import ChainPrevOkGate, PrevOk, PrevOkRecord, check_prev_ok, run_prev_ok
 from .clocks import ClockReading, new_dial_backs, read_caps, restored_clock
+from .effective import check_effective, check_warmup_served, context_problems
 from .gate import Finding, Gate
 from .power import PowerCheck, PowerGate, check_power, describe, power_gate, replay_power_gate
 from .qualification import QualificationGate
@@ -59,11 +60,14 @@ __all__ = [
     "StandardSpecGate",
     "admit",
     "budget_report",
+    "check_effective",
     "check_power",
     "check_prev_ok",
     "check_rng",
     "check_standard_spec",
     "check_start_config",
+    "check_warmup_served",
+    "context_problems",
     "describe",
     "new_dial_backs",
     "power_gate",

@@ -20,6 +20,7 @@ from .family import MAX_FAMILY_BYTES, Family, Prompt, family_bytes, load_family,
 from .metrics import COUNTER_SERIES, CounterDeltas, MetricsSnapshot, counter_deltas, parse_metrics
 from .record import MAX_COUNT, SERVER_STRING_BYTES, STATUSES, RequestRecord, bounded_json, clip, summary_entry_bound
 from .reply import Frame, error_of, read_frame
+from .served import read_served, served_count
 from .sources import counter_source, select_source
 from .spool import dump_json
 from .sse import SSEDecoder, SSEOverflow
@@ -67,9 +68,11 @@ __all__ = [
     "parse_family",
     "parse_metrics",
     "read_frame",
+    "read_served",
     "redact",
     "scrape_metrics",
     "select_source",
+    "served_count",
     "served_models",
     "server_url",
     "summary_entry_bound",

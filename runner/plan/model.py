@@ -47,16 +47,19 @@ from ..vocabulary import (
 )
 
 __all__ = [
+    "ATTEST_MODES",
     "BLOCK_OVERRUNS",
     "CHAIN_MODES",
     "CONTEXTS",
     "CONTEXT_TOKENS",
     "CONTROL_ROLE",
+    "ENGINE_SAMPLING_FIELDS",
     "GATES",
     "HOST_IDENTITIES",
     "MODES",
     "PP3_DEFAULTS",
     "PROTOCOLS",
+    "REASONING_EFFORTS",
     "SMOKE_FAILURE_KIND",
     "SMOKE_PROBES",
     "SMOKE_PROMPT",
@@ -218,6 +221,13 @@ class Family:
                 "orders": {ctx: list(ids) for ctx, ids in self.orders.items()}}
 
 
+REASONING_EFFORTS = ("low", "medium", "high")
+ATTEST_MODES = ("where_reported", "required")
+# The engine-side sampling fields a plan may register (``[sampling]``): sent with the identical value
+# on every request of every arm (waves, priming, the site's warm-up), registered only when given.
+ENGINE_SAMPLING_FIELDS = ("reasoning_effort", "top_k", "min_p", "repetition_penalty")
+
+
 @dataclass(frozen=True)
 class Sampling:
     temperature: float = 1.0
@@ -226,10 +236,21 @@ class Sampling:
     ignore_eos: bool = True
     seed_base: int = 42
     priority: int = 0
+    reasoning_effort: str | None = None   # REASONING_EFFORTS
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+
+    @property
+    def engine_fields(self) -> dict[str, Any]:
+        """The registered engine-side sampling fields (``ENGINE_SAMPLING_FIELDS``), as a request body carries them."""
+        return {name: getattr(self, name) for name in ENGINE_SAMPLING_FIELDS if getattr(self, name) is not None}
 
     def to_json(self) -> dict[str, Any]:
+        # the engine-side fields are written only when given, so older plans keep their digest
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
-                "ignore_eos": self.ignore_eos, "seed_base": self.seed_base, "priority": self.priority}
+                "ignore_eos": self.ignore_eos, "seed_base": self.seed_base, "priority": self.priority,
+                **self.engine_fields}
 
 
 @dataclass(frozen=True)
@@ -504,6 +525,14 @@ class Plan:
     # the identity paths every arm's first start must report equal to the plan's first start's (None: not
     # registered, the default: every member but the arms' switches, ``runner.gates.start_config.ARM_SWITCHES``)
     equal_identity: tuple[str, ...] | None = None
+    # how a start's effective parameters and warm-up are attested (ATTEST_MODES; None: not registered,
+    # ``where_reported``: what the server reports must equal the plan's, a server reporting none is recorded so)
+    attest: str | None = None
+
+    @property
+    def attest_required(self) -> bool:
+        """A start whose server reports none of its effective parameters (or no warm-up counter) fails."""
+        return self.attest == "required"
 
     # ------------------------------------------------------------------ JSON
 
@@ -539,6 +568,7 @@ class Plan:
             **({"smoke": self.smoke.to_json()} if self.smoke is not None and self.smoke.declared else {}),
             **({"pressure": self.pressure.to_json()} if self.pressure is not None else {}),
             **({"equal_identity": list(self.equal_identity)} if self.equal_identity is not None else {}),
+            **({"attest": self.attest} if self.attest is not None else {}),
         } | ({"power": self.power.to_json()} if self.power is not None else {})
 
     def _gates_json(self) -> dict[str, Any]:

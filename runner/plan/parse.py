@@ -20,6 +20,7 @@ from ledger.strictfile import read_limited
 from ..fields import FieldError, Fields
 from ..vocabulary import CORRECTIONS, DECIDE_MODES, WIN2_METRICS, multiplicity_problem
 from .model import (
+    ATTEST_MODES,
     BLOCK_OVERRUNS,
     CHAIN_MODES,
     CONTEXTS,
@@ -29,6 +30,7 @@ from .model import (
     MODES,
     PP3_DEFAULTS,
     PROTOCOLS,
+    REASONING_EFFORTS,
     ROLES,
     SMOKE_PROBES,
     SMOKE_PROMPT,
@@ -98,8 +100,15 @@ def _sampling(f: Fields, protocol: str) -> Sampling:
         raise f.fail("ignore_eos", "win2-v1 forces the length (max_tokens with ignore_eos = true)")
     seed_base = f.integer("seed_base", 42, low=0, high=2**31)
     priority = f.integer("priority", 0, low=-(2**31), high=2**31 - 1)
+    reasoning_effort = f.string("reasoning_effort", None, choices=REASONING_EFFORTS)
+    top_k = f.integer("top_k", None, low=-1, high=1 << 20)
+    if top_k == 0:
+        raise f.fail("top_k", "register -1 for no cut (older vLLM refuses 0), or a k >= 1")
+    min_p = f.number("min_p", None, low=0.0, high=1.0)
+    repetition_penalty = f.number("repetition_penalty", None, low=0.0, high=10.0, low_open=True)
     f.done()
-    return Sampling(temperature, top_p, max_tokens, ignore_eos, seed_base, priority)
+    return Sampling(temperature, top_p, max_tokens, ignore_eos, seed_base, priority, reasoning_effort, top_k, min_p,
+                    repetition_penalty)
 
 
 def _arms(f: Fields, protocol: str, mode: str) -> tuple[Arm, ...]:
@@ -565,6 +574,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     if equal_identity is not None and not equal_identity:
         raise f.fail("equal_identity", "an empty list compares nothing: leave it out for the default (every "
                                        "identity member but the arms' switches)")
+    attest = f.string("attest", None, choices=ATTEST_MODES)
     f.done()
     plan = Plan(
         window_id=window_id, protocol=cast(Any, protocol), mode=mode, commit=commit, chain=cast(Any, chain),
@@ -572,7 +582,7 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
         families=families, measurement=measurement, decision=decision, budget=budget,
         required_gates=cast(Any, required), qualification=carry, description=description, rng_tests=rng_tests,
         power=power, priming=priming, smoke=smoke, tag=tag, kind=cast(Any, kind), pressure=pressure,
-        equal_identity=equal_identity,
+        equal_identity=equal_identity, attest=attest,
     )
     _check_bounded_blocks(plan, path)
     _check_smoke_stage(plan, path)

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from .capability import FIELDS, GREEDY_NEUTRAL, Need, plan_needs, smoke_refusals
+from .capability import FIELDS, GREEDY_NEUTRAL, Need, engine_refusals, plan_needs, smoke_refusals
 from .probe import Probe, ProbeResult, not_sent, send, token_count
 from .probe_list import MAX_FILE_BYTES as MAX_PROBE_LIST_BYTES
 from .probe_list import ProbeList, read_probe_list
@@ -35,6 +35,7 @@ __all__ = [
     "ProbeList",
     "ProbeResult",
     "Rehearsal",
+    "engine_refusals",
     "not_sent",
     "plan_needs",
     "read_probe_list",

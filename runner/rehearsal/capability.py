@@ -44,6 +44,11 @@ field                             honoured when                                 
                                   prompt, every penalty neutral)
 ``presence_penalty``              ``presence-penalty`` likewise                        behaviour
 ``frequency_penalty``             ``frequency-penalty`` likewise                       behaviour
+``reasoning_effort``              ``reasoning-effort-type`` (an object) is refused     type check
+                                  and ``reasoning-effort`` (``"low"``) answered 200
+``top_k``                         ``top-k-type`` likewise (``top-k``: 1)               type check
+``min_p``                         ``min-p-type`` likewise (``min-p``: 0.05; vLLM       type check
+                                  refuses it under speculative decoding)
 ================================  ===================================================  ==========
 
 The three penalties are what makes a T=0 request greedy or not: every T=0 smoke request
@@ -100,6 +105,8 @@ __all__ = [
     "assess",
     "assess_logit_bias",
     "capability_probes",
+    "engine_needs",
+    "engine_refusals",
     "forced_probes",
     "judge_answered",
     "plan_needs",
@@ -115,7 +122,7 @@ FIELDS: tuple[str, ...] = (
     "seed", "ignore_eos", "max_tokens", "priority", "cache_salt", "allowed_token_ids", "stop_token_ids",
     "return_token_ids", "stream_options.include_usage", "logit_bias", "min_tokens", "stop",
     "structured_outputs", "guided_json", "response_format", "repetition_penalty", "presence_penalty",
-    "frequency_penalty",
+    "frequency_penalty", "reasoning_effort", "top_k", "min_p",
 )
 Status = Literal["honoured", "ignored", "refused", "unclear", "no_answer"]
 Want = Literal["honoured", "refused", "accepted"]
@@ -146,6 +153,11 @@ STRONG_PENALTIES: Mapping[str, Mapping[str, float]] = {
 }
 PENALTY_PROBES: Mapping[str, str] = {"repetition_penalty": "repetition-penalty",
                                      "presence_penalty": "presence-penalty", "frequency_penalty": "frequency-penalty"}
+# Engine-side sampling fields a plan may register that are type-checked: (probe, a valid value). The
+# valid value must be answered 200 (a 4xx is a refusal: vLLM refuses min_p under speculative decoding);
+# the same probe with an object must be refused by a server that reads the field.
+TYPED_FIELDS: Mapping[str, tuple[str, Any]] = {"reasoning_effort": ("reasoning-effort", "low"),
+                                               "top_k": ("top-k", 1), "min_p": ("min-p", 0.05)}
 
 
 @dataclass(frozen=True)
@@ -191,10 +203,34 @@ def plan_needs(plan: Plan) -> tuple[Need, ...]:
     else:
         needs.append(Need("return_token_ids", "accepted",
                           "tally's waves send it (tokens per chunk); a refusal would fail every request"))
+    needs += engine_needs(plan)
     smoke = {n.field: n for n in smoke_needs(plan)}
     merged = [Need(n.field, "honoured", f"{n.reason}; and {smoke.pop(n.field).reason}") if n.field in smoke else n
               for n in needs]
     return tuple(merged) + tuple(smoke.values())
+
+
+def engine_needs(plan: Plan) -> tuple[Need, ...]:
+    """The engine-side sampling fields the plan registers (``[sampling]``): each sent with the identical
+    value on every request, so the server must act on it (one that drops it measures its own default)."""
+    return tuple(Need(name, "honoured", f"the plan registers {name} = {value!r}, sent with every request of "
+                                        "both arms: a server that drops it measures its own default")
+                 for name, value in plan.sampling.engine_fields.items())
+
+
+def engine_refusals(plan: Plan, fields: Mapping[str, Any] | None) -> list[str]:
+    """The plan's engine-side sampling fields the recorded capability probe (``fields``: field -> status)
+    found not honoured, or found nothing of (no probe recorded: nothing is known, so it is refused too)."""
+    registered = plan.sampling.engine_fields
+    if not registered:
+        return []
+    if not fields:
+        return [f"the plan registers {', '.join(registered)}, and no capability probe is recorded for the window: "
+                "run `tally gate rehearsal --window` first (find out before touching production)"]
+    return [f"the plan registers {name} = {value!r}, and the capability probe found it "
+            f"{str(fields.get(name) or 'not probed').replace('_', ' ')} on this server: every request would "
+            "measure the server's own default"
+            for name, value in registered.items() if fields.get(name) != "honoured"]
 
 
 def smoke_needs(plan: Plan) -> tuple[Need, ...]:
@@ -300,8 +336,19 @@ def capability_probes(eos: int, model: str | None, results: Mapping[str, ProbeRe
               "HTTP 200: the T=0 text the stop string is taken from"),
         *structured_probes(model),
         *penalty_probes(model),
+        *typed_probes(plain),
     ]
     return tuple(probes)
+
+
+def typed_probes(plain: Mapping[str, Any]) -> tuple[Probe, ...]:
+    """Per type-checked engine field (:data:`TYPED_FIELDS`): a valid value, then an object."""
+    out: list[Probe] = []
+    for field, (name, valid) in TYPED_FIELDS.items():
+        out.append(Probe(name, "/v1/completions", {**plain, field: valid}, f"HTTP 200 ({field} {valid!r})"))
+        out.append(Probe(f"{name}-type", "/v1/completions", {**plain, field: WRONG_TYPE},
+                         f"HTTP 4xx: a server that reads {field} refuses an object"))
+    return tuple(out)
 
 
 def penalty_probes(model: str | None) -> tuple[Probe, ...]:
@@ -776,6 +823,8 @@ def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
         **{field: (_structured(results, name), "behaviour", (name,)) for field, name in STRUCTURED_PROBES.items()},
         **{field: (_penalty(results, field), "behaviour", ("penalty-neutral", name))
            for field, name in PENALTY_PROBES.items()},
+        **{field: (_type_checked(results, name, f"{name}-type", field), "type check", (name, f"{name}-type"))
+           for field, (name, _) in TYPED_FIELDS.items()},
     }
     by_field = {need.field: need for need in needs}
     out = []

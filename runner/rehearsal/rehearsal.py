@@ -100,7 +100,8 @@ VLLM_PROBES = ("terminator", "control")
 """The probes that hold only on vLLM (``allowed_token_ids``; ``logit_bias`` refused under speculation)."""
 RESERVED_NAMES = ("plain", "chat", "seeded", "terminator", "control", "allowed-eos", "baseline", "bias-eos",
                   "cache-salt", "cache-salt-type", "ignore-eos", "priority-type", "seed-a", "seed-b", "seed-c",
-                  "stop-token-ids", "token-ids", "usage", PRIORITY_PROBE)
+                  "stop-token-ids", "token-ids", "usage", "reasoning-effort", "reasoning-effort-type", "top-k",
+                  "top-k-type", "min-p", "min-p-type", PRIORITY_PROBE)
 """Names the fixed and capability probes use: a listed probe may not take one."""
 
 

@@ -52,7 +52,8 @@ SPEC_SERIES = ("drafts", "draft_tokens", "accepted", "per_pos")
 IGNORABLE_FIELDS = ("ignore_eos", "seed", "priority", "min_tokens", "allowed_token_ids", "return_token_ids",
                     "max_tokens", "cache_salt", "stop_token_ids", "stream_options", "stream_options.include_usage",
                     "logit_bias", "stop", "structured_outputs", "guided_json", "response_format",
-                    "repetition_penalty", "presence_penalty", "frequency_penalty")
+                    "repetition_penalty", "presence_penalty", "frequency_penalty", "reasoning_effort", "top_k",
+                    "min_p")
 REFUSABLE_FIELDS = IGNORABLE_FIELDS
 # How a simulated server streams: one chunk per engine step (vLLM), or one per token (llama.cpp).
 STREAM_MODES = ("step", "token")
@@ -64,7 +65,7 @@ METRICS_FORMATS = ("vllm", "llamacpp", "none")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 FAULT_KINDS = ("http_5xx", "stall", "drop", "slow_ttft", "error_frame", "metrics_down", "action_fail",
                "clock_cap_mismatch", "greedy_diverge", "greedy_lossy", "ignore_schema", "ignore_stop",
-               "hang_after_cancel", "ignore_min_tokens")
+               "hang_after_cancel", "ignore_min_tokens", "warmup_unserved")
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ class SimConfig:
     scheduling_policy: str = "priority"  # the waiting queue's order: "fcfs" (vLLM's default) or "priority"
     max_num_batched_tokens: int = 0      # the prefill budget beside which a waiting request must fit (0: none)
     dev_mode: bool = True              # serve vLLM's development-mode /server_info (VLLM_SERVER_DEV_MODE=1)
+    enable_prefix_caching: bool = True  # vLLM's --enable-prefix-caching (off: no prompt comes from the cache)
 
     def arm(self, name: str) -> ArmConfig:
         for arm in self.arms:
@@ -347,6 +349,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         kw["max_num_batched_tokens"] = f.integer("max_num_batched_tokens", low=0)
     if f.has("dev_mode"):
         kw["dev_mode"] = f.boolean("dev_mode")
+    if f.has("enable_prefix_caching"):
+        kw["enable_prefix_caching"] = f.boolean("enable_prefix_caching")
     if f.has("faults"):
         from .faults import validate_faults
 

@@ -86,19 +86,20 @@ class SimMetrics(Protocol):
 
 
 def engine_metrics(model: str, engines: int, k: int, spec_series: Sequence[str], max_model_len: int,
-                   metrics_format: str = "vllm") -> SimMetrics:
+                   metrics_format: str = "vllm", *, prefix_caching: bool = True) -> SimMetrics:
     """The metrics of a new engine session in the simulator's ``metrics_format``."""
     if metrics_format == "llamacpp":
         from .llamacpp_metrics import LlamaCppMetrics
 
         return LlamaCppMetrics(spec_series, k)
-    return EngineMetrics(model, engines, k, spec_series, max_model_len)
+    return EngineMetrics(model, engines, k, spec_series, max_model_len, prefix_caching=prefix_caching)
 
 
 class EngineMetrics:
     """The Prometheus registry of one engine session (``engines`` data-parallel engines)."""
 
-    def __init__(self, model: str, engines: int, k: int, spec_series: Sequence[str], max_model_len: int) -> None:
+    def __init__(self, model: str, engines: int, k: int, spec_series: Sequence[str], max_model_len: int, *,
+                 prefix_caching: bool = True) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         # vLLM serves prometheus_client's default registry: the process, platform and GC collectors come first
@@ -231,7 +232,7 @@ class EngineMetrics:
                 self.cached_by_source.labels(*labels, source)
             for reason in _REASONS:
                 self.success.labels(*labels, reason)
-            info = dict(_CACHE_INFO, engine=str(engine))
+            info = dict(_CACHE_INFO, engine=str(engine), enable_prefix_caching=str(prefix_caching))
             self.cache_info.labels(**info).set(1)
             if self.per_pos is not None:
                 for position in range(k):

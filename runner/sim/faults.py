@@ -53,6 +53,9 @@ fault                  shape                                               effec
 ``thermal_blip``       ``{cap_mhz, count=1}``                              the next completion dials the clock back
                                                                            to ``cap_mhz`` and it recovers as the
                                                                            request ends (a THERMAL-WATCH pair)
+``warmup_unserved``    ``{count=1}``                                       the next warm-up says it sent its requests
+                                                                           but none reaches the engine (its
+                                                                           served-requests counter stays still)
 =====================  ==================================================  =====================================
 """
 
@@ -93,6 +96,7 @@ _SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
     "clock_line_missing": {"action": ("str", None), "host": ("opt", ""), "count": ("int", 1)},
     "backlog": {"waiting": ("int0", 0), "kv_cache_usage": ("share", -1.0), "count": ("int", 1)},
     "digest_mismatch": {"config_digest": ("str", None), "arm": ("opt", ""), "count": ("int", 1)},
+    "warmup_unserved": {"count": ("int", 1)},
 }
 
 

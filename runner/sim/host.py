@@ -39,6 +39,9 @@ ACTIONS = ("drain", "snapshot", "start_arm", "stop_arm", "warmup", "fence", "qui
            "watch", "read_clock_cap", "read_thermal", "production", "thermal", "reboot", "restore_check")
 
 
+WARMUP_REQUESTS = 2   # a warm-up's one-token requests (a cold one, then a warm one)
+
+
 def wall_time() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -121,6 +124,7 @@ class Host:
         self.actions: list[dict[str, Any]] = []
         self._start_number = 0
         self.boot = ""
+        self.serving_url: str | None = None   # where a warm-up sends its requests (set by the HTTP server)
         self._boot()
 
     def _boot(self) -> None:
@@ -170,7 +174,8 @@ class Host:
             "engine ready",
         ]
         metrics = engine_metrics(self.config.model, self.config.engines, arm.k, self.config.spec_metrics,
-                                 self.config.max_model_len, self.config.metrics_format)
+                                 self.config.max_model_len, self.config.metrics_format,
+                                 prefix_caching=self.config.enable_prefix_caching)
         session = EngineSession(number=number, arm=arm, role=role, clock_cap_mhz=cap,
                                 ready_at=time.perf_counter() + ready_in, started_at=wall_time(), metrics=metrics,
                                 start_factor=factor, log=log, production=production, session=f"{self.boot}:{number}",
@@ -333,6 +338,9 @@ class Host:
             if engine is None:
                 raise HostActionError(409, "warmup", "no engine is running")
         self._wait_ready(engine)
+        unserved = self.faults.take("warmup_unserved") is not None
+        if self.serving_url is not None and not unserved:
+            return self._served_warmup(engine, args)
         arm = engine.arm
         warm_ms = arm.ttft_base_ms + arm.ttft_per_1k_tokens_ms * 0.016
         cold_ms = warm_ms + (0.0 if engine.warmed else self.config.cold_ttft_extra_ms)
@@ -340,7 +348,34 @@ class Host:
         engine.warmed = True
         cold_s, warm_s = self._scaled(cold_ms) / 1000.0, self._scaled(warm_ms) / 1000.0
         return {"start": engine.number, "cold_ttft_s": cold_s, "warm_ttft_s": warm_s,
+                **({"requests": WARMUP_REQUESTS} if unserved else {}),   # said sent, never served
                 "output": f"warmup: cold TTFT {cold_s:.6f} s, warm TTFT {warm_s:.6f} s"}
+
+    def _served_warmup(self, engine: EngineSession, args: dict[str, Any]) -> dict[str, Any]:
+        """The warm-up as the example sites do it: ``WARMUP_REQUESTS`` one-token requests to the serving
+        endpoint, served by the engine (its counters and the truth record count them), carrying the plan's
+        engine-side sampling fields (``engine_sampling``) as every request of the window does."""
+        import httpx
+
+        fields = args.get("engine_sampling")
+        # sampled, as the waves are: a T=0 fault set for the smoke probes (greedy_diverge, ...) is left to them
+        body = {"prompt": "Hello", "max_tokens": 1, "temperature": 1.0, "seed": 1,
+                **(fields if isinstance(fields, dict) else {})}
+        ttfts: list[float] = []
+        with httpx.Client(timeout=120.0) as http:
+            for _ in range(WARMUP_REQUESTS):
+                t0 = time.perf_counter()
+                try:
+                    reply = http.post(f"{self.serving_url}/v1/completions", json=body)
+                except httpx.HTTPError as exc:
+                    raise HostActionError(500, "warmup", f"a warm-up request got no answer: {exc}") from None
+                if reply.status_code != 200:
+                    raise HostActionError(500, "warmup", f"the engine answered a warm-up request HTTP "
+                                                         f"{reply.status_code}: {reply.text[:200]}")
+                ttfts.append(time.perf_counter() - t0)
+        return {"start": engine.number, "cold_ttft_s": ttfts[0], "warm_ttft_s": ttfts[-1],
+                "requests": WARMUP_REQUESTS,
+                "output": f"warmup: cold TTFT {ttfts[0]:.6f} s, warm TTFT {ttfts[-1]:.6f} s"}
 
     def _hosts(self, args: dict[str, Any], action: str) -> list[str]:
         host = args.get("host")

@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 _SAMPLING_EPS = 1e-5
+# vLLM's chat ``reasoning_effort`` (read by the simulator on both endpoints: docs/sim.md)
+REASONING_EFFORTS = ("low", "medium", "high")
+# The engine-side sampling fields a plan may register, kept on the truth record as each request set them
+ENGINE_FIELDS = ("reasoning_effort", "top_k", "min_p", "repetition_penalty")
 IGNORED_MAX_TOKENS = 16   # what a server ignoring max_tokens generates (llama-cpp-python's completion default)
 _MAX_TOKENS_NAMES = ("max_tokens", "max_completion_tokens")
 _REPETITION_NAMES = ("repetition_penalty", "repeat_penalty")
@@ -86,6 +90,7 @@ class ApiRequest:
     stop: tuple[str, ...] = ()            # stop strings
     logprobs: int = 0                     # top logprobs per position (completions' ``logprobs``)
     schema: Mapping[str, Any] | None = None  # a JSON schema the output must follow (structured outputs)
+    engine_fields: Mapping[str, Any] | None = None  # the engine-side sampling fields it set, as read (truth)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -183,8 +188,14 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
             "completion). Please reduce the length of the messages or completion.",
             "max_tokens",
         )
-    for name in ("temperature", "top_p", "top_k"):
+    for name in ("temperature", "top_p"):
         _float(body, name, 0.0)
+    _int(body, "top_k", None, -1)
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise invalid("body.reasoning_effort", "literal_error",
+                      "Input should be " + ", ".join(repr(e) for e in REASONING_EFFORTS[:-1]) + f" or "
+                      f"{REASONING_EFFORTS[-1]!r}")
     # vLLM's repetition_penalty, or llama-cpp-python's name for it; else the server's own default
     repetition = "repetition_penalty" if body.get("repetition_penalty") is not None else "repeat_penalty"
     penalties = (_float(body, repetition, config.repetition_penalty),
@@ -218,6 +229,7 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         continuous_usage=continuous, params=params, seed=seed, priority=priority, cache_salt=salt,
         return_token_ids=_bool(body, "return_token_ids", False), logit_bias=bias or None, min_p=min_p,
         request_id=request_id, stop=_stops(body), logprobs=_logprobs(kind, body), schema=_schema(body),
+        engine_fields={name: body[name] for name in ENGINE_FIELDS if body.get(name) is not None} or None,
     )
 
 

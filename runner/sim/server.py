@@ -85,6 +85,7 @@ class SimServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+        self.host.serving_url = f"http://127.0.0.1:{self.server_address[1]}"
 
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._connections_lock:
@@ -218,6 +219,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.host.engine is None:
             self._json(503, error_body("no engine is running on this host", "ServiceUnavailableError", None, 503))
             return
+        if config.metrics_format == "none":   # llama-cpp-python's listing: no root, no context length
+            self._json(200, {"object": "list", "data": [{"id": config.model, "object": "model",
+                                                         "owned_by": "me", "permissions": []}]})
+            return
         self._json(200, {"object": "list", "data": [{
             "id": config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
             "root": config.model, "parent": None, "max_model_len": config.max_model_len, "permission": [],
@@ -227,9 +232,13 @@ class _Handler(BaseHTTPRequestHandler):
         """vLLM's development-mode ``/server_info`` (``VLLM_SERVER_DEV_MODE=1``): the parts of its config
         the simulator has (``?config_format=json``: a JSON object; else vLLM's text form)."""
         config = self.server.config
+        engine = self.server.host.engine
+        spec = engine.arm.speculative_config() if engine is not None else None
         vllm_config = {"model_config": {"model": config.model, "max_model_len": config.max_model_len},
+                       "cache_config": {"block_size": 16, "enable_prefix_caching": config.enable_prefix_caching},
                        "scheduler_config": {"policy": config.scheduling_policy,
-                                            "max_num_batched_tokens": config.max_num_batched_tokens}}
+                                            "max_num_batched_tokens": config.max_num_batched_tokens},
+                       "speculative_config": spec or None}
         text = query.get("config_format", ["text"])[-1] != "json"
         self._json(200, {"vllm_config": json.dumps(vllm_config) if text else vllm_config,
                          "vllm_env": {"VLLM_SERVER_DEV_MODE": True}, "system_env": {}})
@@ -344,6 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
         truth.max_tokens = request.params.max_tokens
         truth.prompt_tokens = len(request.prompt_ids)
         truth.seed, truth.priority, truth.cache_salt = request.seed, request.priority, request.cache_salt
+        truth.engine_fields = dict(request.engine_fields) if request.engine_fields else None
         prefix = "cmpl-" if kind == "completion" else "chatcmpl-"
         header_id = self.headers.get("x-request-id")
         truth.request_id = prefix + (request.request_id or header_id or uuid.uuid4().hex)
@@ -418,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
         with engine._lock:
             cold = 0.0 if engine.warmed else config.cold_ttft_extra_ms
             engine.warmed = True
-        cached = engine.prefix.admit(request.cache_salt, request.prompt_ids)
+        cached = engine.prefix.admit(request.cache_salt, request.prompt_ids) if config.enable_prefix_caching else 0
         generation = Generation(
             arm=engine.arm, params=request.params, prompt_tokens=len(request.prompt_ids), seed_key=key,
             eos_token_id=config.eos_token_id, vocab_size=config.vocab_size, eos_probability=config.eos_probability,

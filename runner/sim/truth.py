@@ -49,6 +49,7 @@ class RequestTruth:
     decode_s: float = 0.0             # planned last token - planned first token (what /metrics got)
     observed: bool = False            # the request reached the request-level histograms (finished/aborted)
     fault: str | None = None
+    engine_fields: dict[str, Any] | None = None  # the engine-side sampling fields it set (reasoning_effort, ...)
 
     def counters(self) -> dict[str, Any]:
         """This request's contribution to the spec-decode and generation counters."""
@@ -80,7 +81,7 @@ class RequestTruth:
             "http_status": self.http_status, "error": self.error, "finish_reason": self.finish_reason,
             "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
             "decode_s": self.decode_s, "observed": self.observed,
-            "fault": self.fault,
+            "fault": self.fault, "engine_fields": self.engine_fields,
             "planned": list(self.planned), "sent": list(self.sent), "tokens": list(self.tokens),
             "drafts": list(self.drafts), "accepted": list(self.accepted),
             "counters": {k: (v if k != "accepted_per_pos" else {str(p): n for p, n in v.items()})

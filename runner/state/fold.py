@@ -49,6 +49,7 @@ from .window import (
     Marker,
     MeasurementEnd,
     OpenAction,
+    ParamsView,
     PlaceholderUp,
     Priming,
     RestoreView,
@@ -444,8 +445,17 @@ def _warmup(s: Folding, ws: WindowState, e: Event, p: pl.WarmupDone) -> WindowSt
     info = ws.starts.get(p.start)
     if info is None:
         return ws
+    failed = p.served.detail if p.served is not None and not p.served.ok else None
     return _start(ws, p.start, evolve(info, warmup=Warmup(cold_ttft_s=p.cold_ttft_s, warm_ttft_s=p.warm_ttft_s,
-                                                           seq=e.seq)))
+                                                           seq=e.seq, failed=failed)))
+
+
+def _params(s: Folding, ws: WindowState, e: Event, p: pl.ParamsAttested) -> WindowState:
+    info = ws.starts.get(p.start)
+    if info is None:
+        return ws
+    view = ParamsView(ok=p.ok, none_reported=p.none_reported, failures=tuple(p.failures), seq=e.seq)
+    return _start(ws, p.start, evolve(info, params=view, later=_later(info, "params")))
 
 
 def _priming(s: Folding, ws: WindowState, e: Event, p: pl.PrimingDone) -> WindowState:
@@ -588,6 +598,7 @@ _HANDLERS: dict[str, Handler] = {
     "host.action": _host_action,
     "start.began": _start_began,
     "warmup.done": _warmup,
+    "params.attested": _params,
     "priming.done": _priming,
     "start.ended": _start_ended,
     "wave.measured": _wave,

@@ -37,6 +37,7 @@ __all__ = [
     "Marker",
     "MeasurementEnd",
     "OpenAction",
+    "ParamsView",
     "PlaceholderUp",
     "Priming",
     "RestoreView",
@@ -155,9 +156,27 @@ class Warmup:
     cold_ttft_s: float | None
     warm_ttft_s: float | None
     seq: int
+    failed: str | None = None   # why the server's own counter does not show the warm-up served (None: it does)
 
     def to_json(self) -> JSONObject:
-        return {"cold_ttft_s": self.cold_ttft_s, "warm_ttft_s": self.warm_ttft_s, "seq": self.seq}
+        out: JSONObject = {"cold_ttft_s": self.cold_ttft_s, "warm_ttft_s": self.warm_ttft_s, "seq": self.seq}
+        if self.failed is not None:
+            out["failed"] = self.failed
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ParamsView:
+    """A start's ``params.attested``: did what its server reports equal the plan's (and why not)."""
+
+    ok: bool
+    none_reported: bool
+    failures: tuple[str, ...]
+    seq: int
+
+    def to_json(self) -> JSONObject:
+        return {"ok": self.ok, "none_reported": self.none_reported, "failures": list(self.failures),
+                "seq": self.seq}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +194,9 @@ class StartView:
     """One start (a block): from its ``start.began`` to its ``start.ended``, with what happened in between.
 
     ``waves``: per cell, the wave numbers measured (in seq order); ``smoke``: the smoke probes
-    recorded on it (None: none yet); ``later``: the optional members in the order they were
-    first recorded (``priming``, ``ended_time``, ``smoke``), the order ``to_json`` prints them in.
+    recorded on it (None: none yet); ``params``: its effective-parameter attestation (None: none
+    recorded, as in ledgers older than it); ``later``: the optional members in the order they were
+    first recorded (``priming``, ``ended_time``, ``smoke``, ``params``), the order ``to_json`` prints them in.
     """
 
     role: str
@@ -194,6 +214,7 @@ class StartView:
     priming: Priming | None = None
     ended_time: str | None = None
     smoke: tuple[str, ...] | None = None
+    params: ParamsView | None = None
     later: tuple[str, ...] = ()
 
     def measured(self, cell: str, wave: int) -> bool:
@@ -215,6 +236,8 @@ class StartView:
                 out["ended_time"] = self.ended_time
             elif name == "smoke":
                 out["smoke"] = tuple(self.smoke or ())
+            elif name == "params":
+                out["params"] = None if self.params is None else self.params.to_json()
         return out
 
 

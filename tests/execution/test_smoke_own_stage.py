@@ -51,6 +51,8 @@ def test_the_stage_runs_after_the_blocks_on_each_arms_engine_attested_like_any_s
             gates = {e.payload["gate"]: e.payload["verdict"] for e in events
                      if e.type == "gate.result" and e.payload.get("start") == start}
             assert gates == {"start_config": "PASS", "standard_spec": "PASS"}   # attested like any start
+            attested = [e for e in events if e.type == "params.attested" and e.payload["start"] == start]
+            assert len(attested) == 1 and attested[0].payload["ok"] and first < attested[0].seq < mine[0].seq
             assert not [e for e in events if e.type in ("warmup.done", "priming.done", "wave.measured")
                         and e.payload["start"] == start]   # the stage measures nothing
         found = _results(events)

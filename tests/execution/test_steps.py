@@ -198,10 +198,15 @@ def blocks_ended(story: Story) -> Story:
     return story
 
 
-def stage_attested(story: Story, start: str) -> Story:
+def stage_gated(story: Story, start: str) -> Story:
     """The smoke stage's ``start`` began and passed its start gates (its arm speculates: standard_spec too)."""
     story.configured(start).gate(story.plan, "standard_spec", start=start)
     return story
+
+
+def stage_attested(story: Story, start: str) -> Story:
+    """... and its effective parameters were attested, as any start's."""
+    return stage_gated(story, start).event("params.attested", start=start, ok=True, reported={})
 
 
 def probed(story: Story, start: str) -> Story:
@@ -267,10 +272,23 @@ ROWS = [
     Row("engine up, start not recorded", lambda: Story().held().engine("s1"), "start_began", {"start": "s1"}),
     Row("start began, its config not checked", lambda: Story().held().began("s1"), "config_gate", {"start": "s1"}),
     Row("config PASS, its spec not checked", lambda: Story().held().configured("s1"), "spec_gate", {"start": "s1"}),
-    Row("spec PASS: warm up", lambda: Story().held().configured("s1").event(
-        "gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1"), "warmup"),
-    Row("a spec-off control: config PASS, no spec gate, warm up",
-        lambda: Story("seed003-abba", arms=spec_off_control()).held().configured("A1"), "warmup", {"start": "A1"}),
+    Row("spec PASS: attest its effective parameters", lambda: Story().held().configured("s1").event(
+        "gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1"), "attest_params"),
+    Row("parameters attested: warm up", lambda: Story().held().configured("s1").event(
+        "gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1").event(
+        "params.attested", start="s1", ok=True, reported={}, none_reported=True), "warmup"),
+    Row("parameters not as the plan's: the start fails before its warm-up", lambda: Story().held().configured(
+        "s1").event("gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1").event(
+        "params.attested", start="s1", ok=False, reported={}, failures=["max_model_len too short"]), "end_start",
+        {"args": {"failed": True}}),
+    Row("a warm-up the server's counter does not show served: the start fails", lambda: Story().held().configured(
+        "s1").event("gate.result", gate="standard_spec", verdict="PASS", evidence={}, start="s1").event(
+        "params.attested", start="s1", ok=True, reported={}).event(
+        "warmup.done", start="s1", cold_ttft_s=None, warm_ttft_s=None, requests=2,
+        served={"attested": True, "ok": False, "detail": "rose by 0"}), "end_start", {"args": {"failed": True}}),
+    Row("a spec-off control: config PASS, no spec gate, attest, warm up",
+        lambda: Story("seed003-abba", arms=spec_off_control()).held().configured("A1").event(
+            "params.attested", start="A1", ok=True, reported={}), "warmup", {"start": "A1"}),
     Row("start_config FAIL at a start", lambda: Story().held().began("s1").event(
         "gate.result", gate="start_config", verdict="FAIL", evidence={}, start="s1"), "end_start",
         {"args": {"truncated": True}}),
@@ -295,6 +313,8 @@ ROWS = [
         lambda: blocks_ended(own_stage()), "start_arm", {"start": "A-smoke"}),
     Row("the smoke stage's start began: its start_config gate, as any start's",
         lambda: blocks_ended(own_stage()).began("A-smoke"), "config_gate", {"start": "A-smoke"}),
+    Row("the smoke stage's start past its gates: its effective parameters attested, as any start's",
+        lambda: stage_gated(blocks_ended(own_stage()), "A-smoke"), "attest_params", {"start": "A-smoke"}),
     Row("the smoke stage's start attested: its probes (no warm-up, priming or wave)",
         lambda: stage_attested(blocks_ended(own_stage()), "A-smoke"), "smoke", {"start": "A-smoke"}),
     Row("the smoke stage's probes recorded on A: its start ends",

@@ -51,15 +51,17 @@ def test_every_field_honoured_by_a_server_without_speculative_decoding() -> None
     assert result.verdict == "PASS" and result.exit_code == 0, result.summary
     assert statuses(result) == dict.fromkeys(FIELDS, "honoured")
     # 23 requests and the priority probe (its policy read from /server_info: the simulator reports it)
-    assert len(result.capability_results) == 24 and all(r.answered for r in result.capability_results)
+    # the admission's five, then 25 capability requests (one per probe of capability_probes/forced_probes)
+    assert len(result.capability_results) == 30 and all(r.answered for r in result.capability_results)
     assert all(r.request["max_tokens"] <= 8 for r in result.capability_results)  # tiny, as the admission's
 
 
 def test_vllm_with_speculative_decoding_refuses_logit_bias_as_the_control_needs() -> None:
     with simulator() as handle:
-        result = probe(handle, [n for n in EVERY_FIELD if n.field != "logit_bias"])
+        result = probe(handle, [n for n in EVERY_FIELD if n.field not in ("logit_bias", "min_p")])
     assert result.verdict == "PASS", result.summary
-    assert statuses(result) == {**dict.fromkeys(FIELDS, "honoured"), "logit_bias": "refused"}
+    # vLLM refuses min_p (as logit_bias) under speculative decoding: a plan registering it is refused
+    assert statuses(result) == {**dict.fromkeys(FIELDS, "honoured"), "logit_bias": "refused", "min_p": "refused"}
     logit_bias = next(f for f in result.fields if f.field == "logit_bias")
     assert logit_bias.need is not None and logit_bias.need.want == "refused"  # the vLLM check's need
     assert "speculative decoding" in logit_bias.detail
@@ -129,7 +131,7 @@ def forced_neutral(result: Rehearsal) -> bool:
 def test_a_server_like_llama_cpp_python() -> None:
     """The fields llama-cpp-python's server drops (plus stop_token_ids, which it does not declare either)."""
     dropped = ["ignore_eos", "allowed_token_ids", "priority", "cache_salt", "return_token_ids", "stream_options",
-               "stop_token_ids", "structured_outputs", "guided_json"]
+               "stop_token_ids", "structured_outputs", "guided_json", "reasoning_effort"]
     with simulator(production_arm="off", ignore_fields=dropped) as handle:
         result = probe(handle, vllm_checks=False)
     assert statuses(result) == {
@@ -138,7 +140,7 @@ def test_a_server_like_llama_cpp_python() -> None:
         "return_token_ids": "ignored", "stream_options.include_usage": "ignored", "logit_bias": "honoured",
         "min_tokens": "honoured", "stop": "honoured", "structured_outputs": "ignored", "guided_json": "ignored",
         "response_format": "honoured", "repetition_penalty": "honoured", "presence_penalty": "honoured",
-        "frequency_penalty": "honoured"}
+        "frequency_penalty": "honoured", "reasoning_effort": "ignored", "top_k": "honoured", "min_p": "honoured"}
     # its repeat_penalty (default 1.1 there) is neutralised under llama-cpp-python's name as well as vLLM's
     assert forced_neutral(result)
     # EOS and the stop token were forced with logit_bias, the only forcing this server honours
@@ -155,7 +157,8 @@ def test_without_a_way_to_force_a_token_the_dependent_fields_are_unclear() -> No
     assert got["allowed_token_ids"] == "ignored"
     assert got["ignore_eos"] == got["stop_token_ids"] == got["min_tokens"] == "unclear"
     assert {r.name for r in result.capability_results}.isdisjoint({"ignore-eos", "stop-token-ids", "min-tokens"})
-    assert failed_fields(result) == {"allowed_token_ids", "ignore_eos", "stop_token_ids", "min_tokens"}  # fails closed
+    # fails closed (min_p: refused under speculative decoding, as vLLM does)
+    assert failed_fields(result) == {"allowed_token_ids", "ignore_eos", "stop_token_ids", "min_tokens", "min_p"}
 
 
 # ---------------------------------------------------------------------- what a plan needs

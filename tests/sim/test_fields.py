@@ -97,6 +97,9 @@ _SET: dict[str, tuple[dict[str, Any], Any]] = {
     "repetition_penalty": ({"repetition_penalty": 1.3}, lambda r: r.params.penalties[0]),
     "presence_penalty": ({"presence_penalty": 0.5}, lambda r: r.params.penalties[1]),
     "frequency_penalty": ({"frequency_penalty": 0.5}, lambda r: r.params.penalties[2]),
+    "reasoning_effort": ({"reasoning_effort": "low"}, lambda r: (r.engine_fields or {}).get("reasoning_effort")),
+    "top_k": ({"top_k": 5}, lambda r: (r.engine_fields or {}).get("top_k")),
+    "min_p": ({"min_p": 0.1}, lambda r: r.min_p),
 }
 
 

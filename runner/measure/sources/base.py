@@ -87,6 +87,8 @@ class CounterSource(ABC):
     draft_tokens_series: ClassVar[str | None] = None  # a spec-off arm must not move it
     gauge_series: ClassVar[Mapping[str, tuple[str, ...]]] = {}   # gauge -> candidate series, first present wins
     print_digits: ClassVar[int | None] = None         # significant digits the server prints (None: exact)
+    served_series: ClassVar[str | None] = None        # a counter the requests it served move (the warm-up's
+    served_counts: ClassVar[str] = "requests"         # attestation): "requests", or "tokens" (one a request at least)
     settle_series: ClassVar[str | None] = None        # a gauge of requests not yet counted: read after a wave
                                                       # until 0 (``measure_wave``, settle_s)
 

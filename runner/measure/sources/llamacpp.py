@@ -49,6 +49,8 @@ class LlamaCppSource(CounterSource):
     chunks_are_steps = False
     generation_series = PREDICTED
     decode_series = PREDICTED_SECONDS
+    served_series = PREDICTED
+    served_counts = "tokens"
     draft_tokens_series = DRAFT_TOKENS
     print_digits = 6
     settle_series = "llamacpp:requests_processing"  # a slot the client cut is counted once released

@@ -38,6 +38,7 @@ class SglangSource(CounterSource):
     chunks_are_steps = False
     generation_series = GENERATED
     decode_series = ITL_SUM
+    served_series = "sglang:num_requests_total"
     gauge_series: ClassVar[dict[str, tuple[str, ...]]] = {
         "running": ("sglang:num_running_reqs",),
         "waiting": ("sglang:num_queue_reqs",),

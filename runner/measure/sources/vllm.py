@@ -40,6 +40,7 @@ class VllmSource(CounterSource):
     chunks_are_steps = True
     generation_series = COUNTER_SERIES["generation_tokens"]
     decode_series = COUNTER_SERIES["decode_s"]
+    served_series = "vllm:request_success_total"
     draft_tokens_series = DRAFT_TOKENS
     gauge_series: ClassVar[dict[str, tuple[str, ...]]] = {
         "running": ("vllm:num_requests_running",),
