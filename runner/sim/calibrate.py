@@ -208,6 +208,7 @@ class ArmFit:
     step_residual: float = 0.0       # relative RMS of the decode-step regression
     ttft_residual: float = 0.0       # relative RMS of the prefill regression
     draft_rate: float = 1.0          # the share of decode steps that drafted (drafting steps / decode steps)
+    step_jitter: float = 0.0         # the relative spread of one decode step's time about the model's
 
     def acceptance(self) -> Acceptance:
         if not self.families:
@@ -233,6 +234,7 @@ class Calibration:
                             "per_prefill_token_ms": fit.costs.per_prefill_token_ms,
                             "per_kv_token_us": fit.costs.per_kv_token_us, "max_num_seqs": fit.max_num_seqs,
                             "token_burst_ms": fit.token_burst_ms, "draft_rate": fit.draft_rate,
+                            "step_jitter": fit.step_jitter,
                             "families": {f: {"rate": a.rate, "concentration": a.concentration}
                                          for f, a in fit.families.items()},
                             "step_residual": fit.step_residual, "ttft_residual": fit.ttft_residual,
@@ -400,7 +402,78 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
                       per_kv_token_us=per_kv_ms * 1000.0)
     if draft_rate < 1.0:
         notes.append(f"{draft_rate:.0%} of decode steps drafted (the counters' drafting steps over decode steps)")
-    return ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate)
+    fit = ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate,
+                 _step_jitter(runs, fixed))
+    if per_prefill == 0.0 and any(run.concurrency > 1 for run in runs) and any(r.prompt_tokens for r in alone):
+        _prefill_from_batches(fit, runs, alone)
+    return fit
+
+
+JITTER_P95 = 1.645   # a normal spread's p95 in standard deviations
+
+
+def _step_jitter(runs: Sequence[Run], fixed_ms: float) -> float:
+    """The spread of a decode step's time: from the chunk gaps of the concurrency-1 runs (decode steps alone;
+    gaps shorter than half a step are a step's tokens streamed one by one), each over its request's median
+    gap (what the model already spreads, a longer context, is left out), the relative standard deviation
+    whose normal p95 is their p95 (a twin without it has every step the same length, and its ITL p95 is
+    its median)."""
+    ratios = []
+    for run in runs:
+        if run.concurrency != 1:
+            continue
+        for r in run.requests:
+            gaps = [(b - a) * 1000.0 for a, b in zip(r.chunks, r.chunks[1:], strict=False)]
+            gaps = [g for g in gaps if g >= 0.5 * fixed_ms]
+            if len(gaps) >= 2 and (median := percentile(gaps, 50)) > 0:
+                ratios += [g / median for g in gaps]
+    if len(ratios) < 2 * MIN_REQUESTS:
+        return 0.0
+    return max(0.0, (percentile(ratios, 95) - 1.0) / JITTER_P95)
+
+
+PREFILL_GRID = 40        # candidate per-prompt-token prefill costs tried on the twin
+PREFILL_REQUESTS = 256   # requests of a run replayed per candidate (the first ones)
+
+
+def _prefill_from_batches(fit: ArmFit, runs: Sequence[Run], alone: Sequence[Request]) -> None:
+    """The per-prompt-token prefill cost where the concurrency-1 prompts cannot give it (all about the same
+    length, or a fit below zero): taken from the runs at higher concurrency, where several prompts are
+    prefilled in one step. Each candidate cost (the fixed one then set so that a concurrency-1 prefill of
+    the mean prompt keeps its measured mean TTFT) replays those runs on the twin; the one whose median
+    TTFTs are nearest those measured (least squares of the relative errors) is kept, if it beats none."""
+    prompts = [r.prompt_tokens or 0 for r in alone]
+    mean_prompt = sum(prompts) / len(prompts)
+    mean_ttft = sum(r.ttft_ms for r in alone) / len(alone)
+    batched = [run for run in runs if run.concurrency > 1]
+    observed = [percentile([r.ttft_ms for r in run.requests], 50) for run in batched]
+    budgets = Budgets(max_num_seqs=fit.max_num_seqs)
+    acceptance = {**fit.families, "": fit.acceptance()}
+
+    def priced(per_token: float) -> StepCosts:
+        fixed = mean_ttft - per_token * mean_prompt
+        return StepCosts(fit.costs.fixed_ms, fit.costs.per_token_ms, prefill_fixed_ms=fixed,
+                         per_prefill_token_ms=per_token, per_kv_token_us=fit.costs.per_kv_token_us)
+
+    def error(per_token: float) -> float:
+        costs, total = priced(per_token), 0.0
+        for run, measured in zip(batched, observed, strict=True):
+            jobs = [Job(max(1, r.prompt_tokens or 0), run.max_tokens, family=run.family if run.family in acceptance
+                        else "") for r in run.requests[:PREFILL_REQUESTS]]
+            result = simulate(jobs, k=fit.k, costs=costs, budgets=budgets, acceptance=acceptance,
+                              concurrency=run.concurrency, draft_rate=fit.draft_rate)
+            total += ((percentile([o.ttft_ms for o in result.outcomes], 50) - measured) / measured) ** 2
+        return total
+
+    candidates = [mean_ttft / mean_prompt * i / PREFILL_GRID for i in range(PREFILL_GRID)] if mean_prompt else [0.0]
+    errors = [error(c) for c in candidates]
+    best = min(range(len(candidates)), key=errors.__getitem__)
+    if best == 0 or errors[best] >= errors[0]:
+        return
+    per_token = candidates[best]
+    fit.costs = priced(per_token)
+    fit.notes.append(f"per_prefill_token_ms {per_token:.3g}: from the median TTFTs at concurrency > 1 replayed on the "
+                     "twin (several prompts prefilled in one step; the concurrency-1 prompts could not give it)")
 
 
 DRAFTS_EVERY_STEP = 0.95   # drafting steps over the steps that could draft, at or above which every step drafts
@@ -488,7 +561,8 @@ def _config_table(fits: Mapping[str, ArmFit], runs: Sequence[Run]) -> dict[str, 
         }
     arms["production"] = dict(arms[next(iter(fits))])
     data: dict[str, Any] = {
-        "step_model": "batch", "start_jitter": 0.0, "step_jitter": 0.0, "cold_ttft_extra_ms": 0.0, "arms": arms,
+        "step_model": "batch", "start_jitter": 0.0, "cold_ttft_extra_ms": 0.0, "arms": arms,
+        "step_jitter": round(sum(f.step_jitter for f in fits.values()) / len(fits), 4),
         "stream_mode": "step" if streams_steps else "token",
         "metrics_format": "llamacpp" if source == "llamacpp" else "vllm",
     }
@@ -522,7 +596,8 @@ def predict(config: SimConfig, run: Run, *, seed: int = 0, concurrency: int | No
     # for it (the fit then folded the per-token part into the fixed cost); 0 would make it a decode step
     jobs = [Job(max(1, r.prompt_tokens or 0), run.max_tokens, family=family) for r in run.requests]
     result = simulate(jobs, k=arm.k, costs=costs, budgets=budgets, acceptance=acceptance,
-                      concurrency=concurrency or run.concurrency, seed=seed, draft_rate=arm.draft_rate)
+                      concurrency=concurrency or run.concurrency, seed=seed, draft_rate=arm.draft_rate,
+                      jitter=config.step_jitter)
     burst = config.token_burst_ms if config.stream_mode == "token" else 0.0
     return _sim_figures(result, burst, per_step=run.chunks_are_steps)
 
