@@ -76,8 +76,16 @@ def measure(url: str, workload: Workload, family: str, concurrency: int, specula
     return out
 
 
-def arm_runs(url: str, workload: Workload, base: Path, arm: str, speculative: bool) -> dict[Case, Path]:
-    """Every case of the workload measured on one arm's server at ``url``."""
+def arm_runs(url: str, workload: Workload, base: Path, arm: str, speculative: bool,
+             warm: bool = False) -> dict[Case, Path]:
+    """Every case of the workload measured on one arm's server at ``url`` (``warm``: after one request of each
+    family at concurrency 1, not kept, so that a server's first requests after its start are not measured)."""
+    if warm:
+        for family in workload.levels:
+            done = tally("measure", "--url", url, "--family", str(workload.families / f"{family}.jsonl"),
+                         "--requests", "1", "--max-tokens", "8", "--counter-source", "none",
+                         "--deadline", str(workload.deadline_s))
+            assert done.returncode == 0, done.stderr[-2000:]
     return {(family, c): measure(url, workload, family, c, speculative, base / f"{arm}-{family}-c{c}")
             for family, levels in workload.levels.items() for c in levels}
 
