@@ -404,9 +404,22 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
         notes.append(f"{draft_rate:.0%} of decode steps drafted (the counters' drafting steps over decode steps)")
     fit = ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate,
                  _step_jitter(runs, fixed))
-    if per_prefill == 0.0 and any(run.concurrency > 1 for run in runs) and any(r.prompt_tokens for r in alone):
+    if (any(run.concurrency > 1 for run in runs) and any(r.prompt_tokens for r in alone)
+            and per_prefill <= 2.0 * _slope_error(prompt, [r.ttft_ms for r in alone])):
         _prefill_from_batches(fit, runs, alone)
     return fit
+
+
+def _slope_error(x: Sequence[float], y: Sequence[float]) -> float:
+    """The standard error of the least-squares slope of ``y`` on ``x`` (infinite where ``x`` has no spread)."""
+    n = len(x)
+    mean_x, mean_y = sum(x) / n, sum(y) / n
+    sxx = sum((v - mean_x) ** 2 for v in x)
+    if n < 3 or sxx <= 0:
+        return math.inf
+    slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y, strict=True)) / sxx
+    residual = sum((b - mean_y - slope * (a - mean_x)) ** 2 for a, b in zip(x, y, strict=True)) / (n - 2)
+    return math.sqrt(residual / sxx)
 
 
 JITTER_P95 = 1.645   # a normal spread's p95 in standard deviations
@@ -437,11 +450,12 @@ PREFILL_REQUESTS = 256   # requests of a run replayed per candidate (the first o
 
 
 def _prefill_from_batches(fit: ArmFit, runs: Sequence[Run], alone: Sequence[Request]) -> None:
-    """The per-prompt-token prefill cost where the concurrency-1 prompts cannot give it (all about the same
-    length, or a fit below zero): taken from the runs at higher concurrency, where several prompts are
-    prefilled in one step. Each candidate cost (the fixed one then set so that a concurrency-1 prefill of
-    the mean prompt keeps its measured mean TTFT) replays those runs on the twin; the one whose median
-    TTFTs are nearest those measured (least squares of the relative errors) is kept, if it beats none."""
+    """The per-prompt-token prefill cost where the concurrency-1 prompts do not pin it down (all about the same
+    length: a fit below zero, or within twice its standard error of it): taken from the runs at higher
+    concurrency, where several prompts are prefilled in one step. Each candidate cost (the fixed one then set
+    so that a concurrency-1 prefill of the mean prompt keeps its measured mean TTFT) replays those runs on
+    the twin; the one whose median TTFTs are nearest those measured (least squares of the relative errors)
+    is kept, zero included."""
     prompts = [r.prompt_tokens or 0 for r in alone]
     mean_prompt = sum(prompts) / len(prompts)
     mean_ttft = sum(r.ttft_ms for r in alone) / len(alone)
@@ -467,10 +481,7 @@ def _prefill_from_batches(fit: ArmFit, runs: Sequence[Run], alone: Sequence[Requ
 
     candidates = [mean_ttft / mean_prompt * i / PREFILL_GRID for i in range(PREFILL_GRID)] if mean_prompt else [0.0]
     errors = [error(c) for c in candidates]
-    best = min(range(len(candidates)), key=errors.__getitem__)
-    if best == 0 or errors[best] >= errors[0]:
-        return
-    per_token = candidates[best]
+    per_token = candidates[min(range(len(candidates)), key=errors.__getitem__)]
     fit.costs = priced(per_token)
     fit.notes.append(f"per_prefill_token_ms {per_token:.3g}: from the median TTFTs at concurrency > 1 replayed on the "
                      "twin (several prompts prefilled in one step; the concurrency-1 prompts could not give it)")
