@@ -286,26 +286,61 @@ def _max_decoding(run: Run) -> int:
 
 
 def _rounds(run: Run, request: Request) -> float:
+    if run.chunks_are_steps and not run.depth:
+        # one token a step: a chunk of several is steps a stream that fell behind got at once (vLLM merges them)
+        return float(request.tokens - request.chunk_tokens[0])
     if run.chunks_are_steps:
         return float(len(request.chunks) - 1)
     per_round = 1.0 + (run.accepted_per_round or 0.0)
     return max(1.0, (request.tokens - 1) / per_round)
 
 
+OUTLIER = 5.0   # a point whose residual is over this many times the median one is left out of a fit
+
+
 def _lstsq(columns: list[list[float]], target: list[float], names: list[str],
            notes: list[str]) -> tuple[list[float], float]:
+    """:func:`_nonnegative_lstsq`, then once more without the outliers: points whose residual is over
+    ``OUTLIER`` times the median one (a request the host stalled: a 678 ms TTFT among 46-94 ms ones set a
+    vLLM engine's prefill at twice its cost), where at least ``2 x MIN_REQUESTS`` points remain (noted).
+    The relative RMS returned is the kept points'."""
+    first: list[str] = []
+    out, rms = _nonnegative_lstsq(columns, target, names, first)
+    y = np.array(target, dtype=float)
+    fitted = np.array(columns, dtype=float).T @ np.array(out)
+    residual = np.abs(fitted - y)   # not relative: that would shrink the outlier by its own size
+    bound = OUTLIER * float(np.median(residual)) if len(y) else 0.0
+    keep = [i for i, r in enumerate(residual) if r <= bound]
+    if bound <= 0 or len(keep) == len(y) or len(keep) < 2 * MIN_REQUESTS:
+        notes.extend(first)
+        return out, rms
+    notes.append(f"{' + '.join(names)}: {len(y) - len(keep)} of {len(y)} points left out as outliers "
+                 f"(residual over {OUTLIER:g}x the median)")
+    return _nonnegative_lstsq([[c[i] for i in keep] for c in columns], [target[i] for i in keep], names, notes)
+
+
+def _nonnegative_lstsq(columns: list[list[float]], target: list[float], names: list[str],
+                       notes: list[str]) -> tuple[list[float], float]:
     """Least squares with non-negative coefficients: a column without spread, or one whose coefficient comes
-    out negative, is dropped (noted) and the rest refitted. Returns coefficients and the relative RMS."""
+    out negative (the fixed one too, last), is dropped (noted) and the rest refitted. Returns coefficients
+    and the relative RMS."""
     y = np.array(target, dtype=float)
     keep = [0] + [i for i in range(1, len(columns))
                   if np.std(columns[i]) > 0.02 * max(abs(float(np.mean(columns[i]))), 1e-12)]
     for i in range(1, len(columns)):
         if i not in keep:
             notes.append(f"{names[i]}: no spread in the data, folded into {names[0]}")
-    while True:
+    coef = np.zeros(0)
+    while keep:
         x = np.array([columns[i] for i in keep], dtype=float).T
         coef, *_ = np.linalg.lstsq(x, y, rcond=None)
         negative = [keep[j] for j, c in enumerate(coef) if c < 0 and keep[j] != 0]
+        if not negative and coef[0] < 0 and keep[0] == 0 and len(keep) > 1:
+            # the fixed cost below zero: zero, and the others refitted without it (not merely clipped: a
+            # 678 ms TTFT among 46-94 ms ones once gave 0 ms + 26 ms a prompt token)
+            notes.append(f"{names[0]}: fitted negative, set to zero")
+            keep.remove(0)
+            continue
         if not negative:
             break
         worst = min(negative, key=lambda i: coef[keep.index(i)])
@@ -453,12 +488,13 @@ def _prefill_from_batches(fit: ArmFit, runs: Sequence[Run], alone: Sequence[Requ
     """The per-prompt-token prefill cost where the concurrency-1 prompts do not pin it down (all about the same
     length: a fit below zero, or within twice its standard error of it): taken from the runs at higher
     concurrency, where several prompts are prefilled in one step. Each candidate cost (the fixed one then set
-    so that a concurrency-1 prefill of the mean prompt keeps its measured mean TTFT) replays those runs on
+    so that a concurrency-1 prefill of the mean prompt keeps the fitted TTFT) replays those runs on
     the twin; the one whose median TTFTs are nearest those measured (least squares of the relative errors)
     is kept, zero included."""
     prompts = [r.prompt_tokens or 0 for r in alone]
     mean_prompt = sum(prompts) / len(prompts)
-    mean_ttft = sum(r.ttft_ms for r in alone) / len(alone)
+    # the fit's prefill of the mean prompt (its outliers left out), not the TTFTs' own mean
+    mean_ttft = (fit.costs.prefill_fixed_ms or 0.0) + fit.costs.per_prefill_token_ms * mean_prompt
     batched = [run for run in runs if run.concurrency > 1]
     observed = [percentile([r.ttft_ms for r in run.requests], 50) for run in batched]
     budgets = Budgets(max_num_seqs=fit.max_num_seqs)

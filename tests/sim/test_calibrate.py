@@ -3,6 +3,7 @@ and the calibrated twin shows speculation's gain turning into a loss as the batc
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -142,6 +143,21 @@ def test_the_step_jitter_is_fitted_so_the_twins_itl_p95_is_not_its_median(tmp_pa
     assert fit.config.step_jitter == pytest.approx(fit.arms["plain"].step_jitter, abs=1e-4)
     for row in fit.residuals:
         assert abs(row["error"]["itl_ms"]["p95"]) < 0.10, row["error"]["itl_ms"]
+
+
+def test_a_stalled_request_is_left_out_of_the_fit(tmp_path: Path) -> None:
+    """One request the host stalled before its first token (0.6 s, among 35-70 ms prefills) is an outlier,
+    left out of the prefill fit (said), not the arm's prefill cost (once +100 %: the least squares then gave a
+    fixed cost below zero, clipped without refitting the per-token one)."""
+    specs = _plain(tmp_path, TRUE, (1, 2), prompts=PROMPTS, max_tokens=64, jitter=0.02)
+    records = tmp_path / "plain-1" / "requests.jsonl"
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    lines[3]["chunk_t"] = [t + 0.6 for t in lines[3]["chunk_t"]]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = sim.calibrate(_read(specs)).arms["plain"]
+    assert any("1 of 24 points left out as outliers" in note for note in fit.notes), fit.notes
+    assert fit.costs.prefill_fixed_ms == pytest.approx(TRUE.prefill_fixed_ms, rel=COST_ERROR)
+    assert fit.costs.per_prefill_token_ms == pytest.approx(TRUE.per_prefill_token_ms, rel=COST_ERROR)
 
 
 def test_calibration_refuses_too_little_data(tmp_path: Path) -> None:
