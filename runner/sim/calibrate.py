@@ -461,14 +461,15 @@ JITTER_P95 = 1.645   # a normal spread's p95 in standard deviations
 
 
 def _step_jitter(runs: Sequence[Run], fixed_ms: float) -> float:
-    """The spread of a decode step's time: from the chunk gaps of the concurrency-1 runs (decode steps alone;
-    gaps shorter than half a step are a step's tokens streamed one by one), each over its request's median
-    gap (what the model already spreads, a longer context, is left out), the relative standard deviation
-    whose normal p95 is their p95 (a twin without it has every step the same length, and its ITL p95 is
-    its median)."""
+    """The spread of a decode step's time: from the chunk gaps of the concurrency-1 runs whose chunks are
+    engine steps (decode steps alone; gaps shorter than half a step are a stream's catching up), each over its
+    request's median gap (what the model already spreads, a longer context, is left out), the relative
+    standard deviation whose normal p95 is their p95 (a twin without it has every step the same length, and
+    its ITL p95 is its median). A token stream gives none (0): a drafting step's gap and its tokens' small
+    ones are not one step's spread (prompt lookup on llama.cpp read as 3.0)."""
     ratios = []
     for run in runs:
-        if run.concurrency != 1:
+        if run.concurrency != 1 or not run.chunks_are_steps:
             continue
         for r in run.requests:
             gaps = [(b - a) * 1000.0 for a, b in zip(r.chunks, r.chunks[1:], strict=False)]

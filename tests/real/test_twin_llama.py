@@ -9,7 +9,8 @@ the others): another concurrency level (calibrated on both families at 1 and 2, 
 ITL, TTFT and accepted per round, per arm and concurrency level. The errors are written to
 ``bench/out/twin-llamacpp.json`` (or ``$TALLY_TWIN_OUT``), which ``bench/twin.py`` reads; no
 threshold is asserted on this shared machine, only that every figure was computed.
-Small on purpose (six 48-token requests a run, twelve runs). The steps are shared with the
+Small on purpose (six 48-token requests a run, twelve runs, each server warmed by one request of
+each family first). The steps are shared with the
 vLLM pair's counterpart (``twinerror.py``).
 """
 
@@ -29,13 +30,14 @@ LEVELS = (1, 2, 3)
 def test_twin_error_held_out_on_the_real_llama_pair(llama_site: LlamaSite, tmp_path: Path) -> None:
     workload = Workload(llama_site.directory / "families", dict.fromkeys(("counts", "rhymes"), LEVELS),
                         requests=6, max_tokens=48, counter_source="llamacpp")
-    measured: Runs = {"plain": arm_runs(llama_site.serving_url, workload, tmp_path, "plain", False)}
+    # warmed first: a server's first request after its start took 1.4-2.0 s to its first token (0.2-0.3 s after)
+    measured: Runs = {"plain": arm_runs(llama_site.serving_url, workload, tmp_path, "plain", False, warm=True)}
     try:
         drained = llama_site.script("drain")
         assert drained.returncode == 0, drained.stderr
         started = llama_site.script("start_arm", "lookup", "candidate")
         assert started.returncode == 0, started.stderr
-        measured["lookup"] = arm_runs(llama_site.serving_url, workload, tmp_path, "lookup", True)
+        measured["lookup"] = arm_runs(llama_site.serving_url, workload, tmp_path, "lookup", True, warm=True)
     finally:
         llama_site.script("stop_arm")
         assert llama_site.script("restore").returncode == 0
