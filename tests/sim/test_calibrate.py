@@ -160,6 +160,23 @@ def test_a_stalled_request_is_left_out_of_the_fit(tmp_path: Path) -> None:
     assert fit.costs.per_prefill_token_ms == pytest.approx(TRUE.per_prefill_token_ms, rel=COST_ERROR)
 
 
+def test_merged_chunks_of_a_plain_arm_are_still_one_step_a_token(tmp_path: Path) -> None:
+    """vLLM sends the steps a stream has not taken yet in one chunk (a stream that fell behind): without
+    speculative decoding every token is one decode step, so such a request's step time is its decode time
+    over its tokens after the first, not over its chunks (which made it up to twice as long)."""
+    specs = _plain(tmp_path, TRUE, (1, 2), prompts=PROMPTS, max_tokens=64, jitter=0.02)
+    for c in (1, 2):
+        records = tmp_path / f"plain-{c}" / "requests.jsonl"
+        lines = [json.loads(line) for line in records.read_text().splitlines()]
+        for line in lines[::2]:   # every other request: its chunks after the first merged in pairs
+            chunks, counts = line["chunk_t"], line["chunk_token_counts"]
+            line["chunk_t"] = chunks[:1] + chunks[2::2] + ([chunks[-1]] if len(chunks) % 2 == 0 else [])
+            line["chunk_token_counts"] = counts[:1] + [sum(counts[i:i + 2]) for i in range(1, len(counts), 2)]
+        records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = sim.calibrate(_read(specs)).arms["plain"]
+    assert fit.costs.fixed_ms == pytest.approx(TRUE.fixed_ms, rel=COST_ERROR)
+
+
 def test_calibration_refuses_too_little_data(tmp_path: Path) -> None:
     one_level = _read(_runs(tmp_path / "a", levels=(2,)))
     with pytest.raises(FormatError, match="calibration needs at least 2"):
