@@ -2,9 +2,10 @@
 
     python bench/twin.py [--markdown]
 
-Reads ``bench/out/twin-*.json`` (written by ``tests/real/test_twin_llama.py``: per held-out split,
-another concurrency level or another family, a twin calibrated on the other runs) and prints, per
-server, split, arm and concurrency level, the twin's relative error (twin - measured) / measured of
+Reads ``bench/out/twin-*.json`` (``twin-llamacpp.json`` written by ``tests/real/test_twin_llama.py``,
+``twin-vllm.json`` by ``tests/real/test_twin_vllm.py``: per held-out split, another concurrency level
+or another family, a twin calibrated on the other runs) and prints, per server, split, arm and
+concurrency level, the twin's relative error (twin - measured) / measured of
 the per-request median and p95 of TPOT, ITL and TTFT and of accepted per round. The target is
 within 10 %; never asserts (the machine is shared and noisy).
 """
@@ -49,6 +50,9 @@ def main() -> int:
         print(f"{path.name}: {report['server']}; {report['requests_per_run']} requests x {report['max_tokens']} "
               f"tokens a run; load average {', '.join(f'{x:.1f}' for x in report['load_average'])} on "
               f"{report['host_cpus']} CPUs")
+        if report.get("measuring_s") is not None:
+            starts = ", ".join(f"{arm} {s:.0f} s" for arm, s in report.get("engine_start_s", {}).items())
+            print(f"measured in {report['measuring_s']:.0f} s (engine starts: {starts or 'not recorded'})")
         for name, split in report["splits"].items():
             calibrated = ", ".join(f"{f} c{c}" for f, c in split["calibrated_on"])
             held = ", ".join(f"{f} c{c}" for f, c in split["held_out"])

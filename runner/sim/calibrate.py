@@ -208,6 +208,7 @@ class ArmFit:
     step_residual: float = 0.0       # relative RMS of the decode-step regression
     ttft_residual: float = 0.0       # relative RMS of the prefill regression
     draft_rate: float = 1.0          # the share of decode steps that drafted (drafting steps / decode steps)
+    step_jitter: float = 0.0         # the relative spread of one decode step's time about the model's
 
     def acceptance(self) -> Acceptance:
         if not self.families:
@@ -233,6 +234,7 @@ class Calibration:
                             "per_prefill_token_ms": fit.costs.per_prefill_token_ms,
                             "per_kv_token_us": fit.costs.per_kv_token_us, "max_num_seqs": fit.max_num_seqs,
                             "token_burst_ms": fit.token_burst_ms, "draft_rate": fit.draft_rate,
+                            "step_jitter": fit.step_jitter,
                             "families": {f: {"rate": a.rate, "concentration": a.concentration}
                                          for f, a in fit.families.items()},
                             "step_residual": fit.step_residual, "ttft_residual": fit.ttft_residual,
@@ -284,26 +286,61 @@ def _max_decoding(run: Run) -> int:
 
 
 def _rounds(run: Run, request: Request) -> float:
+    if run.chunks_are_steps and not run.depth:
+        # one token a step: a chunk of several is steps a stream that fell behind got at once (vLLM merges them)
+        return float(request.tokens - request.chunk_tokens[0])
     if run.chunks_are_steps:
         return float(len(request.chunks) - 1)
     per_round = 1.0 + (run.accepted_per_round or 0.0)
     return max(1.0, (request.tokens - 1) / per_round)
 
 
+OUTLIER = 5.0   # a point whose residual is over this many times the median one is left out of a fit
+
+
 def _lstsq(columns: list[list[float]], target: list[float], names: list[str],
            notes: list[str]) -> tuple[list[float], float]:
+    """:func:`_nonnegative_lstsq`, then once more without the outliers: points whose residual is over
+    ``OUTLIER`` times the median one (a request the host stalled: a 678 ms TTFT among 46-94 ms ones set a
+    vLLM engine's prefill at twice its cost), where at least ``2 x MIN_REQUESTS`` points remain (noted).
+    The relative RMS returned is the kept points'."""
+    first: list[str] = []
+    out, rms = _nonnegative_lstsq(columns, target, names, first)
+    y = np.array(target, dtype=float)
+    fitted = np.array(columns, dtype=float).T @ np.array(out)
+    residual = np.abs(fitted - y)   # not relative: that would shrink the outlier by its own size
+    bound = OUTLIER * float(np.median(residual)) if len(y) else 0.0
+    keep = [i for i, r in enumerate(residual) if r <= bound]
+    if bound <= 0 or len(keep) == len(y) or len(keep) < 2 * MIN_REQUESTS:
+        notes.extend(first)
+        return out, rms
+    notes.append(f"{' + '.join(names)}: {len(y) - len(keep)} of {len(y)} points left out as outliers "
+                 f"(residual over {OUTLIER:g}x the median)")
+    return _nonnegative_lstsq([[c[i] for i in keep] for c in columns], [target[i] for i in keep], names, notes)
+
+
+def _nonnegative_lstsq(columns: list[list[float]], target: list[float], names: list[str],
+                       notes: list[str]) -> tuple[list[float], float]:
     """Least squares with non-negative coefficients: a column without spread, or one whose coefficient comes
-    out negative, is dropped (noted) and the rest refitted. Returns coefficients and the relative RMS."""
+    out negative (the fixed one too, last), is dropped (noted) and the rest refitted. Returns coefficients
+    and the relative RMS."""
     y = np.array(target, dtype=float)
     keep = [0] + [i for i in range(1, len(columns))
                   if np.std(columns[i]) > 0.02 * max(abs(float(np.mean(columns[i]))), 1e-12)]
     for i in range(1, len(columns)):
         if i not in keep:
             notes.append(f"{names[i]}: no spread in the data, folded into {names[0]}")
-    while True:
+    coef = np.zeros(0)
+    while keep:
         x = np.array([columns[i] for i in keep], dtype=float).T
         coef, *_ = np.linalg.lstsq(x, y, rcond=None)
         negative = [keep[j] for j, c in enumerate(coef) if c < 0 and keep[j] != 0]
+        if not negative and coef[0] < 0 and keep[0] == 0 and len(keep) > 1:
+            # the fixed cost below zero: zero, and the others refitted without it (not merely clipped: a
+            # 678 ms TTFT among 46-94 ms ones once gave 0 ms + 26 ms a prompt token)
+            notes.append(f"{names[0]}: fitted negative, set to zero")
+            keep.remove(0)
+            continue
         if not negative:
             break
         worst = min(negative, key=lambda i: coef[keep.index(i)])
@@ -400,7 +437,91 @@ def _fit_arm(arm: str, runs: Sequence[Run]) -> ArmFit:
                       per_kv_token_us=per_kv_ms * 1000.0)
     if draft_rate < 1.0:
         notes.append(f"{draft_rate:.0%} of decode steps drafted (the counters' drafting steps over decode steps)")
-    return ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate)
+    fit = ArmFit(arm, k, costs, max_num_seqs, families, burst, notes, step_rms, ttft_rms, draft_rate,
+                 _step_jitter(runs, fixed))
+    if (any(run.concurrency > 1 for run in runs) and any(r.prompt_tokens for r in alone)
+            and per_prefill <= 2.0 * _slope_error(prompt, [r.ttft_ms for r in alone])):
+        _prefill_from_batches(fit, runs, alone)
+    return fit
+
+
+def _slope_error(x: Sequence[float], y: Sequence[float]) -> float:
+    """The standard error of the least-squares slope of ``y`` on ``x`` (infinite where ``x`` has no spread)."""
+    n = len(x)
+    mean_x, mean_y = sum(x) / n, sum(y) / n
+    sxx = sum((v - mean_x) ** 2 for v in x)
+    if n < 3 or sxx <= 0:
+        return math.inf
+    slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y, strict=True)) / sxx
+    residual = sum((b - mean_y - slope * (a - mean_x)) ** 2 for a, b in zip(x, y, strict=True)) / (n - 2)
+    return math.sqrt(residual / sxx)
+
+
+JITTER_P95 = 1.645   # a normal spread's p95 in standard deviations
+
+
+def _step_jitter(runs: Sequence[Run], fixed_ms: float) -> float:
+    """The spread of a decode step's time: from the chunk gaps of the concurrency-1 runs whose chunks are
+    engine steps (decode steps alone; gaps shorter than half a step are a stream's catching up), each over its
+    request's median gap (what the model already spreads, a longer context, is left out), the relative
+    standard deviation whose normal p95 is their p95 (a twin without it has every step the same length, and
+    its ITL p95 is its median). A token stream gives none (0): a drafting step's gap and its tokens' small
+    ones are not one step's spread (prompt lookup on llama.cpp read as 3.0)."""
+    ratios = []
+    for run in runs:
+        if run.concurrency != 1 or not run.chunks_are_steps:
+            continue
+        for r in run.requests:
+            gaps = [(b - a) * 1000.0 for a, b in zip(r.chunks, r.chunks[1:], strict=False)]
+            gaps = [g for g in gaps if g >= 0.5 * fixed_ms]
+            if len(gaps) >= 2 and (median := percentile(gaps, 50)) > 0:
+                ratios += [g / median for g in gaps]
+    if len(ratios) < 2 * MIN_REQUESTS:
+        return 0.0
+    return max(0.0, (percentile(ratios, 95) - 1.0) / JITTER_P95)
+
+
+PREFILL_GRID = 40        # candidate per-prompt-token prefill costs tried on the twin
+PREFILL_REQUESTS = 256   # requests of a run replayed per candidate (the first ones)
+
+
+def _prefill_from_batches(fit: ArmFit, runs: Sequence[Run], alone: Sequence[Request]) -> None:
+    """The per-prompt-token prefill cost where the concurrency-1 prompts do not pin it down (all about the same
+    length: a fit below zero, or within twice its standard error of it): taken from the runs at higher
+    concurrency, where several prompts are prefilled in one step. Each candidate cost (the fixed one then set
+    so that a concurrency-1 prefill of the mean prompt keeps the fitted TTFT) replays those runs on
+    the twin; the one whose median TTFTs are nearest those measured (least squares of the relative errors)
+    is kept, zero included."""
+    prompts = [r.prompt_tokens or 0 for r in alone]
+    mean_prompt = sum(prompts) / len(prompts)
+    # the fit's prefill of the mean prompt (its outliers left out), not the TTFTs' own mean
+    mean_ttft = (fit.costs.prefill_fixed_ms or 0.0) + fit.costs.per_prefill_token_ms * mean_prompt
+    batched = [run for run in runs if run.concurrency > 1]
+    observed = [percentile([r.ttft_ms for r in run.requests], 50) for run in batched]
+    budgets = Budgets(max_num_seqs=fit.max_num_seqs)
+    acceptance = {**fit.families, "": fit.acceptance()}
+
+    def priced(per_token: float) -> StepCosts:
+        fixed = mean_ttft - per_token * mean_prompt
+        return StepCosts(fit.costs.fixed_ms, fit.costs.per_token_ms, prefill_fixed_ms=fixed,
+                         per_prefill_token_ms=per_token, per_kv_token_us=fit.costs.per_kv_token_us)
+
+    def error(per_token: float) -> float:
+        costs, total = priced(per_token), 0.0
+        for run, measured in zip(batched, observed, strict=True):
+            jobs = [Job(max(1, r.prompt_tokens or 0), run.max_tokens, family=run.family if run.family in acceptance
+                        else "") for r in run.requests[:PREFILL_REQUESTS]]
+            result = simulate(jobs, k=fit.k, costs=costs, budgets=budgets, acceptance=acceptance,
+                              concurrency=run.concurrency, draft_rate=fit.draft_rate)
+            total += ((percentile([o.ttft_ms for o in result.outcomes], 50) - measured) / measured) ** 2
+        return total
+
+    candidates = [mean_ttft / mean_prompt * i / PREFILL_GRID for i in range(PREFILL_GRID)] if mean_prompt else [0.0]
+    errors = [error(c) for c in candidates]
+    per_token = candidates[min(range(len(candidates)), key=errors.__getitem__)]
+    fit.costs = priced(per_token)
+    fit.notes.append(f"per_prefill_token_ms {per_token:.3g}: from the median TTFTs at concurrency > 1 replayed on the "
+                     "twin (several prompts prefilled in one step; the concurrency-1 prompts could not give it)")
 
 
 DRAFTS_EVERY_STEP = 0.95   # drafting steps over the steps that could draft, at or above which every step drafts
@@ -488,7 +609,8 @@ def _config_table(fits: Mapping[str, ArmFit], runs: Sequence[Run]) -> dict[str, 
         }
     arms["production"] = dict(arms[next(iter(fits))])
     data: dict[str, Any] = {
-        "step_model": "batch", "start_jitter": 0.0, "step_jitter": 0.0, "cold_ttft_extra_ms": 0.0, "arms": arms,
+        "step_model": "batch", "start_jitter": 0.0, "cold_ttft_extra_ms": 0.0, "arms": arms,
+        "step_jitter": round(sum(f.step_jitter for f in fits.values()) / len(fits), 4),
         "stream_mode": "step" if streams_steps else "token",
         "metrics_format": "llamacpp" if source == "llamacpp" else "vllm",
     }
@@ -522,7 +644,8 @@ def predict(config: SimConfig, run: Run, *, seed: int = 0, concurrency: int | No
     # for it (the fit then folded the per-token part into the fixed cost); 0 would make it a decode step
     jobs = [Job(max(1, r.prompt_tokens or 0), run.max_tokens, family=family) for r in run.requests]
     result = simulate(jobs, k=arm.k, costs=costs, budgets=budgets, acceptance=acceptance,
-                      concurrency=concurrency or run.concurrency, seed=seed, draft_rate=arm.draft_rate)
+                      concurrency=concurrency or run.concurrency, seed=seed, draft_rate=arm.draft_rate,
+                      jitter=config.step_jitter)
     burst = config.token_burst_ms if config.stream_mode == "token" else 0.0
     return _sim_figures(result, burst, per_step=run.chunks_are_steps)
 

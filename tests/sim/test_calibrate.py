@@ -3,10 +3,12 @@ and the calibrated twin shows speculation's gain turning into a loss as the batc
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,7 +87,8 @@ def test_a_server_without_usage_still_prefills_in_the_twin(tmp_path: Path) -> No
     mean_prefill = TRUE.prefill_fixed_ms + TRUE.per_prefill_token_ms * sum(PROMPTS) / len(PROMPTS)   # 50 ms
     assert costs.prefill_fixed_ms == pytest.approx(mean_prefill, rel=COST_ERROR)
     row = next(r for r in fit.residuals if r["concurrency"] == 1)
-    assert row["predicted"]["ttft_ms"]["p50"] == pytest.approx(costs.prefill_fixed_ms, rel=0.01)
+    # that cost, spread by the step jitter fitted from the runs (2 %), never one decode step (12 ms)
+    assert row["predicted"]["ttft_ms"]["p50"] == pytest.approx(costs.prefill_fixed_ms, rel=0.05)
     assert abs(row["error"]["ttft_ms"]["p50"]) < 0.25   # the prompts' own spread (100-800 tokens) remains
 
 
@@ -107,6 +110,71 @@ def test_a_server_that_drafts_in_some_steps_is_fitted_with_its_draft_rate(tmp_pa
     every = sim.calibrate(_read(_runs(tmp_path / "every")))
     assert every.arms["spec"].draft_rate == 1.0 and "draft_rate" not in every.table["arms"]["spec"]
     assert sim.config_from_dict(fit.config.to_dict()).arm("lookup").draft_rate == fit.arms["lookup"].draft_rate
+
+
+def _plain(directory: Path, costs: StepCosts, levels: tuple[int, ...], **workload: Any) -> list[str]:
+    """Runs of an arm without speculative decoding (``plain``), one per concurrency level."""
+    paths = [measured(directory / f"plain-{c}", k=0, costs=costs, acceptance=Acceptance(0.0), concurrency=c, seed=c,
+                      **workload) for c in levels]
+    return [f"plain={path}" for path in paths]
+
+
+def test_prefill_per_token_cost_from_batched_prefills_when_the_prompts_are_all_alike(tmp_path: Path) -> None:
+    """Prompts of one length at concurrency 1 cannot split a prefill into its fixed and per-token costs (the
+    real vLLM pair's families: 22 and 26 tokens); the runs at higher concurrency prefill several prompts in
+    one step, and the fit takes the per-token cost from them (replayed on the twin). Without it the twin's
+    TTFT at concurrency 4 was about half the measured one."""
+    costs = StepCosts(25.0, 0.5, prefill_fixed_ms=30.0, per_prefill_token_ms=0.8)
+    specs = _plain(tmp_path, costs, (1, 2, 4), prompts=[24] * 8, max_tokens=32, jitter=0.02)
+    fit = sim.calibrate(_read(specs)).arms["plain"]
+    assert fit.costs.per_prefill_token_ms == pytest.approx(costs.per_prefill_token_ms, rel=0.15)
+    assert fit.costs.prefill_fixed_ms == pytest.approx(costs.prefill_fixed_ms, rel=0.15)
+    assert any("from the median TTFTs at concurrency > 1" in note for note in fit.notes)
+    row = next(r for r in sim.calibrate(_read(specs)).residuals if r["concurrency"] == 4)
+    assert abs(row["error"]["ttft_ms"]["p50"]) < 0.10
+
+
+def test_the_step_jitter_is_fitted_so_the_twins_itl_p95_is_not_its_median(tmp_path: Path) -> None:
+    """A twin whose steps all take the same time predicts the ITL p95 at its median (the real pairs' ITL p95
+    was predicted 25-45 % low): the fit takes the steps' spread from the concurrency-1 chunk gaps."""
+    specs = _plain(tmp_path, TRUE, (1, 2), prompts=PROMPTS, max_tokens=64, jitter=0.15)
+    fit = sim.calibrate(_read(specs))
+    assert fit.arms["plain"].step_jitter == pytest.approx(0.15, abs=0.03)
+    assert fit.config.step_jitter == pytest.approx(fit.arms["plain"].step_jitter, abs=1e-4)
+    for row in fit.residuals:
+        assert abs(row["error"]["itl_ms"]["p95"]) < 0.10, row["error"]["itl_ms"]
+
+
+def test_a_stalled_request_is_left_out_of_the_fit(tmp_path: Path) -> None:
+    """One request the host stalled before its first token (0.6 s, among 35-70 ms prefills) is an outlier,
+    left out of the prefill fit (said), not the arm's prefill cost (once +100 %: the least squares then gave a
+    fixed cost below zero, clipped without refitting the per-token one)."""
+    specs = _plain(tmp_path, TRUE, (1, 2), prompts=PROMPTS, max_tokens=64, jitter=0.02)
+    records = tmp_path / "plain-1" / "requests.jsonl"
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    lines[3]["chunk_t"] = [t + 0.6 for t in lines[3]["chunk_t"]]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = sim.calibrate(_read(specs)).arms["plain"]
+    assert any("1 of 24 points left out as outliers" in note for note in fit.notes), fit.notes
+    assert fit.costs.prefill_fixed_ms == pytest.approx(TRUE.prefill_fixed_ms, rel=COST_ERROR)
+    assert fit.costs.per_prefill_token_ms == pytest.approx(TRUE.per_prefill_token_ms, rel=COST_ERROR)
+
+
+def test_merged_chunks_of_a_plain_arm_are_still_one_step_a_token(tmp_path: Path) -> None:
+    """vLLM sends the steps a stream has not taken yet in one chunk (a stream that fell behind): without
+    speculative decoding every token is one decode step, so such a request's step time is its decode time
+    over its tokens after the first, not over its chunks (which made it up to twice as long)."""
+    specs = _plain(tmp_path, TRUE, (1, 2), prompts=PROMPTS, max_tokens=64, jitter=0.02)
+    for c in (1, 2):
+        records = tmp_path / f"plain-{c}" / "requests.jsonl"
+        lines = [json.loads(line) for line in records.read_text().splitlines()]
+        for line in lines[::2]:   # every other request: its chunks after the first merged in pairs
+            chunks, counts = line["chunk_t"], line["chunk_token_counts"]
+            line["chunk_t"] = chunks[:1] + chunks[2::2] + ([chunks[-1]] if len(chunks) % 2 == 0 else [])
+            line["chunk_token_counts"] = counts[:1] + [sum(counts[i:i + 2]) for i in range(1, len(counts), 2)]
+        records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = sim.calibrate(_read(specs)).arms["plain"]
+    assert fit.costs.fixed_ms == pytest.approx(TRUE.fixed_ms, rel=COST_ERROR)
 
 
 def test_calibration_refuses_too_little_data(tmp_path: Path) -> None:
