@@ -206,8 +206,11 @@ class SimDriver:
                 body["identity"] = dict(params["snapshot_identity"])
         elif action == "placeholder_proof":
             body.update({k: params[k] for k in ("expected_tag", "expected_commit") if isinstance(params.get(k), str)})
-        elif action == "warmup" and isinstance(params.get("engine_sampling"), Mapping):
-            body["engine_sampling"] = dict(params["engine_sampling"])   # the warm-up's requests carry them
+        elif action == "warmup":
+            if isinstance(params.get("engine_sampling"), Mapping):
+                body["engine_sampling"] = dict(params["engine_sampling"])   # the warm-up's requests carry them
+            if params.get("endpoint") == "chat":
+                body["endpoint"] = "chat"   # and go to the waves' API
         elif action == "drain":
             # let the simulator give up on in-flight requests before our call times out
             body["timeout_s"] = max(0.0, self._timeouts["drain"] * 0.8)

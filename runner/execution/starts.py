@@ -249,6 +249,8 @@ class StartSteps(Recorder):
         params = self.arm_params(start_id)
         if self.plan.sampling.engine_fields:
             params["engine_sampling"] = self.plan.sampling.engine_fields
+        if self.plan.measurement.chat:   # the API the waves use, so the warm-up warms what they will ask
+            params["endpoint"] = "chat"
         urls = tuple(self.driver.metrics_urls or ())
         source = self.driver.counter_source
         before, series, counts, problem = served_count(urls, source, timeout_s=ATTEST_TIMEOUT_S)
@@ -296,7 +298,7 @@ class StartSteps(Recorder):
             seed=sampling.seed_base, deadline_s=self.plan.measurement.request_deadline_s * scale,
             wave_deadline_s=max(min(self.plan.measurement.wave_deadline_s * scale * len(prompts), cut_s), 0.001),
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, temperature=sampling.temperature,
-            top_p=sampling.top_p, cancel=self.cancel, counter_source="none",
+            top_p=sampling.top_p, cancel=self.cancel, counter_source="none", chat=self.plan.measurement.chat,
             extra_body={**sampling.engine_fields, "cache_salt": salt})
         result.measuring_s += time.perf_counter() - t0
         result.load_s += measured.duration_s
@@ -445,7 +447,7 @@ class StartSteps(Recorder):
         measured = measure_wave(
             self.driver.serving_url, self.driver.metrics_urls or None, prompts,
             model=self._model_name(), max_tokens=wave.max_tokens, seed=wave.seed, concurrency=wave.concurrency,
-            deadline_s=request_deadline, wave_deadline_s=deadline,
+            deadline_s=request_deadline, wave_deadline_s=deadline, chat=self.plan.measurement.chat,
             ignore_eos=sampling.ignore_eos, priority=sampling.priority, family=wave.family,
             temperature=sampling.temperature, top_p=sampling.top_p, cancel=self.cancel,
             counter_source=self.driver.counter_source,

@@ -67,6 +67,7 @@ __all__ = [
     "SPEC_OFF",
     "STAGE_KINDS",
     "STRUCTURED_FIELDS",
+    "WAVE_ENDPOINTS",
     "WAVE_ORDERS",
     "WIN2_DEFAULTS",
     "WINDOW_KINDS",
@@ -226,6 +227,8 @@ ATTEST_MODES = ("where_reported", "required")
 # The engine-side sampling fields a plan may register (``[sampling]``): sent with the identical value
 # on every request of every arm (waves, priming, the site's warm-up), registered only when given.
 ENGINE_SAMPLING_FIELDS = ("reasoning_effort", "top_k", "min_p", "repetition_penalty")
+WAVE_ENDPOINTS = ("completions", "chat")
+"""The API the waves and the priming use: ``/v1/completions`` (the default) or ``/v1/chat/completions``."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,12 @@ class Measurement:
     wave_deadline_s: float = 600.0
     decode_bound_s: float | None = None  # bounded decode runs: cut this long after the first token
     keep_token_ids: bool = False         # the records blob keeps each request's emitted token ids
+    endpoint: str = "completions"        # the waves' and priming's API: "completions" or "chat" (WAVE_ENDPOINTS)
+
+    @property
+    def chat(self) -> bool:
+        """Do the waves (and the priming) go to ``/v1/chat/completions``?"""
+        return self.endpoint == "chat"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"repeats": self.repeats, "order": self.order, "rotate_families": self.rotate_families,
@@ -270,6 +279,8 @@ class Measurement:
             data["decode_bound_s"] = self.decode_bound_s
         if self.keep_token_ids:
             data["keep_token_ids"] = True
+        if self.endpoint != "completions":
+            data["endpoint"] = self.endpoint
         return data
 
 

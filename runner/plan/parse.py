@@ -37,6 +37,7 @@ from .model import (
     SPEC_OFF,
     STAGE_KINDS,
     STRUCTURED_FIELDS,
+    WAVE_ENDPOINTS,
     WAVE_ORDERS,
     WIN2_DEFAULTS,
     WINDOW_KINDS,
@@ -242,6 +243,7 @@ def _measurement(f: Fields, protocol: str) -> Measurement:
         wave_deadline_s=f.number("wave_deadline_s", 600.0, low=0.0, low_open=True),
         decode_bound_s=f.number("decode_bound_s", None, low=0.0, low_open=True),
         keep_token_ids=f.boolean("keep_token_ids", False),
+        endpoint=f.string("endpoint", "completions", choices=WAVE_ENDPOINTS),
     )
     if m.wave_deadline_s < m.request_deadline_s:
         raise f.fail("wave_deadline_s", f"shorter than request_deadline_s ({m.request_deadline_s:g} s)")
@@ -554,6 +556,10 @@ def parse_plan(data: Any, *, path: str = "plan") -> Plan:
     cells = _cells(f)
     families = _families(f, cells)
     measurement = _measurement(f.table("measurement", required=True), protocol)
+    if sampling.reasoning_effort is not None and not measurement.chat:
+        raise FieldError(f"{path}.sampling.reasoning_effort", "vLLM reads reasoning_effort on chat completions "
+                                                               "only (on /v1/completions it is dropped): set "
+                                                               "measurement.endpoint = \"chat\"")
     decision = _decision(f.table("decision"), protocol, measurement.repeats)
     budget = _budget(f.table("budget", required=True), starts)
     gates = f.table("gates", required=True)

@@ -45,7 +45,9 @@ field                             honoured when                                 
 ``presence_penalty``              ``presence-penalty`` likewise                        behaviour
 ``frequency_penalty``             ``frequency-penalty`` likewise                       behaviour
 ``reasoning_effort``              ``reasoning-effort-type`` (an object) is refused     type check
-                                  and ``reasoning-effort`` (``"low"``) answered 200
+                                  and ``reasoning-effort`` (``"low"``) answered 200,
+                                  on ``/v1/chat/completions`` (vLLM reads it there
+                                  only; a plan registering it measures over chat)
 ``top_k``                         ``top-k-type`` likewise (``top-k``: 1)               type check
 ``min_p``                         ``min-p-type`` likewise (``min-p``: 0.05; vLLM       type check
                                   refuses it under speculative decoding)
@@ -156,6 +158,7 @@ PENALTY_PROBES: Mapping[str, str] = {"repetition_penalty": "repetition-penalty",
 # Engine-side sampling fields a plan may register that are type-checked: (probe, a valid value). The
 # valid value must be answered 200 (a 4xx is a refusal: vLLM refuses min_p under speculative decoding);
 # the same probe with an object must be refused by a server that reads the field.
+CHAT_FIELDS = frozenset({"reasoning_effort"})   # engine fields a server reads on chat completions only
 TYPED_FIELDS: Mapping[str, tuple[str, Any]] = {"reasoning_effort": ("reasoning-effort", "low"),
                                                "top_k": ("top-k", 1), "min_p": ("min-p", 0.05)}
 
@@ -344,9 +347,13 @@ def capability_probes(eos: int, model: str | None, results: Mapping[str, ProbeRe
 def typed_probes(plain: Mapping[str, Any]) -> tuple[Probe, ...]:
     """Per type-checked engine field (:data:`TYPED_FIELDS`): a valid value, then an object."""
     out: list[Probe] = []
+    chat = {k: v for k, v in plain.items() if k != "prompt"} | {"messages": [{"role": "user",
+                                                                              "content": COUNT_PROMPT}]}
     for field, (name, valid) in TYPED_FIELDS.items():
-        out.append(Probe(name, "/v1/completions", {**plain, field: valid}, f"HTTP 200 ({field} {valid!r})"))
-        out.append(Probe(f"{name}-type", "/v1/completions", {**plain, field: WRONG_TYPE},
+        # reasoning_effort is read on chat completions only (vLLM): a plan registering it sends its waves there
+        path, body = ("/v1/chat/completions", chat) if field in CHAT_FIELDS else ("/v1/completions", plain)
+        out.append(Probe(name, path, {**body, field: valid}, f"HTTP 200 ({field} {valid!r})"))
+        out.append(Probe(f"{name}-type", path, {**body, field: WRONG_TYPE},
                          f"HTTP 4xx: a server that reads {field} refuses an object"))
     return tuple(out)
 

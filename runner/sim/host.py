@@ -359,14 +359,16 @@ class Host:
 
         fields = args.get("engine_sampling")
         # sampled, as the waves are: a T=0 fault set for the smoke probes (greedy_diverge, ...) is left to them
-        body = {"prompt": "Hello", "max_tokens": 1, "temperature": 1.0, "seed": 1,
-                **(fields if isinstance(fields, dict) else {})}
+        chat = args.get("endpoint") == "chat"   # the waves' API (a plan's measurement.endpoint)
+        body = {**({"messages": [{"role": "user", "content": "Hello"}]} if chat else {"prompt": "Hello"}),
+                "max_tokens": 1, "temperature": 1.0, "seed": 1, **(fields if isinstance(fields, dict) else {})}
+        path = "/v1/chat/completions" if chat else "/v1/completions"
         ttfts: list[float] = []
         with httpx.Client(timeout=120.0) as http:
             for _ in range(WARMUP_REQUESTS):
                 t0 = time.perf_counter()
                 try:
-                    reply = http.post(f"{self.serving_url}/v1/completions", json=body)
+                    reply = http.post(f"{self.serving_url}{path}", json=body)
                 except httpx.HTTPError as exc:
                     raise HostActionError(500, "warmup", f"a warm-up request got no answer: {exc}") from None
                 if reply.status_code != 200:

@@ -191,7 +191,8 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
     for name in ("temperature", "top_p"):
         _float(body, name, 0.0)
     _int(body, "top_k", None, -1)
-    effort = body.get("reasoning_effort")
+    # vLLM reads reasoning_effort on chat completions only; a completion's is an extra field it drops
+    effort = body.get("reasoning_effort") if kind == "chat" else None
     if effort is not None and effort not in REASONING_EFFORTS:
         raise invalid("body.reasoning_effort", "literal_error",
                       "Input should be " + ", ".join(repr(e) for e in REASONING_EFFORTS[:-1]) + f" or "
@@ -229,7 +230,8 @@ def parse_request(kind: Kind, body: Any, config: SimConfig) -> ApiRequest:
         continuous_usage=continuous, params=params, seed=seed, priority=priority, cache_salt=salt,
         return_token_ids=_bool(body, "return_token_ids", False), logit_bias=bias or None, min_p=min_p,
         request_id=request_id, stop=_stops(body), logprobs=_logprobs(kind, body), schema=_schema(body),
-        engine_fields={name: body[name] for name in ENGINE_FIELDS if body.get(name) is not None} or None,
+        engine_fields={name: body[name] for name in ENGINE_FIELDS if body.get(name) is not None
+                       and (name != "reasoning_effort" or kind == "chat")} or None,
     )
 
 

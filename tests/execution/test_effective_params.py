@@ -22,7 +22,9 @@ FIELDS = 'reasoning_effort = "high"\ntop_k = 40'
 
 
 def _sampling(text: str) -> str:
-    return small(text).replace("[sampling]\n", f"[sampling]\n{FIELDS}\n", 1)
+    """The fields registered; the waves over chat completions (where vLLM reads reasoning_effort)."""
+    text = small(text).replace("[sampling]\n", f"[sampling]\n{FIELDS}\n", 1)
+    return text.replace("[measurement]\n", '[measurement]\nendpoint = "chat"\n', 1)
 
 
 def _events(w: Any, window_id: str, type_: str) -> list[dict[str, Any]]:
@@ -43,6 +45,7 @@ def test_the_fields_go_identically_with_every_request_of_both_arms_and_the_start
         waves = sum(len(wave.prompt_ids) for wave in plan.waves)
         assert len(served) == waves + WARMUP_REQUESTS * len(plan.starts)
         assert {t["arm"] for t in served} == {a.name for a in plan.arms}
+        assert {t["kind"] for t in served} == {"chat"}   # the waves and warm-ups over the plan's endpoint
         assert all(t["engine_fields"] == plan.sampling.engine_fields for t in served), \
             [t["engine_fields"] for t in served]
         attested = _events(w, WINDOW, "params.attested")

@@ -24,9 +24,14 @@ def plan_with(tmp_path: Path):  # type: ignore[no-untyped-def]
     """The example plan with lines added under [sampling], read from a copy beside its families."""
     shutil.copytree(EXAMPLES / "families", tmp_path / "families")
 
-    def make(lines: str):  # type: ignore[no-untyped-def]
+    def make(lines: str, endpoint: str | None = None):  # type: ignore[no-untyped-def]
+        """``endpoint``: the waves' API (default: chat where reasoning_effort is registered, vLLM reads it there)."""
         path = tmp_path / "plan.toml"
-        path.write_text(PLAN.read_text().replace("[sampling]\n", f"[sampling]\n{lines}\n", 1))
+        text = PLAN.read_text().replace("[sampling]\n", f"[sampling]\n{lines}\n", 1)
+        endpoint = endpoint or ("chat" if "reasoning_effort" in lines else None)
+        if endpoint is not None:
+            text = text.replace("[measurement]\n", f'[measurement]\nendpoint = "{endpoint}"\n', 1)
+        path.write_text(text)
         return load_plan(path)
 
     return make
@@ -120,3 +125,13 @@ def test_warm_up_served_by_the_counter() -> None:
     assert not check_warmup_served(2, None, None, "requests", None, "x", required=True).ok
     untold = check_warmup_served(0, 1.0, 3.0, "requests", "s", "", required=False)
     assert not untold.attested and untold.ok and "no request count" in untold.detail
+
+
+def test_reasoning_effort_needs_the_waves_over_chat_completions(plan_with) -> None:  # type: ignore[no-untyped-def]
+    """vLLM reads reasoning_effort on chat completions only: over /v1/completions it would be dropped unseen."""
+    with pytest.raises(FieldError, match='reads reasoning_effort on chat completions only.*endpoint = "chat"'):
+        plan_with('reasoning_effort = "low"', endpoint="completions")
+    chat = plan_with('reasoning_effort = "low"')
+    assert chat.measurement.chat and chat.to_json()["measurement"]["endpoint"] == "chat"
+    assert "endpoint" not in load_plan(PLAN).to_json()["measurement"]   # written only when given
+    assert not plan_with("top_k = 5", endpoint="completions").measurement.chat

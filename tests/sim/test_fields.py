@@ -71,7 +71,18 @@ def test_priority_and_cache_salt_of_the_wrong_type_are_refused(server: sim.SimHa
 
 
 def _parse(body: dict[str, Any], **config: Any) -> Any:
+    if "reasoning_effort" in body:   # read on chat completions only, as vLLM reads it
+        return parse_request("chat", {"messages": [{"role": "user", "content": "a b"}], **body}, fast_config(**config))
     return parse_request("completion", {"prompt": "a b", **body}, fast_config(**config))
+
+
+def test_reasoning_effort_is_read_on_chat_completions_only() -> None:
+    """vLLM's completion request has no reasoning_effort: an extra field it drops (never validated)."""
+    assert parse_request("completion", {"prompt": "a", "reasoning_effort": {"x": 1}}, fast_config()).engine_fields \
+        is None
+    with pytest.raises(ApiError):
+        parse_request("chat", {"messages": [{"role": "user", "content": "a"}], "reasoning_effort": {"x": 1}},
+                      fast_config())
 
 
 # What each ignorable field does when honoured, as the parsed request shows it.
