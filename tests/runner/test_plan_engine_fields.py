@@ -129,7 +129,7 @@ def test_warm_up_served_by_the_counter() -> None:
 
 def test_reasoning_effort_needs_the_waves_over_chat_completions(plan_with) -> None:  # type: ignore[no-untyped-def]
     """vLLM reads reasoning_effort on chat completions only: over /v1/completions it would be dropped unseen."""
-    with pytest.raises(FieldError, match='reads reasoning_effort on chat completions only.*endpoint = "chat"'):
+    with pytest.raises(FieldError, match=r'reads reasoning_effort on chat completions only.*endpoint = "chat"'):
         plan_with('reasoning_effort = "low"', endpoint="completions")
     chat = plan_with('reasoning_effort = "low"')
     assert chat.measurement.chat and chat.to_json()["measurement"]["endpoint"] == "chat"
