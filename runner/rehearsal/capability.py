@@ -88,7 +88,7 @@ a field tally's waves send whose effect the plan does not rely on) and why.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -117,6 +117,7 @@ __all__ = [
     "smoke_refusals",
     "stop_word",
     "structured_probes",
+    "typed_probes",
     "vllm_needs",
 ]
 
@@ -339,17 +340,21 @@ def capability_probes(eos: int, model: str | None, results: Mapping[str, ProbeRe
               "HTTP 200: the T=0 text the stop string is taken from"),
         *structured_probes(model),
         *penalty_probes(model),
-        *typed_probes(plain),
     ]
     return tuple(probes)
 
 
-def typed_probes(plain: Mapping[str, Any]) -> tuple[Probe, ...]:
-    """Per type-checked engine field (:data:`TYPED_FIELDS`): a valid value, then an object."""
+def typed_probes(model: str | None, fields: Collection[str]) -> tuple[Probe, ...]:
+    """Per type-checked engine field (:data:`TYPED_FIELDS`) among ``fields`` (those the window registers): a
+    valid value, then an object. Sent last, and only when registered: vLLM 0.32's n-gram engine on CPU answers
+    ``top_k`` with HTTP 500 and then nothing else, so a probe of a field no plan sends must not cost the rest."""
+    _, _, plain = _bases(model)
     out: list[Probe] = []
     chat = {k: v for k, v in plain.items() if k != "prompt"} | {"messages": [{"role": "user",
                                                                               "content": COUNT_PROMPT}]}
     for field, (name, valid) in TYPED_FIELDS.items():
+        if field not in fields:
+            continue
         # reasoning_effort is read on chat completions only (vLLM): a plan registering it sends its waves there
         path, body = ("/v1/chat/completions", chat) if field in CHAT_FIELDS else ("/v1/completions", plain)
         out.append(Probe(name, path, {**body, field: valid}, f"HTTP 200 ({field} {valid!r})"))
@@ -673,6 +678,13 @@ def _type_checked(r: Mapping[str, ProbeResult], valid: str, wrong: str, field: s
     return "ignored", f"{wrong}: {field} as an object answered HTTP {probe.status}: the server does not read it"
 
 
+def _engine_field(r: Mapping[str, ProbeResult], valid: str, field: str) -> _Reading:
+    """An engine-side field's type check, probed only where the window registers the field."""
+    if valid not in r and f"{valid}-type" not in r:
+        return "unclear", f"{field}: not probed (the window does not register it)"
+    return _type_checked(r, valid, f"{valid}-type", field)
+
+
 def priority_read(results: Mapping[str, ProbeResult]) -> bool:
     """The type check shows the server reads ``priority`` (then :mod:`.priority` asks whether it schedules by it)."""
     return _type_checked(results, "plain", "priority-type", "priority")[0] == "honoured"
@@ -830,7 +842,7 @@ def assess(eos: int, results: Mapping[str, ProbeResult], needs: Sequence[Need],
         **{field: (_structured(results, name), "behaviour", (name,)) for field, name in STRUCTURED_PROBES.items()},
         **{field: (_penalty(results, field), "behaviour", ("penalty-neutral", name))
            for field, name in PENALTY_PROBES.items()},
-        **{field: (_type_checked(results, name, f"{name}-type", field), "type check", (name, f"{name}-type"))
+        **{field: (_engine_field(results, name, field), "type check", (name, f"{name}-type"))
            for field, (name, _) in TYPED_FIELDS.items()},
     }
     by_field = {need.field: need for need in needs}

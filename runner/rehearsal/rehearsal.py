@@ -70,6 +70,7 @@ from .capability import (
     forced_probes,
     judge_answered,
     priority_read,
+    typed_probes,
     vllm_needs,
 )
 from .priority import PROBE_NAME as PRIORITY_PROBE
@@ -285,6 +286,8 @@ def rehearse(url: str, eos: int, *, model: str | None = None, timeout: float = 3
         if sender.stalled is None and priority_read({r.name: r for r in results + capability}):
             wanted = any(n.field == "priority" and n.want == "honoured" for n in needs)
             capability += (probe_priority(client, url, model, timeout, behaviour=wanted),)
+        # the engine-side fields the window registers, last (a server may fail on one: docs/gates.md)
+        capability += tuple(sender(probe, judge_answered) for probe in typed_probes(model, {n.field for n in needs}))
     probed = {r.name: r for r in results + capability}
     results = tuple(_learnt_control(r, probed) if r.name == "control" else r for r in results)
     control = next((r for r in results if r.name == "control"), None)

@@ -45,6 +45,11 @@ def test_the_capability_probe_records_each_field_as_vllm_032_has_it(vllm_pair: V
         fields = out["fields"]
         assert all(fields[f] == "honoured" for f in HONOURED), (arm, fields)
         assert fields["guided_json"] == fields["response_format"] == "ignored", (arm, fields)
+        # the engine-side sampling fields a plan may register: each read (an object refused), reasoning_effort
+        # on chat completions (vLLM reads it there only); min_p refused under speculative decoding
+        engine = {f: fields[f] for f in ("reasoning_effort", "top_k", "min_p")}
+        assert engine == {"reasoning_effort": "honoured", "top_k": "honoured",
+                          "min_p": "refused" if arm == "ngram" else "honoured"}, (arm, engine)
         priority = next(c for c in out["capabilities"] if c["field"] == "priority")
         # read (the object is refused); no plan registers a priority here, and nothing reports the policy (no
         # development mode): its scheduling is not probed (the next test probes it)

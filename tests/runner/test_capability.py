@@ -60,8 +60,17 @@ def test_vllm_with_speculative_decoding_refuses_logit_bias_as_the_control_needs(
     with simulator() as handle:
         result = probe(handle, [n for n in EVERY_FIELD if n.field not in ("logit_bias", "min_p")])
     assert result.verdict == "PASS", result.summary
+    # an engine-side field no plan registers is not probed (sent last, and only when registered)
+    assert statuses(result) == {**dict.fromkeys(FIELDS, "honoured"), "logit_bias": "refused", "min_p": "unclear"}
+    assert "min-p" not in {r.name for r in result.capability_results}
+    assert next(f for f in result.fields if f.field == "min_p").detail == \
+        "min_p: not probed (the window does not register it)"
     # vLLM refuses min_p (as logit_bias) under speculative decoding: a plan registering it is refused
-    assert statuses(result) == {**dict.fromkeys(FIELDS, "honoured"), "logit_bias": "refused", "min_p": "refused"}
+    with simulator() as handle:
+        registered = probe(handle, [n for n in EVERY_FIELD if n.field != "logit_bias"])
+    assert statuses(registered)["min_p"] == "refused" and registered.verdict == "FAIL"
+    assert [r.name for r in registered.capability_results][-6:] == ["reasoning-effort", "reasoning-effort-type",
+                                                                    "top-k", "top-k-type", "min-p", "min-p-type"]
     logit_bias = next(f for f in result.fields if f.field == "logit_bias")
     assert logit_bias.need is not None and logit_bias.need.want == "refused"  # the vLLM check's need
     assert "speculative decoding" in logit_bias.detail
