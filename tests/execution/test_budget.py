@@ -23,7 +23,7 @@ def overrunning(text: str) -> str:
 
 
 def test_blocks_overrun_truncated_and_restore_fits(tmp_path: Path) -> None:
-    w = world(tmp_path, [window(str(SIMPLE_PP3), "overrun", edit=overrunning)], time_scale=0.001)
+    w = world(tmp_path, [window(str(SIMPLE_PP3), "overrun", edit=overrunning)], time_scale=0.01)
     try:
         gate_all(w)
         result = run(w, "overrun")

@@ -14,7 +14,7 @@ from runner.execution.window import WindowRunner
 from runner.gates.admission import admit
 from runner.gates.chain import check_prev_ok, run_prev_ok
 
-from .worlds import close, gate_all, run, state, window, world
+from .worlds import STATEHOST_SIM, close, gate_all, run, state, window, world
 
 
 def test_prev_ok_probes_a_placeholder_that_is_down(tmp_path: Path) -> None:
@@ -129,7 +129,8 @@ def test_chained_close_runs_the_optional_pair_close_stash_and_commit_close_in_or
     from runner.drivers.site import load_site
     from tests.runner.script import EXAMPLES
 
-    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")],
+              sim_config=STATEHOST_SIM)
     try:
         gate_all(w)
         shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
@@ -250,7 +251,8 @@ def _proofs(w: object, window_id: str) -> list[dict[str, object]]:
 
 def _tagged_chain(tmp_path: Path, first: str = "seed000-production-policy.toml") -> object:
     return world(tmp_path, [window(first, "chain-a", chain="chained"),
-                            window("seed000-controlled.toml", "chain-b", chain="chained", tag=TAG)])
+                            window("seed000-controlled.toml", "chain-b", chain="chained", tag=TAG)],
+                 sim_config=STATEHOST_SIM)
 
 
 def test_a_chained_start_checks_the_registered_tag_on_every_host(tmp_path: Path) -> None:

@@ -22,14 +22,14 @@ from runner.gates.admission import admit
 from tests.runner.script import EXAMPLES
 
 from .test_identities import COMMIT, MARKOV, TREE, WORKER, declare
-from .worlds import close, gate_all, small, state, window, world
+from .worlds import STATEHOST_SIM, close, gate_all, small, state, window, world
 
 WINDOW = "cmd"
 HEAD, WORKER_HOST = "spark-head", "spark-worker"
 
 
 def _world(tmp_path: Path, edit: Any = small) -> tuple[Any, HostDriver, Path]:
-    w = world(tmp_path, [window("seed000-controlled.toml", WINDOW, chain="none", edit=edit)])
+    w = world(tmp_path, [window("seed000-controlled.toml", WINDOW, chain="none", edit=edit)], sim_config=STATEHOST_SIM)
     gate_all(w)
     shutil.copytree(EXAMPLES / "site-scripts", tmp_path / "site-scripts")
     text = (EXAMPLES / "site-commands.toml").read_text().replace("http://127.0.0.1:8000", w.sim.url)

@@ -22,7 +22,7 @@ from runner.execution.window import RunResult, WindowRunner
 from runner.plan.register import register_plan
 from tests.runner.script import EXAMPLES
 
-from .worlds import World, close, gate_all, run, state, window, world
+from .worlds import STATEHOST_SIM, World, close, gate_all, run, state, window, world
 
 TALLY = str(Path(sys.executable).with_name("tally"))
 
@@ -53,7 +53,7 @@ def _command_site(tmp_path: Path, serving_url: str) -> Path:
 
 
 def test_chained_close_order_on_a_command_site(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")])
+    w = world(tmp_path, [window("seed000-controlled.toml", "cmd-chain", chain="chained")], sim_config=STATEHOST_SIM)
     try:
         gate_all(w)
         driver = load_site(_command_site(tmp_path, w.sim.url))

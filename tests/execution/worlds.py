@@ -73,3 +73,9 @@ def close(w: World) -> None:
     w.driver.close()
     w.sim.stop()
     w.book.close()
+
+
+STATEHOST_SIM = {"dev_mode": False}
+"""The simulator behind examples/site-commands.toml (statehost.sh): the pretend hosts never switch its engine,
+so it serves production's arm throughout; without /server_info (a production vLLM) it reports no speculative
+config for a start's attestation to hold against the arm (``params.attested`` compares what is reported)."""
