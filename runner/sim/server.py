@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -86,6 +87,13 @@ class SimServer(ThreadingHTTPServer):
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
         self.host.serving_url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (reset, closed mid-reply) is no error of the server's: nothing is printed.
+        Anything else is, as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._connections_lock:

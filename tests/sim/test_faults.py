@@ -113,3 +113,20 @@ def test_bad_fault_refused(server: SimHandle, http: httpx.Client) -> None:
     assert response.status_code == 400 and "stall.seconds" in response.json()["error"]
     with pytest.raises(FormatError, match="unknown fault"):
         sim.config_from_dict({"faults": {"meteor": True}})
+
+
+def test_a_client_that_resets_its_connection_prints_no_traceback(server: SimHandle,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A client gone mid-request (a reset keep-alive socket) is no server error: nothing on stderr, and the
+    server answers the next request."""
+    import socket
+    import struct
+
+    for _ in range(3):
+        conn = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+        conn.sendall(b"GET /v1/mod")   # a request line cut short, then an RST (linger 0)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+    time.sleep(0.3)
+    assert httpx.get(f"{server.url}/v1/models", timeout=10).status_code == 200
+    assert "Traceback" not in capsys.readouterr().err
