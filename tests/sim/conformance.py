@@ -247,8 +247,10 @@ def probe_streams(c: Conn) -> Iterator[tuple[str, Any]]:
         sizes = [len(f["choices"][0]["token_ids"]) for f in chunks]
         yield f"{server}.completion.first_keys", keys(chunks[0])
         yield f"{server}.completion.choice_keys", keys(chunks[0]["choices"][0])
-        yield f"{server}.completion.later_prompt_token_ids", [f["choices"][0].get("prompt_token_ids") for f in
-                                                              chunks[1:2]]
+        # Only the first chunk carries the prompt's ids; on a loaded host the whole stream can arrive as
+        # one chunk (the output collector merges unsent steps), so this reads "no later chunk repeats them".
+        yield f"{server}.completion.later_prompt_token_ids", all(f["choices"][0].get("prompt_token_ids") is None
+                                                                 for f in chunks[1:])
         yield f"{server}.completion.usage_chunk_keys", [keys(f) for f in usage]
         yield f"{server}.completion.usage_keys", keys(usage[0].get("usage")) if usage else None
         yield f"{server}.completion.done", frames[-1] == "[DONE]"
