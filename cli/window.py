@@ -78,10 +78,12 @@ def window_admit(window: WindowArg, json_out: JsonOpt = False) -> None:
 
 
 def _execute(window: str, site: Path, json_out: bool, *, quiet: bool = False, verbose: bool = False,
-             resume: bool = False, abort: bool = False, chain_production: Path | None = None) -> None:
+             resume: bool = False, abort: bool = False, chain_production: Path | None = None,
+             wait_hosts: float = 0.0) -> None:
     # Output written while the window runs never stops it: a closed pipe or a terminal gone mid-HOLD
     # must not leave production drained (never_fails); the window runs on to its recorded end.
     result = run_window(session, window, site, resume=resume, abort=abort, chain_production=chain_production,
+                        wait_hosts_s=wait_hosts,
                         progress=not json_out and sys.stdout.isatty(), echo=not (json_out or quiet), verbose=verbose,
                         guard=never_fails)
     _ignore_signals()   # the window is over and safe: a late Ctrl-C must not cut its result or its exit code
@@ -146,6 +148,9 @@ def _print_result(result: RunResult, json_out: bool, runner: str) -> None:
             print(f"  stopped: {result.blocked}", file=sys.stderr)
 
 
+WaitHostsOpt = Annotated[float, typer.Option(
+    "--wait-hosts", min=0.0, max=86400.0, metavar="SECONDS",
+    help="Wait this long for another runner to let go of the site's hosts (default: refuse at once, exit 3).")]
 ChainProductionOpt = Annotated[Path | None, typer.Option(
     "--chain-production", help="Production capture ({sha256, identity}) for a window opened under another "
                                "window's chain marker; its sha256 must be the marker's.")]
@@ -160,6 +165,7 @@ def window_run(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
+    wait_hosts: WaitHostsOpt = 0.0,
 ) -> None:
     """Dry-run or execute a registered window against a site."""
     if dry_run == execute:
@@ -174,20 +180,24 @@ def window_run(
         if report["refusals"]:  # the site cannot give the window what its rule needs
             raise typer.Exit(EXIT_FAILED)
         return
-    _execute(window, site, json_out, quiet=quiet, verbose=verbose, chain_production=chain_production)
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, chain_production=chain_production,
+             wait_hosts=wait_hosts)
 
 
 def window_resume(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
                   chain_production: ChainProductionOpt = None, quiet: QuietOpt = False,
-                  verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
-    """Continue a window from replayed state (after a crash or an escalated restore)."""
-    _execute(window, site, json_out, quiet=quiet, verbose=verbose, resume=True, chain_production=chain_production)
+                  verbose: VerboseOpt = False, json_out: JsonOpt = False, wait_hosts: WaitHostsOpt = 0.0) -> None:
+    """Continue a window from replayed state (after a crash or an escalated restore); a window not yet run
+    starts, a decided one is left as it is."""
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, resume=True, chain_production=chain_production,
+             wait_hosts=wait_hosts)
 
 
 def window_abort(window: Annotated[str, typer.Argument(help="Window id.")], site: SiteOpt,
-                 quiet: QuietOpt = False, verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
+                 quiet: QuietOpt = False, verbose: VerboseOpt = False, json_out: JsonOpt = False,
+                 wait_hosts: WaitHostsOpt = 0.0) -> None:
     """Stop a window: restore production and record decision REJECT."""
-    _execute(window, site, json_out, quiet=quiet, verbose=verbose, abort=True)
+    _execute(window, site, json_out, quiet=quiet, verbose=verbose, abort=True, wait_hosts=wait_hosts)
 
 
 def window_report(

@@ -69,7 +69,8 @@ FACES: dict[str, list[str]] = {
         "validate_payload", "window_event",
     ],
     "runner.execution": [
-        "LineFolder", "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "owner_name",
+        "LineFolder", "Progress", "RunResult", "WindowRunner", "chain_preflight", "dry_run_report", "host_locks",
+        "owner_name",
         "refuse_unadmitted", "wave_bar", "window_lock",
     ],
     "runner.gates": [

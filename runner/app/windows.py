@@ -67,14 +67,15 @@ def admit_window(session: Session, window: str) -> Admission:
 
 def run_window(session: Session, window: str, site: Path, *, resume: bool = False, abort: bool = False,
                chain_production: Path | None = None, progress: bool = False, echo: bool = True,
-               verbose: bool = False,
+               verbose: bool = False, wait_hosts_s: float = 0.0,
                guard: Callable[[Callable[..., None]], Callable[..., None]] = lambda show: show) -> RunResult:
     """Execute (``resume``: continue, ``abort``: restore production and decide REJECT) a registered window on a
-    site, under its runner lock. ``progress``: the terminal's progress bar; ``echo``: the runner's lines
-    (each distinct one once; ``verbose``: every one);
+    site, under its runner lock and a lock on each of the site's hosts (``wait_hosts_s``: how long to wait for
+    another runner's; then ``ExternalError``, exit 3). ``progress``: the terminal's progress bar; ``echo``: the
+    runner's lines (each distinct one once; ``verbose``: every one);
     ``guard`` wraps every output callback (the CLI's makes a failed print harmless, so that a closed pipe
     mid-HOLD never stops the window before its recorded end)."""
-    from ..execution import Progress, WindowRunner, refuse_unadmitted, window_lock
+    from ..execution import Progress, WindowRunner, host_locks, refuse_unadmitted, window_lock
     from ..state import replay
 
     book = session.ledger()
@@ -84,7 +85,9 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
     if not abort:
         refuse_unadmitted(state, window)   # before the site is read: a server that is down must not hide it
     driver, scale = site_driver(site)
-    with window_lock(book, window), Progress(enabled=progress, echo=echo, verbose=verbose) as bar:
+    with window_lock(book, window), \
+            host_locks(book, driver.hosts, holder=f"window {window} ({owner_name()})", wait_s=wait_hosts_s), \
+            Progress(enabled=progress, echo=echo, verbose=verbose) as bar:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
                               say=guard(bar.say) if echo else (lambda _t: None),
                               on_wave=guard(bar.wave), owner=window, chain_production=chain_production,

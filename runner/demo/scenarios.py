@@ -269,11 +269,12 @@ def _plan_file(directory: Path, window: DemoWindow) -> Path:
 
 def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: float = DEMO_TIME_SCALE,
                 origin: str = "tally.demo/window", sim_config: Mapping[str, Any] | None = None,
-                clocks: bool = True, counter_source: CounterSourceName = "vllm") -> World:
+                clocks: bool = True, counter_source: CounterSourceName = "vllm", db_url: str | None = None) -> World:
     """Plans, a git repository and receipts for the gates, a fresh ledger, a running simulator.
 
     ``clocks`` and ``counter_source`` describe the simulated site (GPU clocks or none; where
-    its counters come from), as a site file would."""
+    its counters come from), as a site file would; ``db_url`` an empty database for the ledger
+    (default: ``tally.db`` in ``directory``)."""
     from ..drivers.sim import SimDriver
     from ..plan.parse import read_plan_file
     from ..sim import start as start_sim
@@ -290,7 +291,7 @@ def build_world(directory: Path, windows: Sequence[DemoWindow], *, time_scale: f
     config = dict(sim_config_for([item.plan for item in loaded], time_scale=time_scale))
     config.update(sim_config or {})
     root = generate_key_file(directory / ".tally" / "root.pem", "root")
-    book = Ledger(f"sqlite:///{directory / 'tally.db'}")
+    book = Ledger(db_url or f"sqlite:///{directory / 'tally.db'}")
     book.init(origin, root)
     checked = config_from_dict(config)
     sim = start_sim(checked, port=0)

@@ -1,11 +1,16 @@
-"""One runner per window at a time, on any host.
+"""One runner per window at a time, and one per site host, on any machine.
 
-The ledger shows who holds the HOLD; this lock makes sure no two live runners act on
-one window at once (the second refuses). It dies with its process, so a crashed
-runner never blocks ``tally window resume``. PostgreSQL: a session-level advisory
-lock (every host sees it). SQLite: an ``flock`` on a file beside the database, opened
-by ``ledger.strictwrite.open_lock`` (never through a symlink, never truncating a file
-that is not a lock file: a planted one is refused, exit 2).
+The ledger shows who holds the HOLD; ``window_lock`` makes sure no two live runners act
+on one window at once (the second refuses), and ``host_locks`` that no two live runners
+act on one host at once, whatever their windows (the second waits, then refuses: exit 3,
+try again later). Both die with their process, so a crashed runner never blocks
+``tally window resume``; what the crash left (a drained host, an open HOLD) the ledger
+shows, and the step machine refuses to open another window over it. PostgreSQL: session-level
+advisory locks (every machine on the ledger sees them; the server drops them when the
+holder's connection ends, and a machine that vanished is found by TCP keepalives within
+about a minute). SQLite: an ``flock`` on a file beside the database, opened by
+``ledger.strictwrite.open_lock`` (never through a symlink, never truncating a file that is
+not a lock file: a planted one is refused, exit 2).
 """
 
 from __future__ import annotations
@@ -20,15 +25,18 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ledger.db import sqlite_path
-from ledger.errors import PolicyError
+from ledger.errors import ExternalError, PolicyError
 from ledger.strictwrite import open_lock, stamp_pid
 
 if TYPE_CHECKING:
     from ledger.store import Ledger
 
-__all__ = ["window_lock"]
+__all__ = ["host_locks", "window_lock"]
 
 LOCK_CLASS = 0x7A11  # first key of pg_try_advisory_lock(int, int)
+HOST_LOCK_CLASS = 0x7A12  # first key of a site host's lock
+KEEPALIVE = {"tcp_keepalives_idle": 20, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
+"""How the server finds a lock holder's machine gone (seconds): its session's locks then go with it."""
 _MEMORY: dict[str, threading.Lock] = {}
 _MEMORY_GUARD = threading.Lock()
 
@@ -110,3 +118,161 @@ def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _busy(hosts: list[str], holders: list[str], wait_s: float) -> ExternalError:
+    who = f" ({'; '.join(holders)})" if holders else ""
+    waited = f"waited {wait_s:g} s; " if wait_s > 0 else ""
+    return ExternalError(f"host {', '.join(hosts)} is in use by another runner right now{who}: {waited}"
+                         "nothing was done; try again later, or pass --wait-hosts SECONDS to wait for it")
+
+
+@contextmanager
+def host_locks(ledger: Ledger, hosts: tuple[str, ...] | list[str], *, holder: str,
+               wait_s: float = 0.0) -> Iterator[None]:
+    """Hold a lock on every one of ``hosts`` for the duration of the block (all of them or none), or refuse
+    with ``ExternalError`` (exit 3: the hosts are busy, try again later) naming the busy hosts and, where the
+    database says, who holds them. ``holder`` names this runner to the others (``window w1 (user@host)``).
+
+    Taken in sorted order, all-or-nothing, retried until ``wait_s`` has passed: two runners that want
+    overlapping hosts never hold a part each.
+    """
+    names = sorted(set(hosts))
+    if not names:
+        yield
+        return
+    if ledger.engine.dialect.name == "postgresql":
+        yield from _pg_host_locks(ledger, names, holder, wait_s)
+        return
+    path = sqlite_path(ledger.url)
+    if path is None:
+        yield from _memory_host_locks(ledger, names, wait_s)
+        return
+    yield from _file_host_locks(path, names, wait_s)
+
+
+def _host_key(host: str) -> int:
+    return _key(f"host:{host}")
+
+
+def _pg_host_locks(ledger: Ledger, names: list[str], holder: str, wait_s: float) -> Iterator[None]:
+    raw = ledger.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("SELECT set_config('application_name', %s, false)", (f"tally {holder}"[:63],))
+        for name, value in KEEPALIVE.items():   # the server's side: a vanished machine's session (and locks) end
+            cursor.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
+        raw.commit()
+        busy: list[str] = []
+
+        def take() -> bool:
+            taken: list[str] = []
+            busy.clear()
+            for host in names:
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
+                row = cursor.fetchone()
+                if row and row[0]:
+                    taken.append(host)
+                else:
+                    busy.append(host)
+                    break
+            if busy:
+                for host in taken:
+                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
+            raw.commit()
+            return not busy
+
+        if not _retrying(take, wait_s):
+            raise _busy(busy, _pg_holders(cursor, busy), wait_s)
+        try:
+            yield
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+            raw.commit()
+    finally:
+        raw.close()
+
+
+def _pg_holders(cursor: object, hosts: list[str]) -> list[str]:
+    """Who holds the hosts' locks, as their sessions named themselves (what this role may read of them)."""
+    try:
+        keys = [_host_key(h) & 0xFFFFFFFF for h in hosts]   # pg_locks shows the int4 keys as oids
+        cursor.execute(  # type: ignore[attr-defined]
+            "SELECT DISTINCT a.application_name, host(a.client_addr) FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid::bigint = %s "
+            "AND l.objid::bigint = ANY(%s) AND l.granted "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (HOST_LOCK_CLASS, keys))
+        rows = cursor.fetchall()  # type: ignore[attr-defined]
+    except Exception:   # who holds it is a courtesy: the refusal stands without it
+        return []
+    return [" from ".join(str(v) for v in row if v) for row in rows if any(row)][:3]
+
+
+def _memory_host_locks(ledger: Ledger, names: list[str], wait_s: float) -> Iterator[None]:
+    with _MEMORY_GUARD:
+        locks = [_MEMORY.setdefault(f"{id(ledger.engine)}:host:{h}", threading.Lock()) for h in names]
+    taken: list[threading.Lock] = []
+    busy: list[str] = []
+
+    def take() -> bool:
+        busy.clear()
+        for host, lock in zip(names, locks, strict=True):
+            if not lock.acquire(blocking=False):
+                busy.append(host)
+                for held in taken:
+                    held.release()
+                taken.clear()
+                return False
+            taken.append(lock)
+        return True
+
+    if not _retrying(take, wait_s):
+        raise _busy(busy, [], wait_s)
+    try:
+        yield
+    finally:
+        for lock in taken:
+            lock.release()
+
+
+def _file_host_locks(path: os.PathLike[str], names: list[str], wait_s: float) -> Iterator[None]:
+    base = os.fspath(path)
+    fds: list[int] = []
+    try:
+        for host in names:
+            lock_path = f"{base}.host-{hashlib.sha256(host.encode()).hexdigest()[:16]}.lock"
+            fds.append(open_lock(lock_path, f"host {host}'s lock file"))
+        busy: list[str] = []
+        holders: list[str] = []
+
+        def take() -> bool:
+            taken: list[int] = []
+            busy.clear()
+            holders.clear()
+            for host, fd in zip(names, fds, strict=True):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    busy.append(host)
+                    pid = os.pread(fd, 16, 0).decode("ascii", "replace").strip()
+                    if pid.isdigit():
+                        holders.append(f"pid {pid} on this machine")
+                    for held in taken:
+                        fcntl.flock(held, fcntl.LOCK_UN)
+                    return False
+                taken.append(fd)
+            return True
+
+        if not _retrying(take, wait_s):
+            raise _busy(busy, holders, wait_s)
+        for fd in fds:
+            stamp_pid(fd)
+        try:
+            yield
+        finally:
+            for fd in fds:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -35,7 +35,7 @@ from ..state.touched import touched
 from ..state.window import FinishedAction, StartView, WindowState
 from .clock import Limit
 
-__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "ending_of", "next_step", "touched"]
+__all__ = ["MAX_ATTEMPTS", "Context", "Step", "StepKind", "acting_reason", "ending_of", "next_step", "touched"]
 
 MAX_ATTEMPTS = 3  # failures of one host action (a restore: with its watch) before the runner gives up
 STOPPING = ("signal", "error")  # interruptions that stop measuring at once
@@ -167,10 +167,19 @@ def _stopped(ws: WindowState) -> str | None:
     return None
 
 
+def acting_reason(other: WindowState) -> str:
+    """Why a window cannot open while ``other`` is acting on the site (``State.acting``)."""
+    return (f"window {other.id} is acting on the site (phase {other.phase}, {other.actions} host action(s), "
+            f"no decision yet): wait for it to end, or `tally window resume {other.id}` if its runner is gone")
+
+
 def _opening(ctx: Context) -> Step:
     ws, state = ctx.ws, ctx.state
     if state.hold is not None and state.hold.owner != ws.id:
         return Step("blocked", reason=f"the HOLD is owned by {state.hold.owner} (seq {state.hold.seq})")
+    other = state.acting(ws.id)
+    if other is not None:
+        return Step("blocked", reason=acting_reason(other))
     if _aborting(ws) is not None:
         return _ending(ctx, "aborted")
     marker = _under_foreign_marker(ctx)

@@ -37,7 +37,7 @@ from .opening import OpeningSteps
 from .recorder import CRASH_ENV, CrashHook, RunResult, StepHandler
 from .smoke import SmokeSteps
 from .starts import StartSteps, block_began, block_ended
-from .steps import Context, Step, StepKind, next_step
+from .steps import Context, Step, StepKind, acting_reason, next_step
 
 if TYPE_CHECKING:
     from ledger.keys import Signer
@@ -137,6 +137,9 @@ class WindowRunner(OpeningSteps, StartSteps, EndingSteps, SmokeSteps):
         hold = self.state.hold
         if hold is not None and hold.owner != self.owner and ws.ending is None:
             raise PolicyError(f"the HOLD is owned by {hold.owner} (seq {hold.seq}); refusing to run")
+        other = self.state.acting(self.window)
+        if other is not None and not ws.actions and ws.ending is None and not abort:
+            raise PolicyError(f"{acting_reason(other)}; refusing to run")
         if ws.ending is None and not ws.actions and not abort:  # nothing done yet: does the site fit?
             from .fit import recorded_fields, refuse_unfit
 

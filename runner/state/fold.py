@@ -161,6 +161,15 @@ class State:
     def live_windows(self) -> list[str]:
         return [wid for wid, ws in self.windows.items() if ws.live]
 
+    def acting(self, other_than: str) -> WindowState | None:
+        """Another window that has acted on the site (a host action recorded) and has no decision yet, the
+        earliest registered: until it is decided, its runner (or what its crash left) may hold the hosts
+        anywhere between the snapshot and the restore, HOLD or not, so no other window may open there."""
+        for wid, ws in self.windows.items():   # in registration order
+            if wid != other_than and ws.actions and ws.decision is None:
+                return ws
+        return None
+
     def open_actions(self) -> list[tuple[str, OpenAction]]:
         """Host actions started and not finished (unknown outcomes), across windows: (window, action) by seq."""
         out = [(wid, action) for wid, ws in self.windows.items() for action in ws.open_actions.values()]

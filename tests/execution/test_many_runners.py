@@ -1,0 +1,182 @@
+"""Many runners, one ledger: a lock per site host, and no window opening over another that is acting.
+
+Two ``tally window run`` processes on one PostgreSQL ledger and one host pair: the second is
+refused with one line (exit 3: retry) or, with ``--wait-hosts``, waits for the first to end;
+a window that acted and crashed keeps every other window from opening until it is resumed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ledger.db import sqlite_path
+from ledger.errors import ExternalError, PolicyError
+from ledger.store import Ledger
+from runner.audit.full import run_audit
+from runner.execution.lock import host_locks
+from runner.execution.steps import next_step
+from runner.execution.window import RunResult, WindowRunner
+
+from .worlds import World, close, gate_all, run, state, window, world
+
+TALLY = str(Path(sys.executable).with_name("tally"))
+
+
+@pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgres"])
+def book(request: pytest.FixtureRequest, tmp_path: Path) -> Ledger:
+    url = {"sqlite-memory": "sqlite://", "sqlite-file": f"sqlite:///{tmp_path / 'tally.db'}"}.get(request.param)
+    return Ledger(url or str(request.getfixturevalue("pg_url")))
+
+
+def test_host_locks_are_all_or_nothing_and_name_who_holds_them(book: Ledger) -> None:
+    with host_locks(book, ("gpu-a", "gpu-b"), holder="window w1 (ops@runner-1)"):
+        with pytest.raises(ExternalError, match="host gpu-b is in use by another runner") as refused, \
+                host_locks(book, ["gpu-c", "gpu-b"], holder="window w2 (ops@runner-2)"):
+            pass
+        message = str(refused.value)
+        if book.engine.dialect.name == "postgresql":
+            assert "tally window w1 (ops@runner-1)" in message   # the holder's session, as it named itself
+        elif sqlite_path(book.url) is not None:   # a file: the lock file names the holder's pid
+            assert f"pid {os.getpid()} on this machine" in message
+        with host_locks(book, ["gpu-c"], holder="window w3"):   # other hosts: at once
+            pass
+    # all or nothing: the refused attempt held gpu-c for no one (it was taken again above, and is free now)
+    with host_locks(book, ["gpu-b", "gpu-c"], holder="window w2"):
+        pass
+    book.close()
+
+
+def test_a_second_runner_waits_for_the_hosts(book: Ledger) -> None:
+    released = threading.Event()
+
+    def hold() -> None:
+        with host_locks(book, ["gpu-a"], holder="window w1"):
+            time.sleep(0.4)
+            released.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    with host_locks(book, ["gpu-a"], holder="window w2", wait_s=30):
+        assert released.is_set()   # it waited for the holder to let go, and no longer
+    assert time.monotonic() - began < 20
+    holder.join()
+    with pytest.raises(ExternalError, match=r"waited 0\.2 s"), \
+            host_locks(book, ["gpu-b"], holder="window w3"), host_locks(book, ["gpu-b"], holder="w4", wait_s=0.2):
+        pass   # a wait that ends refused says so
+    book.close()
+
+
+def _stop_after(w: World, window_id: str, kind: str) -> None:
+    """Take the window's steps up to and including the first ``kind`` step, then stop, as a runner that
+    crashed there would leave it."""
+    runner = WindowRunner(w.book, w.root, window_id, w.driver, time_scale=w.time_scale)
+    from runner.gates import admit
+
+    admit(w.book, w.root, window_id)
+    for _ in range(12):
+        runner.refresh()
+        step = next_step(runner._context(runner.ws))
+        runner.perform(step, RunResult(window_id, None, None, []))
+        if step.kind == kind:
+            return
+    raise AssertionError(f"no {kind} step")
+
+
+def test_a_window_that_acted_and_crashed_before_its_hold_keeps_others_from_opening(tmp_path: Path) -> None:
+    """The drain is recorded, the HOLD not yet: production is down and no HOLD says whose. Another window
+    must not snapshot the drained hosts as production, nor drain them again."""
+    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
+                         window("seed000-controlled.toml", "second", chain="none")])
+    try:
+        gate_all(w)
+        _stop_after(w, "first", "drain")
+        before = state(w.book)
+        assert before.production == "down" and before.hold is None
+        with pytest.raises(PolicyError, match=r"window first is acting on the site .*tally window resume first"):
+            run(w, "second")
+        after = state(w.book)
+        assert after.windows["second"].actions == 0 and after.size == before.size   # nothing appended
+        resumed = WindowRunner(w.book, w.root, "first", w.driver, time_scale=w.time_scale).run(resume=True)
+        assert resumed.decision is not None
+        assert run(w, "second").ending == "restored"   # decided: the site is the next window's
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
+
+
+def test_the_step_machine_blocks_an_opening_while_another_window_acts(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
+                         window("seed000-controlled.toml", "second", chain="none")])
+    try:
+        gate_all(w)
+        _stop_after(w, "first", "preflight")   # even a read-only action: its runner may be about to drain
+        from runner.gates import admit
+
+        admit(w.book, w.root, "second")
+        runner = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale)
+        step = next_step(runner._context(runner.ws))
+        assert step.kind == "blocked" and "window first is acting on the site" in (step.reason or "")
+    finally:
+        close(w)
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([TALLY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_runner_processes_one_postgres_ledger_one_host_pair(tmp_path: Path, pg_url: str) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "job-0", chain="none"),
+                         window("seed000-controlled.toml", "job-1", chain="none")], db_url=pg_url)
+    env = dict(os.environ, TALLY_DB=pg_url, TALLY_KEY=str(tmp_path / ".tally/root.pem"))
+    site = str(tmp_path / "site.toml")
+    try:
+        gate_all(w)
+        for window_id in ("job-0", "job-1"):
+            from runner.gates import admit
+
+            admit(w.book, w.root, window_id)
+        first = _cli(env, "window", "run", "job-0", "--site", site, "--execute", "--quiet")
+        deadline = time.monotonic() + 120
+        while state(w.book).windows["job-0"].waves < 1:   # it holds the hosts now
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        size = state(w.book).size
+        refused = subprocess.run([TALLY, "window", "run", "job-1", "--site", site, "--execute"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 3, refused.stderr   # busy: a job system retries it
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is in use by another runner" in lines[0] and "tally window job-0" in lines[0]
+        assert state(w.book).windows["job-1"].actions == 0   # nothing was done for it
+        # the job system's command: resume starts a window not yet run, and waits for the hosts
+        waiting = _cli(env, "window", "resume", "job-1", "--site", site, "--quiet", "--wait-hosts", "300")
+        _, first_err = first.communicate(timeout=300)
+        assert first.returncode == 0, first_err
+        _, second_err = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0, second_err
+        final = state(w.book)
+        assert size < final.size
+        zero, one = final.windows["job-0"], final.windows["job-1"]
+        assert zero.decision is not None and one.decision is not None and final.hold is None
+        assert final.production == "up"
+        seqs = {wid: [e.seq for e in w.book.events(stream=f"window/{wid}", types=["host.action"])]
+                for wid in ("job-0", "job-1")}
+        decided = next(iter(w.book.events(stream="window/job-0", types=["decision.recorded"]))).seq
+        assert min(seqs["job-1"]) > decided   # it waited for the whole first window, not for its HOLD alone
+        again = subprocess.run([TALLY, "window", "resume", "job-1", "--site", site, "--quiet"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr   # a decided window: left as it is
+        assert state(w.book).size == final.size
+        verified = subprocess.run([TALLY, "verify"], env=env, capture_output=True, text=True, timeout=120)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert run_audit(book=w.book).ok
+    finally:
+        close(w)
