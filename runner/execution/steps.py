@@ -170,7 +170,7 @@ def _stopped(ws: WindowState) -> str | None:
 def acting_reason(other: WindowState) -> str:
     """Why a window cannot open while ``other`` is acting on the site (``State.acting``)."""
     return (f"window {other.id} is acting on the site (phase {other.phase}, {other.actions} host action(s), "
-            f"no decision yet): wait for it to end, or `tally window resume {other.id}` if its runner is gone")
+            f"not closed yet): wait for it to end, or `tally window resume {other.id}` if its runner is gone")
 
 
 def _opening(ctx: Context) -> Step:

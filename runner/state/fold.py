@@ -162,11 +162,11 @@ class State:
         return [wid for wid, ws in self.windows.items() if ws.live]
 
     def acting(self, other_than: str) -> WindowState | None:
-        """Another window that has acted on the site (a host action recorded) and has no decision yet, the
-        earliest registered: until it is decided, its runner (or what its crash left) may hold the hosts
-        anywhere between the snapshot and the restore, HOLD or not, so no other window may open there."""
+        """Another window that has acted on the site (a host action recorded) and is not closed yet (no ending
+        recorded), the earliest registered: until it is closed, its runner (or what its crash left) may hold
+        the hosts anywhere between the snapshot and the restore, HOLD or not, so no other window may open."""
         for wid, ws in self.windows.items():   # in registration order
-            if wid != other_than and ws.actions and ws.decision is None:
+            if wid != other_than and ws.actions and ws.ending is None:
                 return ws
         return None
 
