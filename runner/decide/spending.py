@@ -45,9 +45,9 @@ def _normal_cdf(x: float) -> float:
 
 
 def _normal_quantile(p: float) -> float:
-    from scipy.stats import norm  # heavy import, only for the O'Brien-Fleming function
+    from scipy.special import ndtri  # what scipy.stats.norm.ppf computes, without importing scipy.stats
 
-    return float(norm.ppf(p))
+    return float(ndtri(p))
 
 
 @dataclass(frozen=True)

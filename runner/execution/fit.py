@@ -70,6 +70,7 @@ def site_refusals(plan: Plan, driver: HostDriver) -> list[str]:
 def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     """What production's serving and metrics endpoints say the window cannot get (read-only requests)."""
     from ..measure.sources import counter_source
+    from ..measure.transport import StampingTransport
     from ..measure.wave import scrape_metrics, served_models
 
     refusals: list[str] = []
@@ -86,7 +87,7 @@ def probe_refusals(plan: Plan, driver: HostDriver) -> list[str]:
     rounds = plan.protocol == "win2-v1"
     if not source.scrapes or not (needed or rounds):
         return refusals
-    with httpx.Client() as http:   # one scrape per metrics URL serves both checks
+    with httpx.Client(transport=StampingTransport()) as http:   # one scrape per URL serves both checks
         for url in driver.metrics_urls:
             scrape = scrape_metrics(http, url, PROBE_TIMEOUT_S)
             snapshot = scrape.snapshot
