@@ -43,6 +43,12 @@ Invariants (names are stable; docs/events.md explains each):
 ``clock-cap-recorded``         every ``start.began`` records its clock cap (none when the plan has no clocks)
 ``priming-before-waves``       a plan that registers prefix priming has each start's ``priming.done``
                                before that start's first wave
+``params-attested-before-waves``  each start's effective parameters are attested (``params.attested``,
+                               ok) before its first wave (a start whose warm-up was recorded with no
+                               attestation is an older runner's, and is not held to it)
+``one-window-on-site``         a window's first host action comes while no other window has acted and
+                               is not yet closed (between a drain and its HOLD, production is down and
+                               no HOLD says whose)
 ``decision-recomputes``        the decision's rule is the plan's protocol, and (with a hook) the
                                recorded result recomputes from the window's events
 ``smoke-before-decision``      a decision that depends on the smoke stage (pp3-v1; win2-v1 when the
@@ -65,7 +71,7 @@ from ..decide.smoke import smoke_tally
 from ..events.catalogue import CATALOGUE, WINDOW_STREAM_PREFIX
 from ..plan.model import Plan, plan_sha256
 from ..plan.parse import parse_plan
-from ..state.fold import Folding, WindowState, admission_blockers, typed_payload
+from ..state.fold import Folding, WindowState, acting_window, admission_blockers, typed_payload
 from ..state.touched import touched
 
 if TYPE_CHECKING:
@@ -90,6 +96,8 @@ INVARIANTS: tuple[str, ...] = (
     "order-seeds-families-match-plan",
     "clock-cap-recorded",
     "priming-before-waves",
+    "params-attested-before-waves",
+    "one-window-on-site",
     "decision-recomputes",
     "smoke-before-decision",
 )
@@ -269,9 +277,15 @@ class _Auditor:
 
 
 def _check_host_action(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
-    if p["phase"] == "started" and not a._admitted_or_aborted(ws):
+    if p["phase"] != "started":
+        return
+    if not a._admitted_or_aborted(ws):
         a.flag("gate-before-host-contact", e, f"host action {p['action']} on {p['host']} before window {ws.id} "
                                               f"was admitted", ws.id)
+    other = acting_window(a.state.windows, ws.id) if not ws.actions else None
+    if other is not None:
+        a.flag("one-window-on-site", e, f"window {ws.id}'s first host action ({p['action']}) while window "
+                                        f"{other.id} has acted and is not closed (phase {other.phase})", ws.id)
 
 
 def _check_admitted(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _Track) -> None:
@@ -360,6 +374,11 @@ def _check_wave(a: _Auditor, e: Event, p: dict[str, Any], ws: WindowState, t: _T
     if plan.priming is not None and (started is None or started.priming is None):
         a.flag("priming-before-waves", e, f"wave {start}/{cell}/{wave} before start {start}'s registered priming",
                ws.id)
+    params = None if started is None else started.params
+    if started is not None and ((params is None and started.warmup is None) or (params is not None and not params.ok)):
+        why = "with no params.attested" if params is None else "after params.attested found " + (
+            "; ".join(params.failures[:2]) or "them not attested")
+        a.flag("params-attested-before-waves", e, f"wave {start}/{cell}/{wave} {why}", ws.id)
     spec = plan.wave_index.get((start, cell, wave))
     if spec is None:
         a.flag("order-seeds-families-match-plan", e, f"wave {start}/{cell}/{wave} is not in the plan", ws.id)

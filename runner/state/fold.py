@@ -74,6 +74,7 @@ __all__ = [
     "TypedPayload",
     "WaveKeys",
     "WindowState",
+    "acting_window",
     "admission_blockers",
     "fold",
     "typed_payload",
@@ -162,13 +163,8 @@ class State:
         return [wid for wid, ws in self.windows.items() if ws.live]
 
     def acting(self, other_than: str) -> WindowState | None:
-        """Another window that has acted on the site (a host action recorded) and is not closed yet (no ending
-        recorded), the earliest registered: until it is closed, its runner (or what its crash left) may hold
-        the hosts anywhere between the snapshot and the restore, HOLD or not, so no other window may open."""
-        for wid, ws in self.windows.items():   # in registration order
-            if wid != other_than and ws.actions and ws.ending is None:
-                return ws
-        return None
+        """Another window acting on the site (``acting_window``)."""
+        return acting_window(self.windows, other_than)
 
     def open_actions(self) -> list[tuple[str, OpenAction]]:
         """Host actions started and not finished (unknown outcomes), across windows: (window, action) by seq."""
@@ -187,6 +183,16 @@ class State:
             "production": self.production,
             "windows": {wid: ws.to_json() for wid, ws in windows.items()},
         }
+
+
+def acting_window(windows: Mapping[str, WindowState], other_than: str) -> WindowState | None:
+    """A window other than ``other_than`` that has acted on the site (a host action recorded) and is not closed
+    yet (no ending recorded), the earliest registered: until it is closed, its runner (or what its crash left)
+    may hold the hosts anywhere between the snapshot and the restore, HOLD or not, so no other window may open."""
+    for wid, ws in windows.items():   # in registration order
+        if wid != other_than and ws.actions and ws.ending is None:
+            return ws
+    return None
 
 
 class Folding:

@@ -1,5 +1,6 @@
-"""The example vLLM site's own parts that need no vLLM: the start-up line it reads the speculative config
-from, and the serving port's relay (router.py), tried against the simulator on every test run."""
+"""The example vLLM site's own parts: those that need no vLLM (the start-up line it reads the speculative
+config from, and the serving port's relay, router.py, tried against the simulator on every test run), and its
+warm-up on the real pair (sent as the waves are)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import runner.sim as sim
 from tests.simhelpers import fast_config
 
 from .sitecopy import free_port
-from .vllmpair import EXAMPLE
+from .vllmpair import EXAMPLE, VllmSite
 
 
 def _site_module() -> ModuleType:
@@ -94,3 +95,39 @@ def test_the_router_relays_the_routed_engine_and_answers_503_when_nothing_is(tmp
         with contextlib.suppress(OSError):
             os.killpg(router.pid, signal.SIGTERM)
         router.wait(timeout=10)
+
+
+def _chat_requests(url: str) -> float:
+    """vLLM's own count of chat completions it answered 2xx (its HTTP instrumentation, per handler)."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("http_requests_total{") and 'handler="/v1/chat/completions"' in line
+               and 'status="2xx"' in line)
+
+
+def test_the_site_warm_up_is_sent_as_the_waves_are_on_real_vllm(vllm_pair: VllmSite) -> None:
+    """The example site's warm-up carries the plan's engine-side sampling fields (``params.engine_sampling``)
+    and goes to chat completions when the waves do (``params.endpoint``): vLLM refuses the warm-up whose
+    repetition_penalty it refuses (so the field reached it), and counts a chat warm-up's two requests on the
+    chat handler. Production is routed back after (``up``)."""
+    def warmup(params: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        request = json.dumps({"action": "warmup", "host": None, "params": params})
+        return subprocess.run(vllm_pair.command("warmup"), capture_output=True, text=True, timeout=300,
+                              cwd=vllm_pair.directory, env=dict(os.environ, TALLY_REQUEST=request))
+
+    plain = vllm_pair.url("plain")
+    try:
+        assert vllm_pair.script("drain").returncode == 0
+        started = vllm_pair.script("start_arm", "plain", "A")
+        assert started.returncode == 0, started.stderr
+        before = _chat_requests(plain)
+        chat = warmup({"endpoint": "chat", "engine_sampling": {"repetition_penalty": 1.0}})
+        assert chat.returncode == 0, chat.stderr
+        assert _chat_requests(plain) - before == 2
+        refused = warmup({"engine_sampling": {"repetition_penalty": -1.0}})
+        assert refused.returncode != 0 and "did not answer the warm-up" in refused.stdout + refused.stderr
+        assert warmup({}).returncode == 0   # without the field: the same request is served
+    finally:
+        vllm_pair.script("stop_arm")
+        up = vllm_pair.script("up", timeout=1200)
+        assert up.returncode == 0, up.stderr

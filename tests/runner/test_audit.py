@@ -354,6 +354,55 @@ def test_waves_before_the_registered_priming() -> None:
     _expect(_audit(script, items), "priming-before-waves", at + 1)
 
 
+def _attested(script: Script, plan: Plan, *, ok: bool = True) -> list[NewEvent]:
+    """The script's events with a ``params.attested`` before each start's warm-up (``ok`` for the first)."""
+    items = list(script.items)
+    for nth, start in enumerate(plan.starts):
+        at = find(items, "warmup.done", start=start.id)
+        items.insert(at, NewEvent(
+            items[at].stream, "params.attested",
+            {"window": plan.window_id, "plan_sha256": plan.sha256, "start": start.id, "ok": ok or nth > 0,
+             "reported": {}, "checks": [], "failures": [] if ok or nth > 0 else ["top_p 0.9 (plan: 1.0)"],
+             "none_reported": True}))
+    return items
+
+
+def test_waves_after_their_start_s_attested_parameters() -> None:
+    script, plan = _restoring()
+    assert not [v for v in _audit(script, _attested(script, plan))
+                if v.invariant == "params-attested-before-waves"]   # attested, and an older runner's start
+    assert not [v for v in _audit(script) if v.invariant == "params-attested-before-waves"]
+    items = _attested(script, plan, ok=False)
+    first = plan.waves_of(plan.starts[0].id)[0]
+    at = find(items, "wave.measured", start=plan.starts[0].id, wave=first.wave)
+    hit = _expect(_audit(script, items), "params-attested-before-waves", at + 1)
+    assert "top_p 0.9 (plan: 1.0)" in hit.message
+    bare = list(script.items)   # neither an attestation nor a warm-up before the start's waves
+    del bare[find(bare, "warmup.done", start=plan.starts[0].id)]
+    at = find(bare, "wave.measured", start=plan.starts[0].id, wave=first.wave)
+    assert "with no params.attested" in _expect(_audit(script, bare), "params-attested-before-waves", at + 1).message
+
+
+def test_a_window_acting_while_another_has_acted_and_is_not_closed() -> None:
+    script = Script()
+    first, fam1, src1 = example_plan("seed000-production-policy", window_id="first", chain="none")
+    second, fam2, src2 = example_plan("seed000-controlled", window_id="second", chain="none")
+    script.register(first, fam1, src1)
+    script.register(second, fam2, src2)
+    script.admit(first)
+    script.admit(second)
+    script.action(first, "preflight")
+    script.action(first, "drain")          # production down, no HOLD yet
+    script.action(second, "preflight")     # the second window's first action: refused by the runner
+    at = len(script.items) - 2
+    hit = _expect(_audit(script), "one-window-on-site", at + 1)
+    assert "window first has acted and is not closed" in hit.message
+    clean = Script()   # one after the other: no violation
+    clean.restoring_window()
+    clean.restoring_window("seed000-controlled", window_id="after")
+    assert not [v for v in _audit(clean) if v.invariant == "one-window-on-site"]
+
+
 # ---------------------------------------------------------------------- untouched-close-proven
 
 

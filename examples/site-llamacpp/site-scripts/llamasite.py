@@ -277,16 +277,28 @@ def stop_arm(cfg: dict[str, Any], state: Path) -> None:
     facts({"arm": stopped["arm"] if stopped else None, "engine": None})
 
 
-def _ttft(cfg: dict[str, Any]) -> float | None:
+def _ttft(cfg: dict[str, Any], params: dict[str, Any]) -> float | None:
+    """One warm-up request's time to its reply, sent as the window's waves are: the plan's engine-side
+    sampling fields (``params.engine_sampling``) in the body, to chat completions when the waves go there
+    (``params.endpoint``), so that the warm-up warms what the waves will use."""
+    given = params.get("engine_sampling")
+    fields: dict[str, Any] = given if isinstance(given, dict) else {}
+    body: dict[str, Any]
+    if params.get("endpoint") == "chat":
+        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}]}
+    else:
+        path, body = "/v1/completions", {"prompt": "Hello"}
+    body.update({**fields, "max_tokens": 1, "temperature": 0})
     started = time.perf_counter()
-    status, _ = post(cfg, "/v1/completions", {"prompt": "Hello", "max_tokens": 1, "temperature": 0})
+    status, _ = post(cfg, path, body)
     return time.perf_counter() - started if status == 200 else None
 
 
-def warmup(cfg: dict[str, Any], state: Path) -> None:
+def warmup(cfg: dict[str, Any], state: Path, req: dict[str, Any]) -> None:
     if running(state) is None:
         raise Refused("no engine is running")
-    cold, warm = _ttft(cfg), _ttft(cfg)
+    params = req.get("params") or {}
+    cold, warm = _ttft(cfg, params), _ttft(cfg, params)
     if cold is None or warm is None:
         raise Refused("the engine did not answer the warm-up requests")
     print(f"warmup: cold TTFT {cold:.6f} s, warm TTFT {warm:.6f} s")
@@ -384,7 +396,7 @@ def main(argv: list[str]) -> int:
         elif action in ("stop_arm", "experiment_stop"):
             stop_arm(cfg, state)
         elif action == "warmup":
-            warmup(cfg, state)
+            warmup(cfg, state, request)
         elif action == "restore":
             restore(cfg, state, request)
         elif action == "watch":
