@@ -15,6 +15,7 @@ holds the window's runner lock for as long as it runs.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,9 +86,10 @@ def run_window(session: Session, window: str, site: Path, *, resume: bool = Fals
     if not abort:
         refuse_unadmitted(state, window)   # before the site is read: a server that is down must not hide it
     driver, scale = site_driver(site)
-    with window_lock(book, window), \
-            host_locks(book, driver.hosts, holder=f"window {window} ({owner_name()})", wait_s=wait_hosts_s), \
-            Progress(enabled=progress, echo=echo, verbose=verbose) as bar:
+    decided = state.windows[window].decision is not None   # nothing left to do on the hosts: none is waited for
+    hosts = contextlib.nullcontext() if decided else host_locks(
+        book, driver.hosts, holder=f"window {window} ({owner_name()})", wait_s=wait_hosts_s)
+    with window_lock(book, window), hosts, Progress(enabled=progress, echo=echo, verbose=verbose) as bar:
         runner = WindowRunner(book, signer, window, driver, time_scale=scale,
                               say=guard(bar.say) if echo else (lambda _t: None),
                               on_wave=guard(bar.wave), owner=window, chain_production=chain_production,

@@ -15,6 +15,7 @@ not a lock file: a planted one is refused, exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -22,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.db import sqlite_path
 from ledger.errors import ExternalError, PolicyError
@@ -68,25 +69,13 @@ def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator
     ``wait_s`` waits that long for another holder to let go before refusing.
     """
     if ledger.engine.dialect.name == "postgresql":
-        raw = ledger.engine.raw_connection()
-        try:
-            cursor = raw.cursor()
-
+        with _pg_lock_session(ledger, f"window {window}") as cursor:
             def take() -> bool:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, _key(window)))
-                row = cursor.fetchone()
-                raw.commit()
-                return bool(row and row[0])
+                return _pg_try(cursor, LOCK_CLASS, _key(window))
 
             if not _retrying(take, wait_s):
                 raise _refuse(window)
-            try:
-                yield
-            finally:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, _key(window)))
-                raw.commit()
-        finally:
-            raw.close()
+            yield
         return
     path = sqlite_path(ledger.url)
     if path is None:
@@ -156,54 +145,88 @@ def _host_key(host: str) -> int:
 
 
 def _pg_host_locks(ledger: Ledger, names: list[str], holder: str, wait_s: float) -> Iterator[None]:
-    raw = ledger.engine.raw_connection()
-    try:
-        cursor = raw.cursor()
-        cursor.execute("SELECT set_config('application_name', %s, false)", (f"tally {holder}"[:63],))
-        for name, value in KEEPALIVE.items():   # the server's side: a vanished machine's session (and locks) end
-            cursor.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
-        raw.commit()
+    with _pg_lock_session(ledger, holder) as cursor:
         busy: list[str] = []
 
         def take() -> bool:
-            taken: list[str] = []
             busy.clear()
-            for host in names:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
-                row = cursor.fetchone()
-                if row and row[0]:
-                    taken.append(host)
-                else:
-                    busy.append(host)
-                    break
-            if busy:
+            taken: list[str] = []
+            for host in names:   # every one tried, so that a refusal names every busy host
+                (taken if _pg_try(cursor, HOST_LOCK_CLASS, _host_key(host)) else busy).append(host)
+            if busy:   # all or nothing: let go of the ones this attempt took
                 for host in taken:
-                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
-            raw.commit()
+                    _pg_call(cursor, "SELECT pg_advisory_unlock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
             return not busy
 
         if not _retrying(take, wait_s):
             raise _busy(busy, _pg_holders(cursor, busy), wait_s)
+        yield
+
+
+@contextmanager
+def _pg_lock_session(ledger: Ledger, holder: str) -> Iterator[Any]:
+    """A connection of its own for session advisory locks (its cursor), named ``tally HOLDER`` to the server,
+    with server-side TCP keepalives (``KEEPALIVE``): a holder whose machine vanished loses its locks within
+    about a minute. At the end every lock of the session is let go; when that fails the connection is
+    dropped (the server then ends the session, and its locks with it), and the block's own outcome stands.
+    A database that fails while the lock is taken is ``ExternalError`` (exit 3)."""
+    raw = ledger.engine.raw_connection()
+    cursor: Any = None
+    try:
         try:
-            yield
-        finally:
-            cursor.execute("SELECT pg_advisory_unlock_all()")
+            cursor = raw.cursor()
+            cursor.execute("SELECT set_config('application_name', %s, false)", (f"tally {holder}"[:63],))
+            for name, value in KEEPALIVE.items():
+                cursor.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
             raw.commit()
+        except Exception as exc:
+            _drop(raw)
+            raise ExternalError(f"the database did not answer while taking a runner lock: {exc}") from None
+        yield cursor
     finally:
-        raw.close()
+        try:
+            if cursor is not None:
+                cursor.execute("SELECT pg_advisory_unlock_all()")
+                raw.commit()
+        except Exception:   # the session ends with the dropped connection: its locks go with it
+            _drop(raw)
+        with contextlib.suppress(Exception):
+            raw.close()
 
 
-def _pg_holders(cursor: object, hosts: list[str]) -> list[str]:
+def _drop(raw: Any) -> None:
+    """Drop the pooled connection for good (never back to the pool holding a session lock)."""
+    with contextlib.suppress(Exception):
+        raw.invalidate()
+
+
+def _pg_call(cursor: Any, sql: str, args: tuple[object, ...]) -> Any:
+    """One statement on a lock session and its first row's first value; ``ExternalError`` when it fails."""
+    try:
+        cursor.execute(sql, args)
+        row = cursor.fetchone()
+        cursor.connection.commit()
+    except Exception as exc:
+        raise ExternalError(f"the database did not answer while taking a runner lock: {exc}") from None
+    return row[0] if row else None
+
+
+def _pg_try(cursor: Any, key1: int, key2: int) -> bool:
+    return bool(_pg_call(cursor, "SELECT pg_try_advisory_lock(%s, %s)", (key1, key2)))
+
+
+def _pg_holders(cursor: Any, hosts: list[str]) -> list[str]:
     """Who holds the hosts' locks, as their sessions named themselves (what this role may read of them)."""
     try:
         keys = [_host_key(h) & 0xFFFFFFFF for h in hosts]   # pg_locks shows the int4 keys as oids
-        cursor.execute(  # type: ignore[attr-defined]
+        cursor.execute(
             "SELECT DISTINCT a.application_name, host(a.client_addr) FROM pg_locks l "
             "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid::bigint = %s "
             "AND l.objid::bigint = ANY(%s) AND l.granted "
             "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             (HOST_LOCK_CLASS, keys))
-        rows = cursor.fetchall()  # type: ignore[attr-defined]
+        rows = cursor.fetchall()
+        cursor.connection.commit()
     except Exception:   # who holds it is a courtesy: the refusal stands without it
         return []
     return [" from ".join(str(v) for v in row if v) for row in rows if any(row)][:3]
@@ -218,14 +241,15 @@ def _memory_host_locks(ledger: Ledger, names: list[str], wait_s: float) -> Itera
     def take() -> bool:
         busy.clear()
         for host, lock in zip(names, locks, strict=True):
-            if not lock.acquire(blocking=False):
+            if lock.acquire(blocking=False):
+                taken.append(lock)
+            else:
                 busy.append(host)
-                for held in taken:
-                    held.release()
-                taken.clear()
-                return False
-            taken.append(lock)
-        return True
+        if busy:   # all or nothing
+            for held in taken:
+                held.release()
+            taken.clear()
+        return not busy
 
     if not _retrying(take, wait_s):
         raise _busy(busy, [], wait_s)
@@ -256,13 +280,14 @@ def _file_host_locks(path: os.PathLike[str], names: list[str], wait_s: float) ->
                 except BlockingIOError:
                     busy.append(host)
                     pid = os.pread(fd, 16, 0).decode("ascii", "replace").strip()
-                    if pid.isdigit():
+                    if pid.isdigit() and f"pid {pid} on this machine" not in holders:
                         holders.append(f"pid {pid} on this machine")
-                    for held in taken:
-                        fcntl.flock(held, fcntl.LOCK_UN)
-                    return False
+                    continue
                 taken.append(fd)
-            return True
+            if busy:   # all or nothing
+                for held in taken:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+            return not busy
 
         if not _retrying(take, wait_s):
             raise _busy(busy, holders, wait_s)

@@ -177,9 +177,6 @@ def _opening(ctx: Context) -> Step:
     ws, state = ctx.ws, ctx.state
     if state.hold is not None and state.hold.owner != ws.id:
         return Step("blocked", reason=f"the HOLD is owned by {state.hold.owner} (seq {state.hold.seq})")
-    other = state.acting(ws.id)
-    if other is not None:
-        return Step("blocked", reason=acting_reason(other))
     if _aborting(ws) is not None:
         return _ending(ctx, "aborted")
     marker = _under_foreign_marker(ctx)
@@ -188,6 +185,16 @@ def _opening(ctx: Context) -> Step:
         if marker:
             return Step("chain_abort", reason=f"{stopped} before the HOLD under the marker")
         return Step("measurement_end", reason=f"{stopped} before the HOLD", args={"why": "interrupted"})
+    other = state.acting(ws.id)
+    if other is not None:
+        if not ws.actions:   # it waits: the site is the other window's until that one is closed
+            return Step("blocked", reason=acting_reason(other))
+        # Both have acted before a HOLD (a ledger an older runner raced on): neither may go on to a HOLD over
+        # the other's hosts, and neither may wait for the other; this one ends, restoring what it touched.
+        reason = f"window {other.id} acted on the site too, before this window's HOLD"
+        if marker:
+            return Step("chain_abort", reason=reason)
+        return Step("measurement_end", reason=reason, args={"why": "failed"})
     if not _done(ws, "preflight"):
         if _done(ws, "preflight", ok=False):
             if marker:

@@ -21,7 +21,7 @@ from ledger.errors import ExternalError, PolicyError
 from ledger.store import Ledger
 from runner.audit.full import run_audit
 from runner.execution.lock import host_locks
-from runner.execution.steps import next_step
+from runner.execution.steps import Step, next_step
 from runner.execution.window import RunResult, WindowRunner
 
 from .worlds import World, close, gate_all, run, state, window, world
@@ -37,19 +37,44 @@ def book(request: pytest.FixtureRequest, tmp_path: Path) -> Ledger:
 
 def test_host_locks_are_all_or_nothing_and_name_who_holds_them(book: Ledger) -> None:
     with host_locks(book, ("gpu-a", "gpu-b"), holder="window w1 (ops@runner-1)"):
-        with pytest.raises(ExternalError, match="host gpu-b is in use by another runner") as refused, \
-                host_locks(book, ["gpu-c", "gpu-b"], holder="window w2 (ops@runner-2)"):
+        with pytest.raises(ExternalError, match="host gpu-a, gpu-b is in use by another runner") as refused, \
+                host_locks(book, ["gpu-c", "gpu-b", "gpu-a"], holder="window w2 (ops@runner-2)"):
             pass
         message = str(refused.value)
+        assert "\n" not in message
         if book.engine.dialect.name == "postgresql":
             assert "tally window w1 (ops@runner-1)" in message   # the holder's session, as it named itself
         elif sqlite_path(book.url) is not None:   # a file: the lock file names the holder's pid
             assert f"pid {os.getpid()} on this machine" in message
-        with host_locks(book, ["gpu-c"], holder="window w3"):   # other hosts: at once
+        with host_locks(book, ["gpu-c"], holder="window w3"):   # the refused attempt left gpu-c free
             pass
-    # all or nothing: the refused attempt held gpu-c for no one (it was taken again above, and is free now)
     with host_locks(book, ["gpu-b", "gpu-c"], holder="window w2"):
         pass
+    book.close()
+
+
+def test_a_runner_waiting_for_a_busy_host_holds_none_of_the_others(book: Ledger) -> None:
+    """All or nothing while it waits: a runner wanting gpu-0 and gpu-b, gpu-b busy, leaves gpu-0 free for
+    others the whole time (it takes gpu-0 first, by name, and lets go of it at each refused attempt)."""
+    errors: list[BaseException] = []
+
+    def want_both() -> None:
+        try:
+            with host_locks(book, ["gpu-0", "gpu-b"], holder="window w2", wait_s=1.5):
+                pass
+        except ExternalError as exc:
+            errors.append(exc)
+
+    with host_locks(book, ["gpu-b"], holder="window w1"):
+        waiter = threading.Thread(target=want_both)
+        waiter.start()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:   # gpu-0 stays free while the other waits
+            with host_locks(book, ["gpu-0"], holder="window w3", wait_s=0.5):
+                pass
+            time.sleep(0.02)
+        waiter.join()
+    assert errors and "host gpu-b is in use" in str(errors[0]) and "waited 1.5 s" in str(errors[0])
     book.close()
 
 
@@ -129,6 +154,46 @@ def test_the_step_machine_blocks_an_opening_while_another_window_acts(tmp_path: 
         close(w)
 
 
+def test_two_windows_that_both_acted_before_a_hold_end_instead_of_waiting_for_each_other(tmp_path: Path) -> None:
+    """A ledger an older runner raced on: the first drained, the second ran its preflight, neither opened a
+    HOLD. Neither may go on to a HOLD over the other's hosts, and neither may wait for the other (each
+    would wait for good): the one resumed ends, restoring production, and then the other can go on."""
+    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
+                         window("seed000-controlled.toml", "second", chain="none")])
+    try:
+        gate_all(w)
+        _stop_after(w, "first", "drain")
+        from runner.gates import admit
+
+        admit(w.book, w.root, "second")
+        runner = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale)
+        runner.perform(Step("preflight"), RunResult("second", None, None, []))   # as the old runner let it
+        runner.refresh()
+        step = next_step(runner._context(runner.ws))
+        assert step.kind == "measurement_end" and "window first acted on the site too" in (step.reason or "")
+        ended = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale).run(resume=True)
+        assert ended.decision is not None and state(w.book).windows["second"].ending is not None
+        first = WindowRunner(w.book, w.root, "first", w.driver, time_scale=w.time_scale).run(resume=True)
+        assert first.decision is not None and state(w.book).production == "up"
+    finally:
+        close(w)
+
+
+def test_a_window_that_never_acted_can_be_aborted_while_another_acts(tmp_path: Path) -> None:
+    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
+                         window("seed000-controlled.toml", "second", chain="none")])
+    try:
+        gate_all(w)
+        _stop_after(w, "first", "drain")
+        aborted = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale).run(abort=True)
+        assert aborted.blocked is None and aborted.ending == "aborted"
+        after = state(w.book)
+        assert after.windows["second"].actions == 0   # closed as never touched: no host action taken
+        assert after.windows["first"].ending is None and after.production == "down"   # the other's, untouched
+    finally:
+        close(w)
+
+
 def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([TALLY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -150,12 +215,14 @@ def test_two_runner_processes_one_postgres_ledger_one_host_pair(tmp_path: Path, 
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.05)
         size = state(w.book).size
+        job_1 = len(list(w.book.events(stream="window/job-1")))
         refused = subprocess.run([TALLY, "window", "run", "job-1", "--site", site, "--execute"], env=env,
                                  capture_output=True, text=True, timeout=120)
         assert refused.returncode == 3, refused.stderr   # busy: a job system retries it
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and "is in use by another runner" in lines[0] and "tally window job-0" in lines[0]
         assert state(w.book).windows["job-1"].actions == 0   # nothing was done for it
+        assert len(list(w.book.events(stream="window/job-1"))) == job_1   # and nothing appended
         # the job system's command: resume starts a window not yet run, and waits for the hosts
         waiting = _cli(env, "window", "resume", "job-1", "--site", site, "--quiet", "--wait-hosts", "300")
         _, first_err = first.communicate(timeout=300)
@@ -171,9 +238,10 @@ def test_two_runner_processes_one_postgres_ledger_one_host_pair(tmp_path: Path, 
                 for wid in ("job-0", "job-1")}
         decided = next(iter(w.book.events(stream="window/job-0", types=["decision.recorded"]))).seq
         assert min(seqs["job-1"]) > decided   # it waited for the whole first window, not for its HOLD alone
-        again = subprocess.run([TALLY, "window", "resume", "job-1", "--site", site, "--quiet"], env=env,
-                               capture_output=True, text=True, timeout=120)
-        assert again.returncode == 0, again.stderr   # a decided window: left as it is
+        with host_locks(w.book, w.driver.hosts, holder="window another"):   # the hosts busy again
+            again = subprocess.run([TALLY, "window", "resume", "job-1", "--site", site, "--quiet"], env=env,
+                                   capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr   # a decided window: left as it is, no host waited for
         assert state(w.book).size == final.size
         verified = subprocess.run([TALLY, "verify"], env=env, capture_output=True, text=True, timeout=120)
         assert verified.returncode == 0, verified.stdout + verified.stderr
