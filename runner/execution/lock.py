@@ -167,37 +167,33 @@ def _pg_host_locks(ledger: Ledger, names: list[str], holder: str, wait_s: float)
 def _pg_lock_session(ledger: Ledger, holder: str) -> Iterator[Any]:
     """A connection of its own for session advisory locks (its cursor), named ``tally HOLDER`` to the server,
     with server-side TCP keepalives (``KEEPALIVE``): a holder whose machine vanished loses its locks within
-    about a minute. At the end every lock of the session is let go; when that fails the connection is
-    dropped (the server then ends the session, and its locks with it), and the block's own outcome stands.
-    A database that fails while the lock is taken is ``ExternalError`` (exit 3)."""
-    raw = ledger.engine.raw_connection()
+    about a minute. It is detached from the ledger's pool, so that closing it ends the session (its locks,
+    its name and its keepalives go with it; none is ever handed back to the pool). At the end every lock
+    is let go, and the connection closed whatever that says: the block's own outcome stands. A database
+    that fails while the lock is taken is ``ExternalError`` (exit 3)."""
+    raw: Any = None
     cursor: Any = None
     try:
         try:
+            raw = ledger.engine.raw_connection()
+            raw.detach()
             cursor = raw.cursor()
             cursor.execute("SELECT set_config('application_name', %s, false)", (f"tally {holder}"[:63],))
             for name, value in KEEPALIVE.items():
                 cursor.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
             raw.commit()
         except Exception as exc:
-            _drop(raw)
+            cursor = None
             raise ExternalError(f"the database did not answer while taking a runner lock: {exc}") from None
         yield cursor
     finally:
-        try:
-            if cursor is not None:
+        if cursor is not None:
+            with contextlib.suppress(Exception):
                 cursor.execute("SELECT pg_advisory_unlock_all()")
                 raw.commit()
-        except Exception:   # the session ends with the dropped connection: its locks go with it
-            _drop(raw)
-        with contextlib.suppress(Exception):
-            raw.close()
-
-
-def _drop(raw: Any) -> None:
-    """Drop the pooled connection for good (never back to the pool holding a session lock)."""
-    with contextlib.suppress(Exception):
-        raw.invalidate()
+        if raw is not None:
+            with contextlib.suppress(Exception):
+                raw.close()   # detached: the session ends here
 
 
 def _pg_call(cursor: Any, sql: str, args: tuple[object, ...]) -> Any:

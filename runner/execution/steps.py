@@ -185,16 +185,17 @@ def _opening(ctx: Context) -> Step:
         if marker:
             return Step("chain_abort", reason=f"{stopped} before the HOLD under the marker")
         return Step("measurement_end", reason=f"{stopped} before the HOLD", args={"why": "interrupted"})
-    other = state.acting(ws.id)
-    if other is not None:
-        if not ws.actions:   # it waits: the site is the other window's until that one is closed
-            return Step("blocked", reason=acting_reason(other))
-        # Both have acted before a HOLD (a ledger an older runner raced on): neither may go on to a HOLD over
-        # the other's hosts, and neither may wait for the other; this one ends, restoring what it touched.
-        reason = f"window {other.id} acted on the site too, before this window's HOLD"
+    if ws.raced_with is not None:
+        # It took its first host action while another window was acting (a ledger an older runner raced on):
+        # its snapshot may be of hosts the other drained, so it never goes on to a HOLD; it ends, restoring
+        # what it touched. The window it raced waits for that (below), and goes on after.
+        reason = f"window {ws.raced_with} was acting on the site when this window first acted"
         if marker:
             return Step("chain_abort", reason=reason)
         return Step("measurement_end", reason=reason, args={"why": "failed"})
+    other = state.acting(ws.id)
+    if other is not None:   # it waits: the site is the other window's until that one is closed
+        return Step("blocked", reason=acting_reason(other))
     if not _done(ws, "preflight"):
         if _done(ws, "preflight", ok=False):
             if marker:

@@ -371,6 +371,10 @@ def _production(s: Folding, ws: WindowState, e: Event, p: pl.ProductionState) ->
 
 def _host_action(s: Folding, ws: WindowState, e: Event, p: pl.HostAction) -> WindowState:
     if p.phase == "started":
+        if not ws.actions:
+            other = acting_window(s.windows, ws.id)
+            if other is not None:
+                ws = evolve(ws, raced_with=other.id)
         opened = OpenAction(host=p.host, action=p.action, seq=e.seq, time=e.time, probe_of=p.probe_of,
                             action_id=p.action_id)
         ws = evolve(ws, actions=ws.actions + 1, begun={**ws.begun, p.action: ws.begun.get(p.action, 0) + 1},

@@ -493,6 +493,10 @@ class WindowState:
     # per role: the first start of it whose start_arm succeeded, and the identity its host reported then
     # (arm equivalence compares each role's first start with the plan's first start's)
     first_identity: Mapping[str, tuple[str, JSONValue]] = field(default_factory=lambda: MappingProxyType({}))
+    # the window that had acted, and was not closed, when this one took its first host action (a ledger an
+    # older runner raced on): this window's snapshot may be of hosts the other drained, so it never goes on
+    # to a HOLD (``State.acting``)
+    raced_with: str | None = None
 
     @property
     def closed(self) -> bool:
@@ -556,4 +560,6 @@ class WindowState:
         }
         if self.pressure:   # only when recorded: older states' JSON is unchanged
             out["pressure"] = list(self.pressure)
+        if self.raced_with is not None:   # the same
+            out["raced_with"] = self.raced_with
         return out

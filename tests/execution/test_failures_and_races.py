@@ -85,14 +85,16 @@ def test_two_windows_race_for_the_hold(tmp_path: Path) -> None:
     w = world(tmp_path, [window("seed000-controlled.toml", "race-a", chain="none"),
                          window("seed000-controlled.toml", "race-b", chain="none")])
     results: dict[str, Any] = {}
-    try:
+    together = threading.Barrier(2)   # both runners built before either runs: on a loaded machine the
+    try:                               # first could otherwise end its window before the second began
         gate_all(w)
 
         def go(window_id: str) -> None:
             driver = SimDriver.for_handle(w.sim)
             try:
-                results[window_id] = WindowRunner(w.book, w.root, window_id, driver,
-                                                  time_scale=w.time_scale).run()
+                runner = WindowRunner(w.book, w.root, window_id, driver, time_scale=w.time_scale)
+                together.wait(timeout=120)
+                results[window_id] = runner.run()
             except PolicyError as error:
                 results[window_id] = error
             finally:

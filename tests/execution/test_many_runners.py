@@ -154,10 +154,11 @@ def test_the_step_machine_blocks_an_opening_while_another_window_acts(tmp_path: 
         close(w)
 
 
-def test_two_windows_that_both_acted_before_a_hold_end_instead_of_waiting_for_each_other(tmp_path: Path) -> None:
-    """A ledger an older runner raced on: the first drained, the second ran its preflight, neither opened a
-    HOLD. Neither may go on to a HOLD over the other's hosts, and neither may wait for the other (each
-    would wait for good): the one resumed ends, restoring production, and then the other can go on."""
+def test_a_window_that_raced_another_never_opens_a_hold_and_the_other_goes_on_after(tmp_path: Path) -> None:
+    """A ledger an older runner raced on: the first window drained, then the second took its preflight, its
+    snapshot (of the drained hosts) and a drain, and neither opened a HOLD. The second raced the first
+    (``raced_with``): it never goes on to a HOLD, whoever is run first, and ends restoring what it touched;
+    the first waits for that, then goes on with its own snapshot (taken while production served)."""
     w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
                          window("seed000-controlled.toml", "second", chain="none")])
     try:
@@ -167,14 +168,26 @@ def test_two_windows_that_both_acted_before_a_hold_end_instead_of_waiting_for_ea
 
         admit(w.book, w.root, "second")
         runner = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale)
-        runner.perform(Step("preflight"), RunResult("second", None, None, []))   # as the old runner let it
-        runner.refresh()
+        for kind in ("preflight", "snapshot", "drain"):   # as the old runner let it
+            runner.perform(Step(kind, args={"from_marker": False}), RunResult("second", None, None, []))
+            runner.refresh()
+        assert state(w.book).windows["second"].raced_with == "first"
+        assert state(w.book).windows["first"].raced_with is None
+        waiting = WindowRunner(w.book, w.root, "first", w.driver, time_scale=w.time_scale).run(resume=True)
+        assert waiting.decision is None and "window second is acting on the site" in (waiting.blocked or "")
         step = next_step(runner._context(runner.ws))
-        assert step.kind == "measurement_end" and "window first acted on the site too" in (step.reason or "")
+        assert step.kind == "measurement_end" and "window first was acting" in (step.reason or "")
         ended = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale).run(resume=True)
-        assert ended.decision is not None and state(w.book).windows["second"].ending is not None
-        first = WindowRunner(w.book, w.root, "first", w.driver, time_scale=w.time_scale).run(resume=True)
-        assert first.decision is not None and state(w.book).production == "up"
+        second = state(w.book).windows["second"]
+        assert ended.decision is not None and second.ending is not None and second.restore is not None
+        assert not list(w.book.events(stream="window/second", types=["hold.opened"]))   # never a HOLD
+        done = WindowRunner(w.book, w.root, "first", w.driver, time_scale=w.time_scale).run(resume=True)
+        final = state(w.book)
+        assert done.decision is not None and final.windows["first"].ending == "restored"
+        assert final.production == "up" and final.hold is None
+        protocol = run_audit(book=w.book).protocol
+        assert protocol is not None   # the raced window is on record as such, and nothing else is wrong
+        assert [(v.invariant, v.window) for v in protocol.violations] == [("one-window-on-site", "second")]
     finally:
         close(w)
 
@@ -192,6 +205,69 @@ def test_a_window_that_never_acted_can_be_aborted_while_another_acts(tmp_path: P
         assert after.windows["first"].ending is None and after.production == "down"   # the other's, untouched
     finally:
         close(w)
+
+
+def test_a_postgres_lock_session_is_named_kept_alive_and_ends_with_its_connection(pg_url: str) -> None:
+    from runner.execution.lock import KEEPALIVE, _pg_lock_session
+
+    book = Ledger(pg_url)
+    other = Ledger(pg_url)
+    try:
+        with _pg_lock_session(book, "window w1 (ops@runner-1)") as cursor:
+            for name, value in KEEPALIVE.items():   # over TCP the server reads them back as set
+                cursor.execute("SELECT current_setting(%s)", (name,))
+                assert cursor.fetchone()[0] == str(value)
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        with other.engine.connect() as conn:   # closed with the block: the session is gone, not pooled
+            from sqlalchemy import text
+
+            alive = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid})
+            assert alive.scalar() == 0
+    finally:
+        book.close()
+        other.close()
+
+
+def test_a_lock_session_the_server_ends_lets_go_and_a_waiter_it_ends_is_external_error(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    book = Ledger(pg_url)
+
+    def terminate(name: str) -> int:
+        with book.engine.connect() as conn:
+            done = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                     "WHERE application_name = :name"), {"name": f"tally {name}"})
+            conn.commit()
+            return int(done.scalar() or 0)
+
+    try:
+        with host_locks(book, ["gpu-a"], holder="window w1"):   # the holder's session ends under it
+            assert terminate("window w1") == 1
+            time.sleep(0.2)
+        with host_locks(book, ["gpu-a"], holder="window w2"):   # its lock went with the session
+            pass
+        errors: list[BaseException] = []
+
+        def wait_for_it() -> None:
+            try:
+                with host_locks(book, ["gpu-b"], holder="window w4", wait_s=10):
+                    pass
+            except BaseException as exc:   # what the waiter's caller would see
+                errors.append(exc)
+
+        with host_locks(book, ["gpu-b"], holder="window w3"):
+            waiter = threading.Thread(target=wait_for_it)
+            waiter.start()
+            deadline = time.monotonic() + 10
+            while terminate("window w4") == 0:   # the waiter's session, once it is up
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            waiter.join(timeout=20)
+        assert len(errors) == 1 and isinstance(errors[0], ExternalError), errors
+        assert "the database did not answer while taking a runner lock" in str(errors[0])
+    finally:
+        book.close()
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
