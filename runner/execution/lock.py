@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.db import sqlite_path
@@ -51,6 +53,13 @@ def _refuse(window: str) -> PolicyError:
                        "wait for it, or stop it, then `tally window resume`")
 
 
+def _busy(hosts: list[str], holders: list[str], wait_s: float) -> ExternalError:
+    who = f" ({'; '.join(holders)})" if holders else ""
+    waited = f"waited {wait_s:g} s; " if wait_s > 0 else ""
+    return ExternalError(f"host {', '.join(hosts)} is in use by another runner right now{who}: {waited}"
+                         "nothing was done; try again later, or pass --wait-hosts SECONDS to wait for it")
+
+
 def _retrying(attempt: Callable[[], bool], wait_s: float) -> bool:
     """Try ``attempt`` until it succeeds or ``wait_s`` seconds have passed."""
     deadline = time.monotonic() + wait_s
@@ -62,58 +71,33 @@ def _retrying(attempt: Callable[[], bool], wait_s: float) -> bool:
         time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """What a lock of one kind is called in each backend (these names are shared by every tally version on
+    a ledger: changing one would let an older runner and a newer one hold the same thing at once)."""
+
+    pg_class: int                      # the first key of pg_try_advisory_lock(int, int)
+    pg_key: Callable[[str], int]       # the second, from the lock's name
+    file_tag: str                      # the lock file beside a SQLite database: ``tally.db.<tag>-<hash>.lock``
+    memory_tag: str                    # the in-memory lock's name, after the engine's id
+    what: Callable[[str], str]         # how a refusal names the lock file
+
+
+_WINDOW = _Kind(LOCK_CLASS, _key, "window", "", lambda _name: "the window's lock file")
+_HOST = _Kind(HOST_LOCK_CLASS, lambda host: _key(f"host:{host}"), "host", "host:",
+              lambda host: f"host {host}'s lock file")
+
+
 @contextmanager
 def window_lock(ledger: Ledger, window: str, *, wait_s: float = 0.0) -> Iterator[None]:
     """Hold the window's runner lock for the duration of the block, or refuse.
 
     ``wait_s`` waits that long for another holder to let go before refusing.
     """
-    if ledger.engine.dialect.name == "postgresql":
-        with _pg_lock_session(ledger, f"window {window}") as cursor:
-            def take() -> bool:
-                return _pg_try(cursor, LOCK_CLASS, _key(window))
-
-            if not _retrying(take, wait_s):
-                raise _refuse(window)
-            yield
-        return
-    path = sqlite_path(ledger.url)
-    if path is None:
-        with _MEMORY_GUARD:
-            lock = _MEMORY.setdefault(f"{id(ledger.engine)}:{window}", threading.Lock())
-        if not lock.acquire(timeout=wait_s) if wait_s > 0 else not lock.acquire(blocking=False):
+    with _locks(ledger, _WINDOW, [window], f"window {window}", wait_s) as busy:
+        if busy is not None:
             raise _refuse(window)
-        try:
-            yield
-        finally:
-            lock.release()
-        return
-    lock_path = path.with_name(f"{path.name}.window-{hashlib.sha256(window.encode()).hexdigest()[:16]}.lock")
-    fd = open_lock(lock_path, "the window's lock file")  # never through a symlink, never over a foreign file
-    try:
-        def take_file() -> bool:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
-
-        if not _retrying(take_file, wait_s):
-            raise _refuse(window)
-        stamp_pid(fd)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _busy(hosts: list[str], holders: list[str], wait_s: float) -> ExternalError:
-    who = f" ({'; '.join(holders)})" if holders else ""
-    waited = f"waited {wait_s:g} s; " if wait_s > 0 else ""
-    return ExternalError(f"host {', '.join(hosts)} is in use by another runner right now{who}: {waited}"
-                         "nothing was done; try again later, or pass --wait-hosts SECONDS to wait for it")
+        yield
 
 
 @contextmanager
@@ -130,37 +114,97 @@ def host_locks(ledger: Ledger, hosts: tuple[str, ...] | list[str], *, holder: st
     if not names:
         yield
         return
-    if ledger.engine.dialect.name == "postgresql":
-        yield from _pg_host_locks(ledger, names, holder, wait_s)
-        return
-    path = sqlite_path(ledger.url)
-    if path is None:
-        yield from _memory_host_locks(ledger, names, wait_s)
-        return
-    yield from _file_host_locks(path, names, wait_s)
-
-
-def _host_key(host: str) -> int:
-    return _key(f"host:{host}")
-
-
-def _pg_host_locks(ledger: Ledger, names: list[str], holder: str, wait_s: float) -> Iterator[None]:
-    with _pg_lock_session(ledger, holder) as cursor:
-        busy: list[str] = []
-
-        def take() -> bool:
-            busy.clear()
-            taken: list[str] = []
-            for host in names:   # every one tried, so that a refusal names every busy host
-                (taken if _pg_try(cursor, HOST_LOCK_CLASS, _host_key(host)) else busy).append(host)
-            if busy:   # all or nothing: let go of the ones this attempt took
-                for host in taken:
-                    _pg_call(cursor, "SELECT pg_advisory_unlock(%s, %s)", (HOST_LOCK_CLASS, _host_key(host)))
-            return not busy
-
-        if not _retrying(take, wait_s):
-            raise _busy(busy, _pg_holders(cursor, busy), wait_s)
+    with _locks(ledger, _HOST, names, holder, wait_s) as busy:
+        if busy is not None:
+            raise _busy(busy[0], busy[1], wait_s)
         yield
+
+
+_Busy = tuple[list[str], list[str]]
+"""What an attempt that did not get its locks found: the busy names, and who holds them where the backend says."""
+
+
+@contextmanager
+def _locks(ledger: Ledger, kind: _Kind, names: list[str], holder: str, wait_s: float) -> Iterator[_Busy | None]:
+    """Every lock of ``names`` held for the block (all or none, retried for ``wait_s``), the block told
+    ``None``; or, when they could not all be had, what was busy (and nothing held)."""
+    if ledger.engine.dialect.name == "postgresql":
+        backend: Callable[..., contextlib.AbstractContextManager[_Attempt]] = _pg_locks
+        args: tuple[Any, ...] = (ledger, holder)
+    elif (path := sqlite_path(ledger.url)) is None:
+        backend, args = _memory_locks, (ledger,)
+    else:
+        backend, args = _file_locks, (path,)
+    with backend(*args, kind, names) as attempt:
+        if not _retrying(attempt.take, wait_s):
+            yield attempt.busy, attempt.holders()
+            return
+        attempt.hold()
+        try:
+            yield None
+        finally:
+            attempt.release()
+
+
+class _Attempt:
+    """One backend's way to take a set of locks all or nothing (``take``), say who holds the busy ones,
+    mark them held (``hold``) and let go (``release``)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.busy: list[str] = []
+
+    def take(self) -> bool:
+        """Try every lock (so that a refusal names every busy one); keep none unless all were had."""
+        self.busy.clear()
+        taken: list[str] = []
+        for name in self.names:
+            (taken if self._try(name) else self.busy).append(name)
+        if self.busy:
+            for name in taken:
+                self._let_go(name)
+        return not self.busy
+
+    def holders(self) -> list[str]:
+        return []
+
+    def hold(self) -> None:
+        return None
+
+    def release(self) -> None:
+        for name in self.names:
+            self._let_go(name)
+
+    def _try(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _let_go(self, name: str) -> None:
+        raise NotImplementedError
+
+
+class _PgAttempt(_Attempt):
+    def __init__(self, cursor: Any, kind: _Kind, names: list[str]) -> None:
+        super().__init__(names)
+        self.cursor, self.kind = cursor, kind
+
+    def _try(self, name: str) -> bool:
+        return bool(_pg_call(self.cursor, "SELECT pg_try_advisory_lock(%s, %s)",
+                             (self.kind.pg_class, self.kind.pg_key(name))))
+
+    def _let_go(self, name: str) -> None:
+        _pg_call(self.cursor, "SELECT pg_advisory_unlock(%s, %s)", (self.kind.pg_class, self.kind.pg_key(name)))
+
+    def holders(self) -> list[str]:
+        return _pg_holders(self.cursor, self.kind, self.busy)
+
+    def release(self) -> None:
+        return None   # the session's end lets go of every lock it holds (``_pg_lock_session``)
+
+
+@contextmanager
+def _pg_locks(ledger: Ledger, holder: str, kind: _Kind, names: list[str]) -> Iterator[_Attempt]:
+    with _pg_lock_session(ledger, holder) as cursor:
+        yield _PgAttempt(cursor, kind, names)
 
 
 @contextmanager
@@ -207,93 +251,78 @@ def _pg_call(cursor: Any, sql: str, args: tuple[object, ...]) -> Any:
     return row[0] if row else None
 
 
-def _pg_try(cursor: Any, key1: int, key2: int) -> bool:
-    return bool(_pg_call(cursor, "SELECT pg_try_advisory_lock(%s, %s)", (key1, key2)))
-
-
-def _pg_holders(cursor: Any, hosts: list[str]) -> list[str]:
-    """Who holds the hosts' locks, as their sessions named themselves (what this role may read of them)."""
+def _pg_holders(cursor: Any, kind: _Kind, names: list[str]) -> list[str]:
+    """Who holds the locks, as their sessions named themselves (what this role may read of them; three at most)."""
     try:
-        keys = [_host_key(h) & 0xFFFFFFFF for h in hosts]   # pg_locks shows the int4 keys as oids
+        keys = [kind.pg_key(name) & 0xFFFFFFFF for name in names]   # pg_locks shows the int4 keys as oids
         cursor.execute(
             "SELECT DISTINCT a.application_name, host(a.client_addr) FROM pg_locks l "
             "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid::bigint = %s "
             "AND l.objid::bigint = ANY(%s) AND l.granted "
-            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            (HOST_LOCK_CLASS, keys))
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 3",
+            (kind.pg_class, keys))
         rows = cursor.fetchall()
         cursor.connection.commit()
     except Exception:   # who holds it is a courtesy: the refusal stands without it
         return []
-    return [" from ".join(str(v) for v in row if v) for row in rows if any(row)][:3]
+    return [" from ".join(str(v) for v in row if v) for row in rows if any(row)]
 
 
-def _memory_host_locks(ledger: Ledger, names: list[str], wait_s: float) -> Iterator[None]:
+class _MemoryAttempt(_Attempt):
+    def __init__(self, locks: dict[str, threading.Lock], names: list[str]) -> None:
+        super().__init__(names)
+        self.locks = locks
+
+    def _try(self, name: str) -> bool:
+        return self.locks[name].acquire(blocking=False)
+
+    def _let_go(self, name: str) -> None:
+        self.locks[name].release()
+
+
+@contextmanager
+def _memory_locks(ledger: Ledger, kind: _Kind, names: list[str]) -> Iterator[_Attempt]:
     with _MEMORY_GUARD:
-        locks = [_MEMORY.setdefault(f"{id(ledger.engine)}:host:{h}", threading.Lock()) for h in names]
-    taken: list[threading.Lock] = []
-    busy: list[str] = []
-
-    def take() -> bool:
-        busy.clear()
-        for host, lock in zip(names, locks, strict=True):
-            if lock.acquire(blocking=False):
-                taken.append(lock)
-            else:
-                busy.append(host)
-        if busy:   # all or nothing
-            for held in taken:
-                held.release()
-            taken.clear()
-        return not busy
-
-    if not _retrying(take, wait_s):
-        raise _busy(busy, [], wait_s)
-    try:
-        yield
-    finally:
-        for lock in taken:
-            lock.release()
+        locks = {name: _MEMORY.setdefault(f"{id(ledger.engine)}:{kind.memory_tag}{name}", threading.Lock())
+                 for name in names}
+    yield _MemoryAttempt(locks, names)
 
 
-def _file_host_locks(path: os.PathLike[str], names: list[str], wait_s: float) -> Iterator[None]:
-    base = os.fspath(path)
-    fds: list[int] = []
-    try:
-        for host in names:
-            lock_path = f"{base}.host-{hashlib.sha256(host.encode()).hexdigest()[:16]}.lock"
-            fds.append(open_lock(lock_path, f"host {host}'s lock file"))
-        busy: list[str] = []
-        holders: list[str] = []
+class _FileAttempt(_Attempt):
+    def __init__(self, fds: dict[str, int], names: list[str]) -> None:
+        super().__init__(names)
+        self.fds = fds
 
-        def take() -> bool:
-            taken: list[int] = []
-            busy.clear()
-            holders.clear()
-            for host, fd in zip(names, fds, strict=True):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    busy.append(host)
-                    pid = os.pread(fd, 16, 0).decode("ascii", "replace").strip()
-                    if pid.isdigit() and f"pid {pid} on this machine" not in holders:
-                        holders.append(f"pid {pid} on this machine")
-                    continue
-                taken.append(fd)
-            if busy:   # all or nothing
-                for held in taken:
-                    fcntl.flock(held, fcntl.LOCK_UN)
-            return not busy
-
-        if not _retrying(take, wait_s):
-            raise _busy(busy, holders, wait_s)
-        for fd in fds:
-            stamp_pid(fd)
+    def _try(self, name: str) -> bool:
         try:
-            yield
-        finally:
-            for fd in fds:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(self.fds[name], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _let_go(self, name: str) -> None:
+        fcntl.flock(self.fds[name], fcntl.LOCK_UN)
+
+    def holders(self) -> list[str]:
+        """The pids the busy lock files name (each holder stamps its own)."""
+        pids = (os.pread(self.fds[name], 16, 0).decode("ascii", "replace").strip() for name in self.busy)
+        return list(dict.fromkeys(f"pid {pid} on this machine" for pid in pids if pid.isdigit()))
+
+    def hold(self) -> None:
+        for name in self.names:
+            stamp_pid(self.fds[name])
+
+
+@contextmanager
+def _file_locks(path: os.PathLike[str], kind: _Kind, names: list[str]) -> Iterator[_Attempt]:
+    """Lock files beside the database, opened never through a symlink, never over a foreign file."""
+    base = Path(path)
+    fds: dict[str, int] = {}
+    try:
+        for name in names:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            fds[name] = open_lock(base.with_name(f"{base.name}.{kind.file_tag}-{digest}.lock"), kind.what(name))
+        yield _FileAttempt(fds, names)
     finally:
-        for fd in fds:
+        for fd in fds.values():
             os.close(fd)

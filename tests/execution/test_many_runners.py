@@ -7,11 +7,13 @@ a window that acted and crashed keeps every other window from opening until it i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -116,14 +118,24 @@ def _stop_after(w: World, window_id: str, kind: str) -> None:
     raise AssertionError(f"no {kind} step")
 
 
-def test_a_window_that_acted_and_crashed_before_its_hold_keeps_others_from_opening(tmp_path: Path) -> None:
-    """The drain is recorded, the HOLD not yet: production is down and no HOLD says whose. Another window
-    must not snapshot the drained hosts as production, nor drain them again."""
+@contextlib.contextmanager
+def _first_stopped_after(tmp_path: Path, kind: str) -> Iterator[World]:
+    """Two windows on one site, gated; the first has taken its steps up to ``kind`` and stopped there (as a
+    runner that crashed would leave it)."""
     w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
                          window("seed000-controlled.toml", "second", chain="none")])
     try:
         gate_all(w)
-        _stop_after(w, "first", "drain")
+        _stop_after(w, "first", kind)
+        yield w
+    finally:
+        close(w)
+
+
+def test_a_window_that_acted_and_crashed_before_its_hold_keeps_others_from_opening(tmp_path: Path) -> None:
+    """The drain is recorded, the HOLD not yet: production is down and no HOLD says whose. Another window
+    must not snapshot the drained hosts as production, nor drain them again."""
+    with _first_stopped_after(tmp_path, "drain") as w:
         before = state(w.book)
         assert before.production == "down" and before.hold is None
         with pytest.raises(PolicyError, match=r"window first is acting on the site .*tally window resume first"):
@@ -134,24 +146,17 @@ def test_a_window_that_acted_and_crashed_before_its_hold_keeps_others_from_openi
         assert resumed.decision is not None
         assert run(w, "second").ending == "restored"   # decided: the site is the next window's
         assert run_audit(book=w.book).ok
-    finally:
-        close(w)
 
 
 def test_the_step_machine_blocks_an_opening_while_another_window_acts(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
-                         window("seed000-controlled.toml", "second", chain="none")])
-    try:
-        gate_all(w)
-        _stop_after(w, "first", "preflight")   # even a read-only action: its runner may be about to drain
+    with _first_stopped_after(tmp_path, "preflight") as w:
+        # even a read-only action: its runner may be about to drain
         from runner.gates import admit
 
         admit(w.book, w.root, "second")
         runner = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale)
         step = next_step(runner._context(runner.ws))
         assert step.kind == "blocked" and "window first is acting on the site" in (step.reason or "")
-    finally:
-        close(w)
 
 
 def test_a_window_that_raced_another_never_opens_a_hold_and_the_other_goes_on_after(tmp_path: Path) -> None:
@@ -159,11 +164,7 @@ def test_a_window_that_raced_another_never_opens_a_hold_and_the_other_goes_on_af
     snapshot (of the drained hosts) and a drain, and neither opened a HOLD. The second raced the first
     (``raced_with``): it never goes on to a HOLD, whoever is run first, and ends restoring what it touched;
     the first waits for that, then goes on with its own snapshot (taken while production served)."""
-    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
-                         window("seed000-controlled.toml", "second", chain="none")])
-    try:
-        gate_all(w)
-        _stop_after(w, "first", "drain")
+    with _first_stopped_after(tmp_path, "drain") as w:
         from runner.gates import admit
 
         admit(w.book, w.root, "second")
@@ -188,23 +189,15 @@ def test_a_window_that_raced_another_never_opens_a_hold_and_the_other_goes_on_af
         protocol = run_audit(book=w.book).protocol
         assert protocol is not None   # the raced window is on record as such, and nothing else is wrong
         assert [(v.invariant, v.window) for v in protocol.violations] == [("one-window-on-site", "second")]
-    finally:
-        close(w)
 
 
 def test_a_window_that_never_acted_can_be_aborted_while_another_acts(tmp_path: Path) -> None:
-    w = world(tmp_path, [window("seed000-controlled.toml", "first", chain="none"),
-                         window("seed000-controlled.toml", "second", chain="none")])
-    try:
-        gate_all(w)
-        _stop_after(w, "first", "drain")
+    with _first_stopped_after(tmp_path, "drain") as w:
         aborted = WindowRunner(w.book, w.root, "second", w.driver, time_scale=w.time_scale).run(abort=True)
         assert aborted.blocked is None and aborted.ending == "aborted"
         after = state(w.book)
         assert after.windows["second"].actions == 0   # closed as never touched: no host action taken
         assert after.windows["first"].ending is None and after.production == "down"   # the other's, untouched
-    finally:
-        close(w)
 
 
 def test_a_postgres_lock_session_is_named_kept_alive_and_ends_with_its_connection(pg_url: str) -> None:
