@@ -32,3 +32,25 @@ def test_a_wave_at_concurrency_3_delivers_every_stream_whole(llama_site: LlamaSi
     ended = [r.send_t + r.ended_s for r in records]
     assert max(r.send_t for r in records) < min(ended)
     assert max(first_token) > min(ended)
+
+
+def test_the_site_warm_up_goes_to_chat_completions_on_real_llama_cpp(llama_site: LlamaSite) -> None:
+    """The example site's warm-up with ``params.endpoint = "chat"`` (the waves go to chat completions) is a chat
+    request llama_cpp.server serves; the plan's engine-side sampling fields ride along in its body. Unlike vLLM
+    (tests/real/test_vllm_site_parts.py), llama_cpp.server serves a repetition_penalty of -1 (it reads
+    ``repeat_penalty``, and ignores a field it does not know): a field it ignores is the capability probe's to
+    find before the window, not the warm-up's."""
+    import json
+    import os
+    import subprocess
+
+    def warmup(params: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        request = json.dumps({"action": "warmup", "host": None, "params": params})
+        return subprocess.run(llama_site.command("warmup"), capture_output=True, text=True, timeout=300,
+                              cwd=llama_site.directory, env=dict(os.environ, TALLY_REQUEST=request))
+
+    chat = warmup({"endpoint": "chat", "engine_sampling": {"repetition_penalty": 1.0}})
+    assert chat.returncode == 0, chat.stderr
+    assert '"requests": 2' in chat.stdout
+    ignored = warmup({"endpoint": "chat", "engine_sampling": {"repetition_penalty": -1.0}})
+    assert ignored.returncode == 0 and '"requests": 2' in ignored.stdout, ignored.stderr
